@@ -4,7 +4,8 @@
 #   PYTHON=python3.11        interpreter for the venv
 #   TORCH_SPEC="torch==X"    what to install for torch when the venv has none (default: CPU pin, or
 #                            the default CUDA build when nvidia-smi sees a GPU)
-#   LLAMA_CMAKE_ARGS="..."   extra CMake args for llama-cpp-python (e.g. -DGGML_CUDA=on)
+#   LLAMA_CMAKE_ARGS="..."   CMake args for llama-cpp-python, replacing the detected CPU flags
+#                            (e.g. "-DGGML_CUDA=on" on a CUDA machine)
 #   TOOLDECODE_HOME=DIR      cache for built wheels and model weights (default ~/.cache/tooldecode)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,20 +46,34 @@ fi
 
 # 2. llama-cpp-python: compiled once per CPU (the default build is -march=native), wheel cached.
 if ! "$VENV/bin/python" -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$LLAMA_VERSION')" 2>/dev/null; then
-  key=$("$VENV/bin/python" - <<'PY'
+  # The default build is -march=native, which on some virtual machines enables AMX kernels that
+  # crash (the CPU advertises AMX but the tile state is not usable). On x86-64 we therefore pick the
+  # instruction sets from /proc/cpuinfo explicitly, AMX off; the wheel is cached per instruction set.
+  read -r key cmake_args < <("$VENV/bin/python" - <<'PY'
 import hashlib, os, platform, sys
-flags = ""
-try:
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith(("flags", "Features")):
-                flags = line
-                break
-except OSError:
-    flags = platform.processor()
-extra = os.environ.get("LLAMA_CMAKE_ARGS", "")
-digest = hashlib.sha256((flags + "|" + extra).encode()).hexdigest()[:12]
-print(f"{platform.machine()}-py{sys.version_info[0]}{sys.version_info[1]}-{digest}")
+args = os.environ.get("LLAMA_CMAKE_ARGS")
+if args is None:
+    flags = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    if platform.machine() in ("x86_64", "AMD64") and flags:
+        opts = ["GGML_NATIVE=OFF", "GGML_AMX_TILE=OFF", "GGML_AMX_INT8=OFF", "GGML_AMX_BF16=OFF"]
+        table = [("avx", "GGML_AVX"), ("avx2", "GGML_AVX2"), ("fma", "GGML_FMA"), ("f16c", "GGML_F16C"),
+                 ("bmi2", "GGML_BMI2"), ("avx512f", "GGML_AVX512"), ("avx512_vbmi", "GGML_AVX512_VBMI"),
+                 ("avx512_vnni", "GGML_AVX512_VNNI"), ("avx512_bf16", "GGML_AVX512_BF16"),
+                 ("avx_vnni", "GGML_AVX_VNNI")]
+        opts += [f"{opt}={'ON' if flag in flags else 'OFF'}" for flag, opt in table]
+        args = " ".join("-D" + o for o in opts)
+    else:
+        args = ""
+digest = hashlib.sha256(args.encode()).hexdigest()[:12]
+print(f"{platform.machine()}-py{sys.version_info[0]}{sys.version_info[1]}-{digest}", args)
 PY
 )
   wheeldir=$CACHE/wheels/llama-cpp-python-$LLAMA_VERSION/$key
@@ -66,7 +81,7 @@ PY
   if ! ls "$wheeldir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
     log "building llama-cpp-python $LLAMA_VERSION for this CPU (about 5 minutes on 2 cores; cached in $wheeldir)"
     tmp=$(mktemp -d "$wheeldir/.build-XXXXXX")
-    CMAKE_ARGS="${LLAMA_CMAKE_ARGS:-}" "$VENV/bin/python" -m pip wheel -q --no-deps \
+    CMAKE_ARGS="$cmake_args" "$VENV/bin/python" -m pip wheel -q --no-deps --no-cache-dir \
       "llama-cpp-python==$LLAMA_VERSION" -w "$tmp"
     mv "$tmp"/llama_cpp_python-*.whl "$wheeldir"/
     rm -rf "$tmp"

@@ -1,0 +1,245 @@
+"""tooldecode.stats against published worked examples and independent computations."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from tooldecode.stats import (
+    Rate,
+    cluster_bootstrap_diff,
+    cluster_bootstrap_rate,
+    fisher_exact,
+    mean_ci,
+    newcombe_diff,
+    noise_floor,
+    wilson,
+)
+
+# --- Wilson ----------------------------------------------------------------------------------------
+
+
+def test_wilson_matches_newcombe_1998_single_proportion_example() -> None:
+    # Newcombe (1998), "Two-sided confidence intervals for the single proportion", 81/263: 0.2553 to 0.3662.
+    r = wilson(81, 263)
+    assert (r.k, r.n) == (81, 263)
+    assert r.rate == pytest.approx(81 / 263)
+    assert round(r.lo, 4) == 0.2553 and round(r.hi, 4) == 0.3662
+
+
+def test_wilson_matches_the_closed_form_and_formats() -> None:
+    r = wilson(12, 40)
+    z = 1.959963984540054
+    center = (12 + z * z / 2) / (40 + z * z)
+    half = z / (40 + z * z) * math.sqrt(12 * 28 / 40 + z * z / 4)
+    assert r.lo == pytest.approx(center - half, abs=1e-12)
+    assert r.hi == pytest.approx(center + half, abs=1e-12)
+    assert str(r) == "12/40 = 30.0% [18.1, 45.4]"
+
+
+def test_wilson_edges() -> None:
+    zero = wilson(0, 0)
+    assert math.isnan(zero.rate) and (zero.lo, zero.hi) == (0.0, 1.0)
+    assert "n/a" in str(zero)
+    none = wilson(0, 10)
+    assert none.lo == 0.0 and 0.25 < none.hi < 0.35  # 0/10: [0, 0.2775]
+    assert round(none.hi, 4) == 0.2775
+    allk = wilson(10, 10)
+    assert allk.hi == 1.0 and round(allk.lo, 4) == 0.7225
+    assert wilson(5, 10, conf=0.99).lo < wilson(5, 10).lo < wilson(5, 10, conf=0.8).lo
+    for bad in [(-1, 5), (6, 5), (1.5, 5)]:
+        with pytest.raises(ValueError):
+            wilson(*bad)
+    with pytest.raises(ValueError):
+        wilson(1, 5, conf=1.0)
+
+
+def test_wilson_coverage_is_near_nominal() -> None:
+    # Exact coverage: sum the binomial probabilities of the k whose interval holds the true p.
+    for n, p in [(40, 0.3), (100, 0.1), (200, 0.5)]:
+        cover = sum(
+            math.comb(n, k) * p**k * (1 - p) ** (n - k)
+            for k in range(n + 1)
+            if wilson(k, n).lo <= p <= wilson(k, n).hi
+        )
+        assert 0.92 < cover < 0.98, (n, p, cover)
+
+
+# --- Newcombe + Fisher -----------------------------------------------------------------------------
+
+# Newcombe (1998), "Interval estimation for the difference between independent proportions",
+# table II, method 10 (hybrid score, no continuity correction).
+NEWCOMBE_TABLE_II = [
+    ((56, 70, 48, 80), 0.0524, 0.3339),
+    ((9, 10, 3, 10), 0.1705, 0.8090),
+    ((6, 7, 2, 7), 0.0582, 0.8062),
+    ((5, 56, 0, 29), -0.0381, 0.1926),
+    ((0, 10, 0, 20), -0.1611, 0.2775),
+    ((0, 10, 0, 10), -0.2775, 0.2775),
+    ((10, 10, 0, 20), 0.6791, 1.0000),
+    ((10, 10, 0, 10), 0.6075, 1.0000),
+]
+
+
+@pytest.mark.parametrize(("counts", "lo", "hi"), NEWCOMBE_TABLE_II)
+def test_newcombe_matches_the_published_table(
+    counts: tuple[int, int, int, int], lo: float, hi: float
+) -> None:
+    d = newcombe_diff(*counts)
+    k1, n1, k2, n2 = counts
+    assert d.diff == pytest.approx(k1 / n1 - k2 / n2)
+    assert round(d.lo, 4) == lo and round(d.hi, 4) == hi
+    assert d.a == wilson(k1, n1) and d.b == wilson(k2, n2)
+    assert d.p_fisher == pytest.approx(fisher_exact(*counts))
+
+
+def test_newcombe_is_antisymmetric_and_handles_empty_arms() -> None:
+    ab, ba = newcombe_diff(30, 50, 20, 60), newcombe_diff(20, 60, 30, 50)
+    assert ab.diff == pytest.approx(-ba.diff)
+    assert ab.lo == pytest.approx(-ba.hi) and ab.hi == pytest.approx(-ba.lo)
+    empty = newcombe_diff(0, 0, 3, 10)
+    assert math.isnan(empty.diff) and (empty.lo, empty.hi) == (-1.0, 1.0)
+    assert "pts" in str(ab) and "30/50 vs 20/60" in str(ab)
+
+
+def _fisher_bruteforce(k1: int, n1: int, k2: int, n2: int) -> Fraction:
+    """Exact two-sided Fisher p with rational arithmetic: enumerate all tables with the same margins."""
+    m, total = k1 + k2, math.comb(n1 + n2, k1 + k2)
+    probs = {x: Fraction(math.comb(n1, x) * math.comb(n2, m - x), total) for x in range(0, min(n1, m) + 1)
+             if 0 <= m - x <= n2}  # fmt: skip
+    return sum((p for p in probs.values() if p <= probs[k1]), Fraction(0))
+
+
+def test_fisher_known_values() -> None:
+    # Fisher's tea-tasting table: 3 of 4 cups right vs 1 of 4: p = 34/70 = 0.4857.
+    assert fisher_exact(3, 4, 1, 4) == pytest.approx(34 / 70, rel=1e-12)
+    # The textbook 2x2 of 12 men (1 studying) and 12 women (9 studying): two-sided p = 0.002759.
+    assert round(fisher_exact(1, 12, 9, 12), 6) == 0.002759
+    assert fisher_exact(5, 10, 5, 10) == pytest.approx(1.0)
+    assert fisher_exact(0, 0, 3, 7) == 1.0
+    assert fisher_exact(0, 20, 20, 20) < 1e-10
+
+
+def test_fisher_agrees_with_exact_enumeration() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        n1, n2 = (int(v) for v in rng.integers(1, 40, size=2))
+        k1, k2 = int(rng.integers(0, n1 + 1)), int(rng.integers(0, n2 + 1))
+        exact = float(_fisher_bruteforce(k1, n1, k2, n2))
+        assert fisher_exact(k1, n1, k2, n2) == pytest.approx(exact, rel=1e-9, abs=1e-15), (k1, n1, k2, n2)
+        assert fisher_exact(k1, n1, k2, n2) == pytest.approx(fisher_exact(k2, n2, k1, n1), rel=1e-9)
+
+
+# --- cluster bootstrap -----------------------------------------------------------------------------
+
+
+def _clustered(rng: np.random.Generator, n_clusters: int, per: int, spread: float, shift: float = 0.0):
+    """Outcomes whose rate varies by cluster (a scenario effect): returns (values, clusters, rates)."""
+    rates = np.clip(rng.beta(2, 5, size=n_clusters) * spread + (1 - spread) * 0.3 + shift, 0, 1)
+    values = [bool(rng.random() < rates[c]) for c in range(n_clusters) for _ in range(per)]
+    clusters = [f"s{c}" for c in range(n_clusters) for _ in range(per)]
+    return values, clusters, rates
+
+
+def test_cluster_bootstrap_is_deterministic_with_a_seed() -> None:
+    values, clusters, _ = _clustered(np.random.default_rng(1), 15, 8, 1.0)
+    a = cluster_bootstrap_rate(values, clusters, n_boot=500, seed=3)
+    assert a == cluster_bootstrap_rate(values, clusters, n_boot=500, seed=3)
+    assert a[1:] != cluster_bootstrap_rate(values, clusters, n_boot=500, seed=4)[1:]
+    assert a[0] == pytest.approx(np.mean(values))
+    assert a[1] < a[0] < a[2]
+
+
+def test_cluster_bootstrap_widens_with_correlated_clusters() -> None:
+    # 10 clusters of 20 identical outcomes: effectively 10 observations, not 200.
+    values = [c % 3 == 0 for c in range(10) for _ in range(20)]
+    clusters = [f"s{c}" for c in range(10) for _ in range(20)]
+    point, lo, hi = cluster_bootstrap_rate(values, clusters, n_boot=2000, seed=0)
+    w = wilson(sum(values), len(values))
+    assert point == pytest.approx(0.4)
+    assert (hi - lo) > 1.8 * (w.hi - w.lo)
+    # One sample per cluster: close to the ordinary binomial interval.
+    point1, lo1, hi1 = cluster_bootstrap_rate(values, [str(i) for i in range(200)], seed=0)
+    assert (hi1 - lo1) == pytest.approx(w.hi - w.lo, rel=0.2)
+
+
+def test_cluster_bootstrap_coverage_sanity() -> None:
+    rng = np.random.default_rng(11)
+    true_rate, hits, reps = 0.3, 0, 200
+    for _ in range(reps):
+        cluster_rates = rng.beta(3, 7, size=20)  # mean 0.3, strong scenario effect
+        values = [bool(rng.random() < r) for r in cluster_rates for _ in range(6)]
+        clusters = [f"s{c}" for c in range(20) for _ in range(6)]
+        _, lo, hi = cluster_bootstrap_rate(values, clusters, n_boot=400, seed=int(rng.integers(1 << 30)))
+        hits += lo <= true_rate <= hi
+    # Percentile cluster bootstrap with 20 clusters under-covers a little; nominal is 0.95.
+    assert 0.85 <= hits / reps <= 0.99, hits / reps
+
+
+def test_paired_bootstrap_cancels_scenario_effects() -> None:
+    rng = np.random.default_rng(5)
+    rates = rng.uniform(0.05, 0.95, size=12)  # scenarios differ a lot
+    clusters = [f"s{c}" for c in range(12) for _ in range(30)]
+    a = [bool(rng.random() < min(1.0, rates[c] + 0.1)) for c in range(12) for _ in range(30)]
+    b = [bool(rng.random() < rates[c]) for c in range(12) for _ in range(30)]
+    paired = cluster_bootstrap_diff(a, clusters, b, clusters, paired=True, seed=1)
+    unpaired = cluster_bootstrap_diff(a, clusters, b, clusters, paired=False, seed=1)
+    assert paired[0] == pytest.approx(np.mean(a) - np.mean(b)) == pytest.approx(unpaired[0])
+    assert paired[1] < paired[0] < paired[2]
+    assert (paired[2] - paired[1]) < 0.6 * (unpaired[2] - unpaired[1])
+    assert paired == cluster_bootstrap_diff(a, clusters, b, clusters, seed=1)
+    with pytest.raises(ValueError, match="same clusters"):
+        cluster_bootstrap_diff(a, clusters, b[:-30], clusters[:-30], paired=True)
+    # Unpaired arms may have different scenarios.
+    assert not math.isnan(cluster_bootstrap_diff(a, clusters, b[:-30], clusters[:-30], paired=False)[0])
+
+
+def test_cluster_bootstrap_accepts_floats_and_rejects_bad_input() -> None:
+    point, lo, hi = cluster_bootstrap_rate([0.2, 0.4, 0.9, 0.7], ["a", "a", "b", "b"], seed=0)
+    assert point == pytest.approx(0.55)
+    assert lo == pytest.approx(0.3) and hi == pytest.approx(0.8)  # only two clusters: means 0.3 and 0.8
+    with pytest.raises(ValueError):
+        cluster_bootstrap_rate([1, 0], ["a"])
+    assert all(math.isnan(v) for v in cluster_bootstrap_rate([], []))
+
+
+# --- noise floor, mean_ci --------------------------------------------------------------------------
+
+
+def test_noise_floor() -> None:
+    nf = noise_floor([0.20, 0.25, 0.22, 0.19])
+    assert nf["n_runs"] == 4
+    assert nf["mean"] == pytest.approx(0.215)
+    assert nf["sd"] == pytest.approx(np.std([0.20, 0.25, 0.22, 0.19], ddof=1))
+    assert nf["max_abs_diff"] == pytest.approx(0.06)
+    assert math.isnan(noise_floor([0.3])["sd"])
+    with pytest.raises(ValueError):
+        noise_floor([])
+
+
+@pytest.mark.parametrize(
+    ("df", "t975"),
+    [(1, 12.706204736), (2, 4.302652730), (5, 2.570581836), (10, 2.228138852), (30, 2.042272456)],
+)
+def test_mean_ci_uses_student_t(df: int, t975: float) -> None:
+    values = np.linspace(0.0, 1.0, df + 1)
+    mean, lo, hi = mean_ci(values)
+    half = t975 * np.std(values, ddof=1) / math.sqrt(df + 1)
+    assert mean == pytest.approx(0.5)
+    assert lo == pytest.approx(0.5 - half, rel=1e-8) and hi == pytest.approx(0.5 + half, rel=1e-8)
+
+
+def test_mean_ci_small_inputs() -> None:
+    assert mean_ci([1.0, 2.0, 3.0, 4.0]) == pytest.approx((2.5, 0.445739743, 4.554260257))
+    m, lo, hi = mean_ci([0.4])
+    assert m == 0.4 and math.isnan(lo) and math.isnan(hi)
+    assert all(math.isnan(v) for v in mean_ci([]))
+
+
+def test_rate_is_a_plain_frozen_dataclass() -> None:
+    r = Rate(1, 2, 0.5, 0.1, 0.9)
+    with pytest.raises(AttributeError):
+        r.k = 3  # type: ignore[misc]

@@ -1,0 +1,75 @@
+"""The backend interface: what the sampler and the probe need from a model runtime.
+
+A backend evaluates a prompt once and branches ``n`` sequences from it (the prompt's KV cache is
+shared), then advances the active sequences one token per step. Logits come back as a float32
+numpy array of shape ``(rows, n_vocab)``.
+
+Evaluation mode matters numerically: llama.cpp's logits depend on how many tokens are evaluated
+together. Every backend states its mode in ``info()["eval_mode"]``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from functools import cached_property
+
+import numpy as np
+
+from tooldecode.models import ModelRef
+
+
+class Backend(ABC):
+    name: str = "?"
+    model: ModelRef
+    n_vocab: int
+    eog_ids: frozenset[int]
+
+    # --- tokens -------------------------------------------------------------------------------
+    @abstractmethod
+    def tokenize(self, text: str, *, special: bool = True, add_bos: bool = False) -> list[int]:
+        """Text → token ids. With ``special=True`` special-token text (``<|im_start|>``) maps to the special token."""
+
+    @abstractmethod
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes a token stands for (special tokens rendered as their text)."""
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return b"".join(self.token_bytes(int(t)) for t in ids).decode("utf-8", errors="replace")
+
+    @cached_property
+    def vocab_bytes(self) -> list[bytes]:
+        return [self.token_bytes(i) for i in range(self.n_vocab)]
+
+    # --- evaluation ---------------------------------------------------------------------------
+    @abstractmethod
+    def begin(self, prompt_ids: Sequence[int], n_seqs: int) -> np.ndarray:
+        """Evaluate the prompt (reusing a cached common prefix) and branch ``n_seqs`` sequences from it.
+
+        Returns the logits after the last prompt token, shape ``(n_seqs, n_vocab)`` (identical rows).
+        """
+
+    @abstractmethod
+    def step(self, tokens: Sequence[int], rows: Sequence[int]) -> np.ndarray:
+        """Append ``tokens[i]`` to sequence ``rows[i]``; return the next logits, shape ``(len(rows), n_vocab)``."""
+
+    @abstractmethod
+    def end(self) -> None:
+        """Drop the branches; the prompt stays cached for the next ``begin``."""
+
+    @abstractmethod
+    def forward(self, ids: Sequence[int], positions: Sequence[int]) -> np.ndarray:
+        """Teacher-forced logits: for each ``p`` in ``positions``, the logits after ``ids[: p + 1]``."""
+
+    @abstractmethod
+    def info(self) -> dict:
+        """Backend name, library versions, device, dtype, threads and evaluation mode (for manifests)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        pass
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,214 @@
+"""transformers + torch backend: the same GGUF weights, dequantized to dense tensors.
+
+CPU here (float32 by default, bfloat16 on request); CUDA with bfloat16 when torch sees a GPU.
+The prompt's KV cache is computed once, kept for prefix reuse, and expanded to a batch of
+sequences; each step runs one forward pass over the whole batch (finished rows are fed a pad
+token and ignored).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tooldecode.backends.base import Backend
+from tooldecode.errors import ModelError
+from tooldecode.models import ModelRef
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class HFBackend(Backend):
+    name = "hf"
+
+    def __init__(
+        self,
+        model: ModelRef,
+        *,
+        device: str | None = None,
+        dtype: str | None = None,
+        n_threads: int | None = None,
+    ) -> None:
+        import torch
+        import transformers
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        transformers.logging.set_verbosity_error()
+        self.model = model
+        self.device = device or default_device()
+        dtype = dtype or ("bfloat16" if self.device.startswith("cuda") else "float32")
+        self.dtype = dtype
+        if self.device == "cpu":
+            torch.set_num_threads(n_threads or os.cpu_count() or 1)
+        folder, gguf = (model.path.parent, model.path.name) if model.is_gguf else (model.path, None)
+        kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
+        _quiet_gguf_progress()
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(str(folder), **kwargs)
+            self.hf = AutoModelForCausalLM.from_pretrained(
+                str(folder), dtype=getattr(torch, dtype), **kwargs
+            ).to(self.device)
+        except (OSError, ValueError, KeyError, RuntimeError) as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ModelError(
+                f"transformers could not load '{model.path}' ({first[:160]}); check the file with "
+                "`tooldecode models verify`"
+            ) from None
+        self.hf.eval()
+        self._torch = torch
+        self.n_vocab = int(self.hf.get_output_embeddings().weight.shape[0])
+        tok = self.tokenizer
+        eog = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+        gen_eos = getattr(self.hf.generation_config, "eos_token_id", None)
+        if isinstance(gen_eos, int):
+            eog.add(gen_eos)
+        elif isinstance(gen_eos, list):
+            eog.update(gen_eos)
+        for t in ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>"):
+            tid = tok.convert_tokens_to_ids(t)
+            if isinstance(tid, int) and tid != tok.unk_token_id and tid is not None:
+                eog.add(tid)
+        self.eog_ids = frozenset(i for i in eog if i is not None and i < self.n_vocab)
+        self._pad = min(self.eog_ids) if self.eog_ids else 0
+        self._byte_decoder = _byte_decoder(tok)
+        self._cached_ids: list[int] = []
+        self._cached_kv: Any = None
+        self._kv: Any = None
+        self._n = 0
+        self._cur: list[int] = []
+
+    # --- tokens -------------------------------------------------------------------------------
+    def tokenize(self, text: str, *, special: bool = True, add_bos: bool = False) -> list[int]:
+        if special:
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        else:
+            ids = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        if add_bos and self.tokenizer.bos_token_id is not None:
+            ids = [self.tokenizer.bos_token_id, *ids]
+        return list(ids)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        tok = self.tokenizer.convert_ids_to_tokens(int(token_id))
+        if tok is None:
+            return b""
+        if int(token_id) in self.tokenizer.all_special_ids or tok in self.tokenizer.get_added_vocab():
+            return tok.encode("utf-8")
+        if self._byte_decoder is not None:
+            try:
+                return bytes(self._byte_decoder[c] for c in tok)
+            except KeyError:
+                pass
+        if tok.startswith("<0x") and tok.endswith(">") and len(tok) == 6:
+            return bytes([int(tok[3:5], 16)])
+        return tok.replace("\u2581", " ").encode("utf-8")
+
+    # --- evaluation ---------------------------------------------------------------------------
+    def _run(self, ids: Sequence[int], past: Any) -> tuple[Any, Any]:
+        torch = self._torch
+        from transformers import DynamicCache
+
+        if past is None:
+            past = DynamicCache()
+        with torch.inference_mode():
+            out = self.hf(
+                input_ids=torch.tensor([list(ids)], device=self.device), past_key_values=past, use_cache=True
+            )
+        return out.logits[0].float(), out.past_key_values
+
+    def _prefill(self, ids: list[int]) -> Any:
+        """Logits after the last id; the prompt cache stays in self._cached_kv."""
+        common = 0
+        for a, b in zip(self._cached_ids, ids, strict=False):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(ids) - 1)
+        if self._cached_kv is not None and common > 0:
+            self._cached_kv.crop(common)
+            past = self._cached_kv
+        else:
+            past, common = None, 0
+        logits, past = self._run(ids[common:], past)
+        self._cached_ids, self._cached_kv = list(ids), past
+        return logits[-1]
+
+    def begin(self, prompt_ids: Sequence[int], n_seqs: int) -> np.ndarray:
+        ids = list(prompt_ids)
+        last = self._prefill(ids)
+        kv = copy.deepcopy(self._cached_kv)
+        if n_seqs > 1:
+            kv.batch_repeat_interleave(n_seqs)
+        self._kv, self._n = kv, n_seqs
+        row = last.cpu().numpy().astype(np.float32)
+        return np.repeat(row[None, :], n_seqs, axis=0)
+
+    def step(self, tokens: Sequence[int], rows: Sequence[int]) -> np.ndarray:
+        torch = self._torch
+        feed = [self._pad] * self._n
+        for tok, row in zip(tokens, rows, strict=True):
+            feed[row] = int(tok)
+        with torch.inference_mode():
+            out = self.hf(
+                input_ids=torch.tensor(feed, device=self.device)[:, None],
+                past_key_values=self._kv,
+                use_cache=True,
+            )
+        self._kv = out.past_key_values
+        logits = out.logits[:, -1, :].float()
+        return logits[list(rows)].cpu().numpy()
+
+    def end(self) -> None:
+        self._kv, self._n = None, 0
+
+    def forward(self, ids: Sequence[int], positions: Sequence[int]) -> np.ndarray:
+        ids = list(ids)
+        self._cached_ids, self._cached_kv = [], None
+        logits, _ = self._run(ids, None)
+        return logits[list(positions)].cpu().numpy()
+
+    def info(self) -> dict:
+        import torch
+        import transformers
+
+        return {
+            "backend": self.name,
+            "transformers": transformers.__version__,
+            "torch": torch.__version__,
+            "device": self.device,
+            "dtype": self.dtype,
+            "threads": torch.get_num_threads(),
+            "eval_mode": "prompt in one forward pass; one token per sequence per step (padded batch)",
+        }
+
+
+def _quiet_gguf_progress() -> None:
+    """transformers wraps GGUF dequantization in a bare tqdm bar; keep the terminal clean."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    gguf_utils.tqdm = lambda iterable, **_: iterable
+
+
+def _byte_decoder(tokenizer: Any) -> dict[str, int] | None:
+    """GPT-2 style byte-level BPE: map the printable stand-in characters back to bytes."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    decoder = {chr(c): b for b, c in zip(bs, cs, strict=True)}
+    vocab = tokenizer.get_vocab()
+    # byte-level vocabularies use "Ġ" for space; sentencepiece ones use "▁"
+    if any("Ġ" in t for t in list(vocab)[:5000]):
+        return decoder
+    return None

@@ -1,0 +1,233 @@
+"""llama.cpp backend through llama-cpp-python's low-level bindings.
+
+One context holds a unified KV cache shared by up to ``max_seqs`` sequences. The prompt lives in
+sequence 0 and stays cached between calls (only the part after the common prefix is evaluated);
+``begin`` copies it to sequences 1..n-1 (a metadata copy in a unified cache), and each ``step``
+decodes one token for every active sequence in a single batch.
+
+Evaluation mode: prompts are evaluated in chunks of ``n_batch`` tokens aligned to absolute
+position 0 (a cached prefix is cut back to a chunk boundary), generated tokens one per sequence per
+step. ``forward`` (teacher forcing, used by the probe) uses the same aligned chunks.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from tooldecode.backends.base import Backend
+from tooldecode.errors import ModelError
+from tooldecode.models import ModelRef
+
+
+def _llama_cpp():
+    try:
+        import llama_cpp
+        from llama_cpp import _logger
+    except ImportError as err:  # pragma: no cover - depends on the install
+        raise ModelError(
+            f"llama-cpp-python is not installed ({err}); run `make setup` to build and install it"
+        ) from None
+    _logger.set_verbose(bool(os.environ.get("TOOLDECODE_LLAMA_VERBOSE")))
+    return llama_cpp
+
+
+class LlamaCppBackend(Backend):
+    name = "llamacpp"
+
+    def __init__(
+        self,
+        model: ModelRef,
+        *,
+        n_ctx: int = 8192,
+        max_seqs: int = 64,
+        n_batch: int = 512,
+        n_threads: int | None = None,
+        n_gpu_layers: int = 0,
+    ) -> None:
+        if not model.is_gguf:
+            raise ModelError(f"llama.cpp needs a .gguf file; '{model.path}' is a folder (use --backend hf)")
+        llama_cpp = _llama_cpp()
+        from llama_cpp._internals import LlamaBatch, LlamaContext, LlamaModel
+
+        self._lc = llama_cpp
+        self.model = model
+        self.n_threads = n_threads or os.cpu_count() or 1
+        self.n_batch = n_batch
+        self.max_seqs = max_seqs
+        llama_cpp.llama_backend_init()
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        try:
+            self._model = LlamaModel(path_model=str(model.path), params=mparams, verbose=False)
+        except ValueError:
+            raise ModelError(
+                f"llama.cpp could not load '{model.path}' (corrupt or unsupported GGUF); "
+                f"run `tooldecode models verify` and `tooldecode models fetch {model.id}`"
+            ) from None
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = max(n_batch, max_seqs)
+        cparams.n_ubatch = max(n_batch, max_seqs)
+        cparams.n_seq_max = max_seqs
+        cparams.n_threads = self.n_threads
+        cparams.n_threads_batch = self.n_threads
+        cparams.kv_unified = True
+        cparams.no_perf = True
+        try:
+            self._ctx = LlamaContext(model=self._model, params=cparams, verbose=False)
+        except ValueError:
+            raise ModelError(f"llama.cpp could not create a context of {n_ctx} tokens for '{model.id}'") from None
+        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx.ctx)
+        self._vocab = self._model.vocab
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self.eog_ids = frozenset(i for i in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, i))
+        self._add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+        self._batch = LlamaBatch(n_tokens=max(n_batch, max_seqs), embd=0, n_seq_max=1, verbose=False)
+        self._cached: list[int] = []  # tokens held by sequence 0
+        self._n_branches = 0
+        self._pos: list[int] = []
+
+    # --- tokens -------------------------------------------------------------------------------
+    def tokenize(self, text: str, *, special: bool = True, add_bos: bool = False) -> list[int]:
+        data = text.encode("utf-8")
+        lc = self._lc
+        cap = len(data) + 16
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos and self._add_bos, special)
+        if n < 0:
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos and self._add_bos, special)
+        return list(buf[:n])
+
+    def token_bytes(self, token_id: int) -> bytes:
+        buf = ctypes.create_string_buffer(256)
+        n = self._lc.llama_token_to_piece(self._vocab, int(token_id), buf, 256, 0, True)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = self._lc.llama_token_to_piece(self._vocab, int(token_id), buf, -n, 0, True)
+        return buf.raw[:n]
+
+    @property
+    def bos_id(self) -> int | None:
+        bos = self._lc.llama_vocab_bos(self._vocab)
+        return bos if bos >= 0 and self._add_bos else None
+
+    # --- evaluation ---------------------------------------------------------------------------
+    def _mem(self):
+        return self._ctx.memory
+
+    def _decode_chunk(self, tokens: Sequence[int], start: int, want: Sequence[int]) -> None:
+        """Decode tokens[...] for sequence 0 at absolute positions start.. ; logits for indices in want."""
+        b = self._batch.batch
+        b.n_tokens = len(tokens)
+        wanted = set(want)
+        for i, tok in enumerate(tokens):
+            b.token[i] = tok
+            b.pos[i] = start + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = i in wanted
+        rc = self._lc.llama_decode(self._ctx.ctx, b)
+        if rc != 0:
+            raise ModelError(f"llama_decode failed (code {rc}); the prompt may exceed the context of {self.n_ctx}")
+
+    def _logits_row(self, i: int) -> np.ndarray:
+        ptr = self._lc.llama_get_logits_ith(self._ctx.ctx, i)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+
+    def _eval_seq0(self, ids: Sequence[int], want_positions: Sequence[int]) -> np.ndarray:
+        """Bring sequence 0 to ``ids`` (aligned chunks, prefix reuse) and return logits at want_positions."""
+        if len(ids) > self.n_ctx:
+            raise ModelError(f"prompt of {len(ids)} tokens exceeds the context of {self.n_ctx}; raise n_ctx")
+        common = 0
+        for a, b in zip(self._cached, ids, strict=False):
+            if a != b:
+                break
+            common += 1
+        first_want = min(want_positions) if want_positions else len(ids) - 1
+        keep = min(common, first_want, len(ids) - 1)
+        keep -= keep % self.n_batch  # chunks stay aligned to absolute positions
+        self._lc.llama_memory_seq_rm(self._mem(), 0, keep, -1)
+        self._cached = list(ids[:keep])
+        out = np.empty((len(want_positions), self.n_vocab), dtype=np.float32)
+        index = {p: k for k, p in enumerate(want_positions)}
+        for start in range(keep, len(ids), self.n_batch):
+            chunk = ids[start : start + self.n_batch]
+            local = [p - start for p in want_positions if start <= p < start + len(chunk)]
+            self._decode_chunk(chunk, start, local)
+            for j in local:
+                out[index[start + j]] = self._logits_row(j)
+            self._cached.extend(chunk)
+        return out
+
+    def begin(self, prompt_ids: Sequence[int], n_seqs: int) -> np.ndarray:
+        if n_seqs > self.max_seqs:
+            raise ValueError(f"n_seqs {n_seqs} > max_seqs {self.max_seqs}")
+        if self._n_branches:
+            self.end()
+        ids = list(prompt_ids)
+        logits = self._eval_seq0(ids, [len(ids) - 1])
+        mem = self._mem()
+        for s in range(1, n_seqs):
+            self._lc.llama_memory_seq_rm(mem, s, -1, -1)
+            self._lc.llama_memory_seq_cp(mem, 0, s, -1, -1)
+        self._n_branches = n_seqs
+        self._pos = [len(ids)] * n_seqs
+        return np.repeat(logits, n_seqs, axis=0)
+
+    def step(self, tokens: Sequence[int], rows: Sequence[int]) -> np.ndarray:
+        b = self._batch.batch
+        b.n_tokens = len(tokens)
+        for i, (tok, row) in enumerate(zip(tokens, rows, strict=True)):
+            b.token[i] = int(tok)
+            b.pos[i] = self._pos[row]
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = row
+            b.logits[i] = True
+            self._pos[row] += 1
+        rc = self._lc.llama_decode(self._ctx.ctx, b)
+        if rc != 0:
+            raise ModelError(
+                f"llama_decode failed (code {rc}) at batch {len(tokens)}; the KV cache of {self.n_ctx} tokens "
+                "is full: lower the batch size or max_new_tokens, or raise n_ctx"
+            )
+        ptr = self._lc.llama_get_logits(self._ctx.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(len(tokens), self.n_vocab)).copy()
+
+    def end(self) -> None:
+        mem = self._mem()
+        for s in range(1, self._n_branches):
+            self._lc.llama_memory_seq_rm(mem, s, -1, -1)
+        self._lc.llama_memory_seq_rm(mem, 0, len(self._cached), -1)
+        self._n_branches = 0
+
+    def forward(self, ids: Sequence[int], positions: Sequence[int]) -> np.ndarray:
+        if self._n_branches:
+            self.end()
+        return self._eval_seq0(list(ids), list(positions))
+
+    def info(self) -> dict:
+        import llama_cpp
+
+        return {
+            "backend": self.name,
+            "llama_cpp_python": llama_cpp.__version__,
+            "device": "cpu",
+            "threads": self.n_threads,
+            "n_ctx": self.n_ctx,
+            "n_batch": self.n_batch,
+            "kv_unified": True,
+            "eval_mode": f"prompt in aligned chunks of {self.n_batch}; one token per sequence per step",
+        }
+
+    def close(self) -> None:
+        for obj in ("_batch", "_ctx", "_model"):
+            thing = getattr(self, obj, None)
+            if thing is not None:
+                thing.close()
+                setattr(self, obj, None)

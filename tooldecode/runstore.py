@@ -1,0 +1,451 @@
+"""Run directories: a manifest written once, append-only raw samples, derived files beside them.
+
+```
+runs/<name>/
+  manifest.json    config + provenance (versions, git sha, model, seeds, scenario hashes); written once
+  samples.jsonl    raw sample records, one JSON object per line, appended and fsynced per batch
+  <derived>        verdicts-<scorer version>.jsonl, summary.md, ...: rewritten at will, never raw
+```
+
+Crash safety: ``append`` writes whole lines and fsyncs once per batch. A ``kill -9`` in the middle of
+a batch can leave a torn last line (no trailing newline); readers skip it, and the next ``append``
+cuts it off before writing, so the file stays valid JSONL and the torn record is simply redone on
+resume (it never counted as completed). One writer at a time: ``append`` holds an exclusive
+``flock`` on samples.jsonl from its first call until ``close()``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import fcntl
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import subprocess
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from tooldecode import __version__
+from tooldecode.errors import RunError
+
+__all__ = ["MANIFEST", "SAMPLES", "RunStore", "build_manifest", "rescore"]
+
+MANIFEST = "manifest.json"
+SAMPLES = "samples.jsonl"
+RAW_FILES = frozenset({MANIFEST, SAMPLES})
+FORMAT_VERSION = 1
+
+# Libraries whose versions go into the manifest: manifest name -> distribution name.
+_LIBRARIES = {
+    "numpy": "numpy",
+    "torch": "torch",
+    "transformers": "transformers",
+    "llama_cpp": "llama-cpp-python",
+    "xgrammar": "xgrammar",
+    "llguidance": "llguidance",
+    "outlines": "outlines",
+}
+
+# append() writes a batch in chunks of this many bytes (one os.write each).
+_WRITE_CHUNK = 1 << 20
+_TMP_MARK = ".tmp-"
+
+
+# --- small file helpers ----------------------------------------------------------------------------
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view[:_WRITE_CHUNK])
+        view = view[written:]
+
+
+def _atomic_write(target: Path, chunks: Iterable[bytes]) -> None:
+    """Write ``chunks`` to a temp file beside ``target``, fsync, then rename over ``target``."""
+    tmp = target.with_name(f"{target.name}{_TMP_MARK}{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            for chunk in chunks:
+                _write_all(fd, chunk)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(target.parent)
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` as it reads back from JSON (tuples become lists; dates, paths become strings)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _first_difference(old: Any, new: Any, where: str = "") -> str | None:
+    """Dotted path of the first field where two JSON values differ (``""`` for the root), else None."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in list(old) + [k for k in new if k not in old]:
+            sub = f"{where}.{key}" if where else str(key)
+            if key not in old or key not in new:
+                return sub
+            found = _first_difference(old[key], new[key], sub)
+            if found is not None:
+                return found
+        return None
+    if isinstance(old, list) and isinstance(new, list):
+        for i, (a, b) in enumerate(zip(old, new, strict=False)):
+            found = _first_difference(a, b, f"{where}[{i}]")
+            if found is not None:
+                return found
+        return None if len(old) == len(new) else f"{where}[{min(len(old), len(new))}]"
+    if (
+        isinstance(old, bool) != isinstance(new, bool)
+        or type(old) is not type(new)
+        and not (isinstance(old, int | float) and isinstance(new, int | float))
+    ):
+        return where
+    return None if old == new else where
+
+
+def _json_line(record: dict) -> bytes:
+    """One JSON line; text with lone surrogates (undecodable model output) falls back to ASCII escapes."""
+    try:
+        return json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(record, ensure_ascii=True).encode("ascii") + b"\n"
+
+
+def _line_error(path: Path, lineno: int, why: str) -> RunError:
+    return RunError(
+        f"{path} line {lineno}: {why}; the run is corrupt: restore the file from a backup or start a new run"
+    )
+
+
+def _parse_line(raw: bytes, path: Path, lineno: int) -> dict:
+    try:
+        record = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise _line_error(path, lineno, f"not valid JSON ({err})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("key"), str):
+        raise _line_error(path, lineno, 'not a JSON object with a string "key"')
+    return record
+
+
+# --- the run store ---------------------------------------------------------------------------------
+
+
+class RunStore:
+    """One run directory. Create with ``RunStore.create`` (new or resumed) or ``RunStore.open``."""
+
+    path: Path
+    manifest: dict
+
+    def __init__(self, path: Path, manifest: dict) -> None:
+        self.path = path
+        self.manifest = manifest
+        self._samples = path / SAMPLES
+        self._keys: set[str] = set()
+        self._scanned = 0  # byte offset up to which complete lines have been read into _keys
+        self._scanned_lines = 0
+        self._fd: int | None = None  # append descriptor, holds the flock
+
+    # -- construction --
+
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], manifest: dict, *, resume: bool = True) -> RunStore:
+        """Start a new run at ``path``, or resume the run there if its config equals ``manifest["config"]``."""
+        path = Path(path)
+        if "config" not in manifest:
+            raise ValueError('manifest has no "config"; build it with build_manifest(config, ...)')
+        if (path / MANIFEST).exists():
+            if not resume:
+                raise RunError(
+                    f"run {path} already exists; resume it, choose a new --out, or remove the directory"
+                )
+            store = cls.open(path)
+            diff = _first_difference(store.manifest.get("config"), _jsonable(manifest["config"]))
+            if diff is not None:
+                raise RunError(
+                    f"run {path} was made with a different config (field {diff or '<root>'} differs); "
+                    "use a new --out or pass --fresh"
+                )
+            return store
+        if path.exists():
+            if not path.is_dir():
+                raise RunError(f"{path} exists and is not a directory; choose another --out")
+            leftovers = [p.name for p in path.iterdir() if p.name != SAMPLES and _TMP_MARK not in p.name]
+            samples = path / SAMPLES
+            if leftovers or (samples.exists() and samples.stat().st_size > 0):
+                raise RunError(
+                    f"{path} is not empty and has no {MANIFEST}; it is not a run: choose another --out"
+                )
+        path.mkdir(parents=True, exist_ok=True)
+        for stale in path.glob(f"*{_TMP_MARK}*"):
+            stale.unlink(missing_ok=True)  # left by a creation that was killed
+        text = json.dumps(_jsonable(manifest), indent=2, ensure_ascii=False) + "\n"
+        # samples.jsonl first: a manifest always has its samples file beside it.
+        fd = os.open(path / SAMPLES, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.fsync(fd)
+        os.close(fd)
+        _atomic_write(path / MANIFEST, [text.encode("utf-8")])
+        return cls(path, json.loads(text))
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> RunStore:
+        """Open an existing run for reading (and appending)."""
+        path = Path(path)
+        if not path.is_dir():
+            raise RunError(f"run directory {path} does not exist; check the path (`tooldecode runs list`)")
+        mpath = path / MANIFEST
+        if not mpath.is_file():
+            raise RunError(f"{path} is not a run directory (no {MANIFEST}); check the path")
+        try:
+            manifest = json.loads(mpath.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise RunError(
+                f"cannot read {mpath} ({err}); the run is corrupt: restore it or start a new run"
+            ) from None
+        if not isinstance(manifest, dict):
+            raise RunError(f"{mpath} is not a JSON object; the run is corrupt: restore it or start a new run")
+        if not (path / SAMPLES).is_file():
+            raise RunError(f"{path} has no {SAMPLES}; the run is corrupt: restore it or start a new run")
+        return cls(path, manifest)
+
+    # -- reading --
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def _scan(self) -> None:
+        """Read complete lines past ``_scanned`` into the key set (a torn last line is left alone)."""
+        with open(self._samples, "rb") as f:
+            f.seek(self._scanned)
+            for raw in f:
+                if not raw.endswith(b"\n"):
+                    break
+                self._scanned_lines += 1
+                if raw.strip():
+                    key = _parse_line(raw, self._samples, self._scanned_lines)["key"]
+                    if key in self._keys:
+                        raise _line_error(self._samples, self._scanned_lines, f"duplicate key {key!r}")
+                    self._keys.add(key)
+                self._scanned += len(raw)
+
+    def completed_keys(self) -> set[str]:
+        """Keys of all complete records in samples.jsonl (a torn last line does not count)."""
+        self._scan()
+        return set(self._keys)
+
+    def __len__(self) -> int:
+        self._scan()
+        return len(self._keys)
+
+    def iter_samples(self) -> Iterator[dict]:
+        """Yield the raw records in file order. Skips a torn last line; a corrupt line raises RunError."""
+        with open(self._samples, "rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                if not raw.endswith(b"\n"):
+                    return  # torn tail of an interrupted append
+                if raw.strip():
+                    yield _parse_line(raw, self._samples, lineno)
+
+    # -- writing --
+
+    def _acquire(self) -> int:
+        if self._fd is not None:
+            return self._fd
+        fd = os.open(self._samples, os.O_WRONLY | os.O_APPEND)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            os.close(fd)
+            if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise RunError(
+                    f"run {self.path} is being written by another process; wait for it or stop it first"
+                ) from None
+            raise
+        self._fd = fd
+        return fd
+
+    def append(self, records: list[dict]) -> None:
+        """Append a batch of records (one line each) and fsync once. Keys must be new and unique."""
+        lines: list[bytes] = []
+        batch: set[str] = set()
+        for record in records:
+            key = record.get("key") if isinstance(record, dict) else None
+            if not isinstance(key, str) or not key:
+                raise ValueError(f'every record needs a non-empty string "key"; got {key!r}')
+            if key in batch:
+                raise RunError(
+                    f"duplicate key {key!r} within one batch for run {self.path}; keys must be unique"
+                )
+            batch.add(key)
+            lines.append(_json_line(record))
+        fd = self._acquire()
+        self._scan()
+        dup = batch & self._keys
+        if dup:
+            raise RunError(
+                f"key {sorted(dup)[0]!r} is already in {self._samples} ({len(dup)} duplicate(s)); "
+                "skip completed_keys() when resuming"
+            )
+        if os.fstat(fd).st_size > self._scanned:
+            os.ftruncate(fd, self._scanned)  # cut the torn tail of an interrupted append
+        if lines:
+            _write_all(fd, b"".join(lines))
+        os.fsync(fd)
+        self._keys |= batch
+        self._scanned = os.fstat(fd).st_size
+        self._scanned_lines += len(lines)
+
+    def close(self) -> None:
+        """Release the write lock (appending again re-acquires it)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- derived files --
+
+    def derived_path(self, name: str) -> Path:
+        """Path of a derived file ``name`` inside the run directory (raw files and escapes refused)."""
+        if not name or Path(name).is_absolute():
+            raise RunError(f"derived file name {name!r} must be a relative path inside run {self.path}")
+        root = self.path.resolve()
+        target = (root / name).resolve()
+        if target == root or root not in target.parents:
+            raise RunError(f"derived file {name!r} would lie outside run {self.path}; use a plain file name")
+        if target.parent == root and target.name in RAW_FILES:
+            raise RunError(
+                f"{name!r} is a raw file of run {self.path} and is never rewritten; pick another name"
+            )
+        if _TMP_MARK in target.name:
+            raise RunError(f"derived file name {name!r} must not contain {_TMP_MARK!r}")
+        return self.path / target.relative_to(root)
+
+    def write_derived(self, name: str, records: Iterable[dict] | str) -> Path:
+        """Write a derived file atomically: JSON lines for records, UTF-8 text for a string."""
+        target = self.derived_path(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(records, str):
+            chunks: Iterable[bytes] = [records.encode("utf-8")]
+        else:
+            chunks = (_json_line(r) for r in records)
+        _atomic_write(target, chunks)
+        return target
+
+
+# --- manifest --------------------------------------------------------------------------------------
+
+
+def _git_sha() -> tuple[str, bool | None]:
+    """(sha, dirty) of the checkout the package runs from; ("unknown", None) outside git."""
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here, capture_output=True, text=True, timeout=10, check=True,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", None
+    if not re.fullmatch(r"[0-9a-f]{40,64}", sha):
+        return "unknown", None
+    return sha, bool(status.strip())
+
+
+def _library_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name, dist in _LIBRARIES.items():
+        try:
+            out[name] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def build_manifest(
+    config: dict,
+    *,
+    model: dict | None = None,
+    seeds: list[int] | None = None,
+    scenarios: dict[str, str] | None = None,
+) -> dict:
+    """A manifest for ``RunStore.create``: the config plus provenance.
+
+    ``model`` is ``{"id", "sha256", "path"}``; ``scenarios`` maps scenario id to content hash.
+    Library versions come from package metadata (nothing heavy is imported).
+    """
+    sha, dirty = _git_sha()
+    return {
+        "format": FORMAT_VERSION,
+        "config": config,
+        "tooldecode": {"version": __version__, "git_sha": sha, "git_dirty": dirty},
+        "python": platform.python_version(),
+        "libraries": _library_versions(),
+        "platform": platform.platform(),
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "model": model,
+        "seeds": seeds,
+        "scenarios": scenarios,
+    }
+
+
+# --- rescoring -------------------------------------------------------------------------------------
+
+_VERSION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+def rescore(run: RunStore, scorer: Callable[[dict, dict], dict], version: str) -> Path:
+    """Score every raw sample again and write ``verdicts-<version>.jsonl``; raw files are only read.
+
+    Each output record is ``{"key": <sample key>, **scorer(record, manifest)}``. Running it again
+    rewrites the same derived file.
+    """
+    if not _VERSION_RE.fullmatch(version):
+        raise ValueError(f"scorer version {version!r} must be a plain token like '3' or '2024.1'")
+
+    def verdicts() -> Iterator[dict]:
+        for record in run.iter_samples():
+            out = scorer(record, run.manifest)
+            if not isinstance(out, dict):
+                raise TypeError(f"scorer returned {type(out).__name__} for {record['key']!r}, expected dict")
+            if out.get("key", record["key"]) != record["key"]:
+                raise ValueError(f"scorer changed the key of {record['key']!r} to {out['key']!r}")
+            yield {"key": record["key"], **{k: v for k, v in out.items() if k != "key"}}
+
+    return run.write_derived(f"verdicts-{version}.jsonl", verdicts())

@@ -1,0 +1,105 @@
+"""``tooldecode rescore RUN ...`` and ``tooldecode runs list [DIR]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+
+from tooldecode.errors import RunError
+from tooldecode.runstore import MANIFEST, SAMPLES, RunStore, rescore
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "rescore",
+        help="score the raw samples of runs again (writes verdicts-<scorer version>.jsonl)",
+        description="Score every raw sample of each run with the current scorer and write "
+        "verdicts-<scorer version>.jsonl beside it. Raw files are only read.",
+    )
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run directory, e.g. runs/e1-loose")
+    p.set_defaults(func=cmd_rescore)
+
+    runs = sub.add_parser("runs", help="inspect run directories")
+    runs_sub = runs.add_subparsers(dest="runs_command", metavar="ACTION")
+    ls = runs_sub.add_parser("list", help="list runs: name, samples, model, created")
+    ls.add_argument("dir", nargs="?", default="runs", metavar="DIR", help="folder of runs (default: ./runs)")
+    ls.set_defaults(func=cmd_runs_list)
+
+    def runs_help(args: argparse.Namespace) -> int:
+        runs.print_help()
+        return 2
+
+    runs.set_defaults(func=runs_help)
+
+
+def cmd_rescore(args: argparse.Namespace) -> int:
+    try:
+        from tooldecode.scoring import SCORER_VERSION, score_record
+    except ModuleNotFoundError as err:
+        if err.name != "tooldecode.scoring":
+            raise
+        raise RunError("tooldecode.scoring is not installed in this checkout; update tooldecode") from None
+
+    for run_path in args.runs:
+        run = RunStore.open(run_path)
+        out = rescore(run, score_record, SCORER_VERSION)
+        counts: Counter[str] = Counter()
+        with open(out, encoding="utf-8") as f:
+            for line in f:
+                counts[str(json.loads(line).get("verdict"))] += 1
+        total = sum(counts.values())
+        summary = ", ".join(f"{verdict} {n}" for verdict, n in counts.most_common()) or "no samples"
+        print(out)
+        print(f"  {total} samples: {summary}")
+    return 0
+
+
+def _count_lines(path: Path) -> int:
+    n = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            n += chunk.count(b"\n")
+    return n
+
+
+def _model_of(manifest: dict) -> str:
+    model = manifest.get("model")
+    if isinstance(model, dict) and model.get("id"):
+        return str(model["id"])
+    config = manifest.get("config")
+    if isinstance(config, dict):
+        for key in ("model", "models"):
+            value = config.get(key)
+            if isinstance(value, str):
+                return value
+            if isinstance(value, list) and value:
+                return ",".join(str(v) for v in value)
+    return "-"
+
+
+def cmd_runs_list(args: argparse.Namespace) -> int:
+    root = Path(args.dir)
+    if not root.is_dir():
+        raise RunError(f"no runs folder {root}; pass the folder that holds the runs (default ./runs)")
+    rows = [("name", "samples", "model", "created")]
+    for d in sorted(p for p in root.iterdir() if (p / MANIFEST).is_file()):
+        try:
+            manifest = json.loads((d / MANIFEST).read_text(encoding="utf-8"))
+            if not isinstance(manifest, dict):
+                raise ValueError
+        except (OSError, ValueError):
+            rows.append((d.name, "?", "(unreadable manifest)", "-"))
+            continue
+        samples = d / SAMPLES
+        n = str(_count_lines(samples)) if samples.is_file() else "?"
+        rows.append((d.name, n, _model_of(manifest), str(manifest.get("created", "-"))))
+    if len(rows) == 1:
+        print(f"no runs in {root}")
+        return 0
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        cells = [c.rjust(w) if i == 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))]
+        print("  ".join(cells).rstrip())
+    return 0
