@@ -124,9 +124,13 @@ def _xgrammar(grammar: str, backend: Any) -> MaskEngine:
 
 def _llg_tokenizer(backend: Any) -> Any:
     if backend.name == "llamacpp":
+        import warnings
+
         from llguidance.llamacpp import lltokenizer_from_vocab
 
-        return lltokenizer_from_vocab(backend._vocab, eos_token=sorted(backend.eog_ids))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return lltokenizer_from_vocab(backend._vocab, eos_token=sorted(backend.eog_ids))
     from llguidance.hf import from_tokenizer
 
     return from_tokenizer(backend.tokenizer, n_vocab=backend.n_vocab, eos_token=sorted(backend.eog_ids))
@@ -138,9 +142,9 @@ def _llguidance(grammar: str, backend: Any) -> MaskEngine:
 
     tok = _llg_tokenizer(backend)
     text = llguidance.grammar_from("lark", grammar)
-    ok, is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(text, tok)
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(text, tok)
     if is_error:
-        raise MaskError(f"llguidance rejected the grammar: {str(ok)[:200]}")
+        raise MaskError(f"llguidance rejected the grammar: {' '.join(messages)[:200]}")
     n_vocab = backend.n_vocab
 
     class LMatcher:
@@ -170,8 +174,7 @@ def _llguidance(grammar: str, backend: Any) -> MaskEngine:
                 raise MaskError(f"llguidance rejected token {token_id}: {self.m.get_error()[:160]}")
 
         def done(self) -> bool:
-            return bool(self.m.is_stopped() or self.m.is_accepting() and not self.allowed()[
-                [i for i in range(n_vocab) if i not in backend.eog_ids][:0]].any())
+            return bool(self.m.is_stopped())
 
     return MaskEngine("llguidance", grammar, n_vocab, backend.eog_ids, tok, LMatcher)
 

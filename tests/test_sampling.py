@@ -1,0 +1,135 @@
+"""Sampler on a real model (SmolLM2 135M through llama.cpp): determinism, log-probabilities, masks."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from tooldecode.errors import MaskError
+from tooldecode.masking import MaskEngine, compile_mask
+from tooldecode.sampling import SamplingParams, _log_softmax, sample
+
+pytestmark = pytest.mark.model
+
+PROMPT = (
+    "<|im_start|>system\nYou answer with JSON only.<|im_end|>\n"
+    "<|im_start|>user\nGive me a JSON object with a key \"a\" holding a small number.<|im_end|>\n"
+    "<|im_start|>assistant\n"
+)
+GBNF = r'''root ::= "{\"a\": " [1-9] [0-9]? "}"'''
+
+
+def test_same_seed_same_samples(llama_smol):
+    p = SamplingParams(temperature=1.0, max_new_tokens=12, seed=7)
+    a = sample(llama_smol, PROMPT, 4, p, batch_size=4)
+    b = sample(llama_smol, PROMPT, 4, p, batch_size=4)
+    assert [s.token_ids for s in a] == [s.token_ids for s in b]
+    c = sample(llama_smol, PROMPT, 4, SamplingParams(temperature=1.0, max_new_tokens=12, seed=8), batch_size=4)
+    assert [s.token_ids for s in a] != [s.token_ids for s in c]
+
+
+def test_first_logprob_matches_hand_log_softmax(llama_smol):
+    ids = llama_smol.tokenize(PROMPT)
+    logits = llama_smol.begin(ids, 1)[0].astype(np.float64)
+    llama_smol.end()
+    m = logits.max()
+    hand = logits - m - np.log(np.exp(logits - m).sum())
+    s = sample(llama_smol, PROMPT, 1, SamplingParams(temperature=0, max_new_tokens=1, top_logprobs=5))[0]
+    tok = s.token_ids[0]
+    assert tok == int(np.argmax(logits))
+    assert s.logprobs[0] == pytest.approx(hand[tok], abs=1e-4)
+    top_ids = [int(t) for t, _ in s.top[0]]
+    assert top_ids == [int(t) for t in np.argsort(-hand)[:5]]
+    assert s.entropy[0] == pytest.approx(float(-(np.exp(hand) * hand).sum()), abs=1e-3)
+
+
+def test_greedy_rows_in_one_batch_agree(llama_smol):
+    out = sample(llama_smol, PROMPT, 3, SamplingParams(temperature=0, max_new_tokens=10), batch_size=3)
+    assert out[0].token_ids == out[1].token_ids == out[2].token_ids
+
+
+def test_top_k_one_is_greedy(llama_smol):
+    g = sample(llama_smol, PROMPT, 1, SamplingParams(temperature=0, max_new_tokens=10))[0]
+    k = sample(llama_smol, PROMPT, 1, SamplingParams(temperature=1.5, top_k=1, max_new_tokens=10, seed=3))[0]
+    assert g.token_ids == k.token_ids
+
+
+def test_stop_string_cuts_text(llama_smol):
+    free = sample(llama_smol, PROMPT, 1, SamplingParams(temperature=0, max_new_tokens=20))[0]
+    assert len(free.text) > 3
+    stop = free.text[2:4]
+    cut = sample(llama_smol, PROMPT, 1, SamplingParams(temperature=0, max_new_tokens=20, stop=(stop,)))[0]
+    assert cut.finish_reason == "stop"
+    assert cut.text.endswith(stop) and free.text.startswith(cut.text)
+
+
+@pytest.mark.parametrize("engine", ["xgrammar", "llama-grammar", "llguidance"])
+def test_strict_samples_follow_the_grammar(llama_smol, engine):
+    grammar = GBNF
+    if engine == "llguidance":
+        grammar = 'start: "{\\"a\\": " /[1-9][0-9]?/ "}"'
+    mask = compile_mask(engine, grammar, llama_smol)
+    out = sample(llama_smol, PROMPT, 8, SamplingParams(temperature=1.0, max_new_tokens=16, seed=1), mask=mask,
+                 batch_size=8)
+    for s in out:
+        assert s.error is None, s.error
+        assert re.fullmatch(r'\{"a": [1-9][0-9]?\}', s.text), s.text
+        assert json.loads(s.text)["a"] >= 1
+        assert len(s.mask_removed) == len(s.token_ids) and all(0 <= m <= 1 for m in s.mask_removed)
+        assert s.finish_reason == "stop"
+    # the mask removed real probability mass somewhere (the model would have written other text)
+    assert max(max(s.mask_removed) for s in out) > 0.01
+
+
+def test_prefill_advances_the_matcher(llama_smol):
+    mask = compile_mask("xgrammar", GBNF, llama_smol)
+    out = sample(llama_smol, PROMPT + '{"a": ', 4, SamplingParams(temperature=1.0, max_new_tokens=8, seed=2),
+                 mask=mask, prefill='{"a": ')
+    for s in out:
+        assert re.fullmatch(r'[1-9][0-9]?\}', s.text), s.text
+
+
+class _Broken:
+    """A matcher whose engine fails mid-sample (as a buggy processor would)."""
+
+    def __init__(self, fail_after: int) -> None:
+        self.n = 0
+        self.fail_after = fail_after
+
+    def allowed(self):
+        self.n += 1
+        if self.n > self.fail_after:
+            raise RuntimeError("engine exploded")
+        return np.ones(49152, dtype=bool)
+
+    def accept(self, token_id):
+        pass
+
+    def done(self):
+        return False
+
+
+def test_broken_mask_aborts_instead_of_sampling_unmasked(llama_smol):
+    eng = MaskEngine("broken", "", llama_smol.n_vocab, llama_smol.eog_ids, None, lambda p, ids: _Broken(2))
+    out = sample(llama_smol, PROMPT, 3, SamplingParams(temperature=1.0, max_new_tokens=20), mask=eng)
+    for s in out:
+        assert s.finish_reason == "error" and "engine exploded" in s.error
+        assert len(s.token_ids) == 2  # nothing was drawn after the failure
+
+
+def test_prefill_the_grammar_rejects_is_an_error(llama_smol):
+    mask = compile_mask("xgrammar", GBNF, llama_smol)
+    with pytest.raises(MaskError):
+        mask.matcher('{"b": ')
+    out = sample(llama_smol, PROMPT, 2, SamplingParams(max_new_tokens=5), mask=mask, prefill='{"b": ')
+    assert all(s.finish_reason == "error" and s.token_ids == [] for s in out)
+
+
+def test_log_softmax_is_normalised():
+    x = np.array([[1.0, 2.0, -np.inf, 3.0]])
+    lp = _log_softmax(x)
+    assert np.exp(lp).sum() == pytest.approx(1.0)
+    assert lp[0, 2] == -np.inf

@@ -1,0 +1,34 @@
+"""Error types of the grammar builder. Messages are one line: what, where (JSON pointer), what to do."""
+
+from __future__ import annotations
+
+from tooldecode.errors import SchemaError
+
+
+class UnsupportedSchemaError(SchemaError):
+    """A schema keyword (or combination) that cannot be rendered exactly.
+
+    ``keyword`` and ``pointer`` name what was refused; ``lenient=True`` ignores it and records it instead.
+    """
+
+    def __init__(self, keyword: str, pointer: str, detail: str = "") -> None:
+        self.keyword = keyword
+        self.pointer = pointer or ""
+        where = pointer if pointer else "(root)"
+        tail = f": {detail}" if detail else ""
+        super().__init__(
+            f"unsupported schema keyword '{keyword}' at {where}{tail}; "
+            "remove it, or pass lenient=True to ignore it (the ignored list is reported)"
+        )
+
+
+class GrammarError(SchemaError):
+    """A schema that is fine but cannot be rendered with the requested options (format, wire, order, ...)."""
+
+
+def pointer_join(pointer: str, *tokens: object) -> str:
+    """Append reference tokens to a JSON pointer (RFC 6901 escaping)."""
+    out = pointer
+    for tok in tokens:
+        out += "/" + str(tok).replace("~", "~0").replace("/", "~1")
+    return out

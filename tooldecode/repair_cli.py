@@ -1,0 +1,45 @@
+"""``tooldecode repair RUN``: repair a run's calls the way a lenient harness does and account for the rescues."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from tooldecode.repair import REPAIR_VERSION, REPAIRS, format_rescue, repair_record, rescue_summary
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "repair",
+        help="repair a run's calls like a lenient harness; write repaired-<version>.jsonl beside the samples",
+        description="Score every raw sample strictly, repair it as a tolerant client would, write "
+                    f"repaired-{REPAIR_VERSION}.jsonl beside samples.jsonl (raw files are never rewritten) "
+                    "and print the rescue accounting.")
+    p.add_argument("run", help="run directory (runs/<name>)")
+    p.add_argument("--disable", action="append", default=[], choices=REPAIRS, metavar="REPAIR",
+                   help=f"switch a repair off (repeatable): {', '.join(REPAIRS)}")
+    p.add_argument("--json", action="store_true", help="print the accounting as JSON instead of Markdown")
+    p.set_defaults(func=_run)
+
+
+def derived_name(disabled: list[str]) -> str:
+    """File name of the repaired verdicts; switched-off repairs are part of the name."""
+    suffix = "".join(f"-no-{k}" for k in REPAIRS if k in disabled)
+    return f"repaired-{REPAIR_VERSION}{suffix}.jsonl"
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tooldecode.runstore import RunStore
+
+    store = RunStore.open(args.run)
+    manifest = store.manifest
+    enabled = [k for k in REPAIRS if k not in args.disable]
+    rows = [repair_record(record, manifest, enabled=enabled) for record in store.iter_samples()]
+    path = store.write_derived(derived_name(args.disable), rows)
+    summary = rescue_summary(rows)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(format_rescue(summary))
+        print(f"\nwrote {path}")
+    return 0

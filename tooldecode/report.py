@@ -1,0 +1,943 @@
+"""Reports over runs: ``summary.md`` (tables) and a self-contained ``report.html`` (tables, plots, samples).
+
+Every number comes from the raw samples of the runs, scored by the current scorer: a run's
+``verdicts-<SCORER_VERSION>.jsonl`` is used when it covers exactly the run's samples, otherwise the run
+is scored again and that file is (re)written, exactly as ``tooldecode rescore`` writes it. Samples are
+grouped by arm (the record's ``arm`` dict); the fields that differ between arms label them.
+
+Public surface: ``load_run``, ``summarize``, ``summary_markdown``, ``summary_html``, the ``plot_*``
+functions (matplotlib figures, Agg backend) and ``report(runs, out)``. docs/report.md has the details.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import io
+import json
+import math
+import os
+import re
+import shlex
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tooldecode import __version__
+from tooldecode.errors import ToolDecodeError
+from tooldecode.runstore import RunStore, rescore
+from tooldecode.stats import (
+    Diff,
+    Rate,
+    cluster_bootstrap_diff,
+    cluster_bootstrap_rate,
+    newcombe_diff,
+    noise_floor,
+    wilson,
+)
+
+__all__ = [
+    "Arm",
+    "ReportError",
+    "RunData",
+    "Summary",
+    "load_run",
+    "plot_probe",
+    "plot_rates",
+    "plot_zoo",
+    "register",
+    "report",
+    "summarize",
+    "summary_html",
+    "summary_markdown",
+]
+
+# Fields of a record's arm dict that do not define the arm (they vary within it).
+NOT_ARM_FIELDS = ("seed", "index")
+# Headline metrics: (name, column title). Verdict classes come from tooldecode.scoring.
+HEADLINE = (
+    ("invented_key", "invented key"),
+    ("valid", "valid"),
+    ("payload_correct", "payload correct"),
+    ("payload_correct_schema_invalid", "payload correct, schema-invalid"),
+)
+# Metrics compared between arms that differ in one field, and plotted with their intervals.
+COMPARED = ("invented_key", "valid", "payload_correct")
+MAX_SAMPLE_ROWS = 500  # per run in report.html
+FEW_CLUSTERS = 10  # below this many scenarios a cluster-bootstrap interval is too narrow
+N_BOOT = 2000
+PROBE_FILE = "probe.jsonl"
+_FALLBACK_VERDICTS = ("no_call", "truncated", "json_syntax", "wrong_tool", "invented_key", "missing_required",
+                      "wrong_type", "valid")
+
+
+class ReportError(ToolDecodeError):
+    """Runs that cannot be reported (none given, unreadable verdict or probe files)."""
+
+
+# --- loading ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    """What the report keeps of one raw sample (token-level arrays are dropped) and its verdict."""
+
+    run: str
+    key: str
+    arm: dict
+    scenario: str
+    seed: Any
+    index: Any
+    prefill: str
+    text: str
+    finish_reason: str | None
+    error: str | None
+    verdict: dict
+
+    @property
+    def scored(self) -> bool:
+        return self.verdict.get("verdict") is not None
+
+
+@dataclass
+class RunData:
+    """One run as the report sees it."""
+
+    path: Path
+    name: str
+    manifest: dict
+    samples: list[Sample]
+    verdict_file: Path | None  # None: scored in memory (the run directory was not writable)
+    verdicts_written: bool  # the report (re)wrote verdict_file
+    probe: list[dict] = field(default_factory=list)
+
+    @property
+    def command(self) -> str | None:
+        cmd = self.manifest.get("command")
+        if isinstance(cmd, list):
+            return shlex.join(str(c) for c in cmd)
+        return str(cmd) if cmd else None
+
+
+def _scorer() -> tuple[str, Callable[[dict, dict], dict], tuple[str, ...]]:
+    try:
+        from tooldecode import scoring
+    except ModuleNotFoundError as err:
+        if err.name != "tooldecode.scoring":
+            raise
+        raise ReportError("tooldecode.scoring is not installed in this checkout; update tooldecode") from None
+    order = tuple(getattr(scoring, "PRECEDENCE", _FALLBACK_VERDICTS))
+    return scoring.SCORER_VERSION, scoring.score_record, order
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    out: list[dict] = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ReportError(f"{path} line {lineno}: not valid JSON ({err.msg}); delete the file "
+                                  "and run the report again") from None
+            if not isinstance(rec, dict):
+                raise ReportError(f"{path} line {lineno}: not a JSON object; delete the file and run again")
+            out.append(rec)
+    return out
+
+
+def _verdicts_of(store: RunStore, keys: list[str]) -> tuple[dict[str, dict], Path | None, bool]:
+    """Verdicts by key: from ``verdicts-<version>.jsonl`` if it covers exactly ``keys``, else scored now."""
+    version, score_record, _ = _scorer()
+    name = f"verdicts-{version}.jsonl"
+    path = store.derived_path(name)
+    if path.is_file():
+        try:
+            records = _read_jsonl(path)
+        except (ReportError, OSError, UnicodeDecodeError):
+            records = []
+        by_key = {r.get("key"): r for r in records}
+        if len(by_key) == len(records) and sorted(k for k in by_key if isinstance(k, str)) == sorted(keys) \
+                and len(by_key) == len(keys):
+            return by_key, path, False
+    try:
+        written = rescore(store, score_record, version)
+    except OSError:  # read-only run directory: score in memory only
+        return {r["key"]: {"key": r["key"], **score_record(r, store.manifest)} for r in store.iter_samples()}, \
+            None, False
+    return {r["key"]: r for r in _read_jsonl(written)}, written, True
+
+
+def load_run(path: str | os.PathLike[str]) -> RunData:
+    """Read a run's manifest, samples, verdicts (scoring and writing them if needed) and probe rows."""
+    store = RunStore.open(path)
+    raw = list(store.iter_samples())
+    verdicts, vpath, written = _verdicts_of(store, [r["key"] for r in raw])
+    samples: list[Sample] = []
+    for r in raw:
+        arm = r.get("arm") if isinstance(r.get("arm"), dict) else {}
+        samples.append(Sample(
+            run=store.name,
+            key=r["key"],
+            arm={k: v for k, v in arm.items() if k not in NOT_ARM_FIELDS},
+            scenario=str(r.get("scenario") or "-"),
+            seed=r.get("seed", arm.get("seed")),
+            index=r.get("index", arm.get("index")),
+            prefill=r.get("prefill") or "",
+            text=r.get("text") or "",
+            finish_reason=r.get("finish_reason"),
+            error=r.get("error"),
+            verdict=verdicts[r["key"]],
+        ))
+    probe_path = store.derived_path(PROBE_FILE)
+    probe = _read_jsonl(probe_path) if probe_path.is_file() else []
+    return RunData(store.path, store.name, store.manifest, samples, vpath, written, probe)
+
+
+# --- outcomes --------------------------------------------------------------------------------------
+
+
+def _payload_correct(v: dict) -> bool:
+    payload = v.get("payload")
+    return isinstance(payload, dict) and bool(payload.get("file_correct"))
+
+
+def outcome(metric: str, verdict: dict) -> bool:
+    """Whether a (scored) sample's verdict counts for ``metric``: a verdict class or a headline metric."""
+    if metric == "payload_correct":
+        return _payload_correct(verdict)
+    if metric == "payload_correct_schema_invalid":
+        return _payload_correct(verdict) and verdict.get("verdict") != "valid"
+    return verdict.get("verdict") == metric
+
+
+def metric_title(metric: str) -> str:
+    return dict(HEADLINE).get(metric, metric.replace("_", " "))
+
+
+# --- arms and statistics ---------------------------------------------------------------------------
+
+
+def _fmt_value(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, str):
+        return v
+    return json.dumps(v, sort_keys=True, ensure_ascii=False)
+
+
+def _freeze(arm: dict) -> str:
+    return json.dumps(arm, sort_keys=True, ensure_ascii=False, default=str)
+
+
+@dataclass
+class Arm:
+    """The scored samples of one arm of one run, with a rate for every verdict class and headline metric."""
+
+    run: str
+    arm: dict
+    label: str
+    samples: list[Sample]  # scored samples only
+    n_errors: int  # samples with a sampling error (not scored)
+    rates: dict[str, Rate]
+
+    @property
+    def n(self) -> int:
+        return len(self.samples)
+
+    @property
+    def scenarios(self) -> list[str]:
+        return sorted({s.scenario for s in self.samples})
+
+    @property
+    def seeds(self) -> list[Any]:
+        return sorted({s.seed for s in self.samples}, key=str)
+
+    def values(self, metric: str) -> list[bool]:
+        return [outcome(metric, s.verdict) for s in self.samples]
+
+
+@dataclass
+class DiffRow:
+    """Arms ``a`` and ``b`` that differ in one field: ``a - b`` for one metric."""
+
+    field: str
+    a: Arm
+    b: Arm
+    metric: str
+    diff: Diff
+    boot: tuple[float, float, float]  # cluster bootstrap over scenarios: (diff, lo, hi)
+    n_clusters: int
+    paired: bool
+
+
+@dataclass
+class NoiseRow:
+    """One arm repeated (several seeds, or the same arm in several runs): spread of a rate across repeats."""
+
+    label: str
+    metric: str
+    repeats: list[tuple[str, Rate]]  # (repeat name, rate)
+    floor: dict  # stats.noise_floor
+
+
+@dataclass
+class ZooKey:
+    key: str
+    samples: int  # samples with this invented key
+    where: Counter  # path pattern (indices as []) -> samples
+    arms: Counter  # arm label -> samples
+
+
+@dataclass
+class ProbeArm:
+    label: str
+    rows: list[dict]
+    mean: tuple[float, float, float]  # P(continue): mean and cluster-bootstrap interval over scenarios
+    n_scenarios: int
+
+
+@dataclass
+class Summary:
+    runs: list[RunData]
+    arms: list[Arm]
+    columns: list[str]  # arm fields that vary between arms (table columns)
+    common: dict  # arm fields equal in every arm
+    verdict_order: tuple[str, ...]
+    diffs: list[DiffRow]
+    noise: list[NoiseRow]
+    zoo: list[ZooKey]
+    probe: list[ProbeArm]
+    probe_columns: list[str]
+
+
+def _labels(arms: Sequence[dict], runs: Sequence[str], several_runs: bool, *, full_when_one: bool = False,
+            ) -> tuple[list[str], list[str], dict]:
+    """(varying fields, a label per arm, fields common to all arms)."""
+    keys: list[str] = []
+    for a in arms:
+        keys.extend(k for k in a if k not in keys)
+    columns = [k for k in keys if len({_fmt_value(a.get(k)) for a in arms}) > 1]
+    common = {k: arms[0].get(k) for k in keys if k not in columns} if arms else {}
+    labels = []
+    for a, run in zip(arms, runs, strict=True):
+        text = ", ".join(f"{k}={_fmt_value(a.get(k))}" for k in columns)
+        if several_runs:
+            text = f"{run}: {text}" if text else run
+        if not text and full_when_one:
+            text = ", ".join(f"{k}={_fmt_value(v)}" for k, v in a.items())
+        labels.append(text or "all samples")
+    return columns, labels, common
+
+
+def _group_arms(runs: Sequence[RunData], order: tuple[str, ...]) -> tuple[list[Arm], list[str], dict]:
+    groups: dict[tuple[str, str], list[Sample]] = {}
+    for run in runs:
+        for s in run.samples:
+            groups.setdefault((run.name, _freeze(s.arm)), []).append(s)
+    keys = list(groups)
+    arm_dicts = [groups[k][0].arm for k in keys]
+    columns, labels, common = _labels(arm_dicts, [k[0] for k in keys], len(runs) > 1)
+    metrics = [m for m, _ in HEADLINE] + [v for v in order if v not in dict(HEADLINE)]
+    arms = []
+    for key, arm, label in zip(keys, arm_dicts, labels, strict=True):
+        scored = [s for s in groups[key] if s.scored]
+        rates = {m: wilson(sum(outcome(m, s.verdict) for s in scored), len(scored)) for m in metrics}
+        arms.append(Arm(key[0], arm, label, scored, len(groups[key]) - len(scored), rates))
+    return arms, columns, common
+
+
+def _one_field_apart(a: dict, b: dict) -> str | None:
+    keys = list(a) + [k for k in b if k not in a]
+    differ = [k for k in keys if _fmt_value(a.get(k)) != _fmt_value(b.get(k))]
+    return differ[0] if len(differ) == 1 else None
+
+
+def _diffs(arms: Sequence[Arm]) -> list[DiffRow]:
+    rows: list[DiffRow] = []
+    for i, x in enumerate(arms):
+        for y in arms[i + 1:]:
+            fld = _one_field_apart(x.arm, y.arm)
+            if fld is None or not x.n or not y.n:
+                continue
+            a, b = (x, y) if _fmt_value(x.arm.get(fld)) <= _fmt_value(y.arm.get(fld)) else (y, x)
+            paired = set(a.scenarios) == set(b.scenarios)
+            for metric in COMPARED:
+                va, vb = a.values(metric), b.values(metric)
+                d = newcombe_diff(sum(va), len(va), sum(vb), len(vb))
+                boot = cluster_bootstrap_diff(va, [s.scenario for s in a.samples], vb,
+                                              [s.scenario for s in b.samples], paired=paired, n_boot=N_BOOT)
+                n_clusters = len(set(a.scenarios) | set(b.scenarios))
+                rows.append(DiffRow(fld, a, b, metric, d, boot, n_clusters, paired))
+    return rows
+
+
+def _noise(arms: Sequence[Arm]) -> list[NoiseRow]:
+    """Repeats of an arm: its seeds within a run, or the same arm dict in several runs."""
+    by_arm: dict[str, list[Arm]] = defaultdict(list)
+    for arm in arms:
+        by_arm[_freeze(arm.arm)].append(arm)
+    rows: list[NoiseRow] = []
+    for group in by_arm.values():
+        repeats: dict[str, list[Sample]] = {}
+        several_runs = len(group) > 1
+        for arm in group:
+            for s in arm.samples:
+                name = f"{arm.run}/seed {s.seed}" if several_runs else f"seed {s.seed}"
+                repeats.setdefault(name, []).append(s)
+        if len(repeats) < 2:
+            continue
+        label = group[0].label if not several_runs else (
+            ", ".join(f"{k}={_fmt_value(v)}" for k, v in group[0].arm.items()) or "all samples")
+        for metric in COMPARED[:2]:
+            rates = [(name, wilson(sum(outcome(metric, s.verdict) for s in ss), len(ss)))
+                     for name, ss in repeats.items()]
+            rows.append(NoiseRow(label, metric, rates, noise_floor([r.rate for _, r in rates])))
+    return rows
+
+
+_INDEX = re.compile(r"\[\d+\]")
+
+
+def _zoo(arms: Sequence[Arm]) -> list[ZooKey]:
+    found: dict[str, ZooKey] = {}
+    for arm in arms:
+        for s in arm.samples:
+            seen: dict[str, str] = {}
+            for item in s.verdict.get("invented_keys") or []:
+                key = str(item.get("key"))
+                path = str(item.get("path") or key)
+                where = _INDEX.sub("[]", path)
+                where = where[: -len(key)].rstrip(".") if where.endswith(key) else where
+                seen.setdefault(key, where or "$")
+            for key, where in seen.items():
+                z = found.setdefault(key, ZooKey(key, 0, Counter(), Counter()))
+                z.samples += 1
+                z.where[where] += 1
+                z.arms[arm.label] += 1
+    return sorted(found.values(), key=lambda z: (-z.samples, z.key))
+
+
+def _probe(runs: Sequence[RunData]) -> tuple[list[ProbeArm], list[str]]:
+    rows = [(run.name, r) for run in runs for r in run.probe if isinstance(r.get("p_continue"), int | float)]
+    if not rows:
+        return [], []
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for run, r in rows:
+        arm = r.get("arm")
+        arm = arm if isinstance(arm, dict) else {"arm": arm}
+        groups.setdefault((run, _freeze(arm)), []).append(r)
+    keys = list(groups)
+    arm_dicts = [json.loads(k[1]) for k in keys]
+    columns, labels, _ = _labels(arm_dicts, [k[0] for k in keys], len(runs) > 1, full_when_one=True)
+    out = []
+    for key, label in zip(keys, labels, strict=True):
+        rs = groups[key]
+        vals = [float(r["p_continue"]) for r in rs]
+        clusters = [str(r.get("scenario")) for r in rs]
+        out.append(ProbeArm(label, rs, cluster_bootstrap_rate(vals, clusters, n_boot=N_BOOT),
+                            len(set(clusters))))
+    return out, columns
+
+
+def summarize(runs: Sequence[RunData]) -> Summary:
+    """All tables of a report: arms and their rates, one-field differences, noise floors, zoo, probe."""
+    _, _, order = _scorer()
+    observed = {s.verdict.get("verdict") for run in runs for s in run.samples if s.scored}
+    order = tuple(order) + tuple(sorted(str(v) for v in observed if v not in order))
+    arms, columns, common = _group_arms(runs, order)
+    probe, probe_columns = _probe(runs)
+    return Summary(list(runs), arms, columns, common, order, _diffs(arms), _noise(arms), _zoo(arms), probe,
+                   probe_columns)
+
+
+# --- tables (shared by Markdown and HTML) ----------------------------------------------------------
+
+
+@dataclass
+class Table:
+    header: list[str]
+    rows: list[list[str]]
+    note: str = ""
+
+
+def _pct(x: float) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{100 * x:.3g}%"
+
+
+def _pts(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{100 * x:+.1f}"
+
+
+def _arm_cells(s: Summary, arm: Arm) -> list[str]:
+    cells = [arm.run] if len(s.runs) > 1 else []
+    return cells + [_fmt_value(arm.arm.get(c)) for c in s.columns]
+
+
+def _arm_header(s: Summary) -> list[str]:
+    head = ["run"] if len(s.runs) > 1 else []
+    return head + list(s.columns) if (head or s.columns) else ["arm"]
+
+
+def _arm_row_cells(s: Summary, arm: Arm) -> list[str]:
+    cells = _arm_cells(s, arm)
+    return cells if cells else [arm.label]
+
+
+def runs_table(s: Summary) -> Table:
+    rows = []
+    for run in s.runs:
+        model = run.manifest.get("model")
+        model_id = model.get("id") if isinstance(model, dict) else None
+        if not model_id:
+            model_id = ", ".join(sorted({str(x.arm["model"]) for x in run.samples if x.arm.get("model")}))
+        tool = run.manifest.get("tooldecode") if isinstance(run.manifest.get("tooldecode"), dict) else {}
+        sha = str(tool.get("git_sha") or "-")[:12] + (" (dirty)" if tool.get("git_dirty") else "")
+        n_err = sum(not x.scored for x in run.samples)
+        rows.append([run.name, str(len(run.samples)), str(n_err), str(model_id or "-"),
+                     str(run.manifest.get("created") or "-"), sha,
+                     run.verdict_file.name if run.verdict_file else "scored in memory"])
+    return Table(["run", "samples", "sampling errors (not scored)", "model", "created", "git sha", "verdicts"],
+                 rows)
+
+
+def arms_table(s: Summary) -> Table:
+    header = _arm_header(s) + ["n"] + [title for _, title in HEADLINE]
+    rows = [_arm_row_cells(s, a) + [str(a.n)] + [str(a.rates[m]) for m, _ in HEADLINE] for a in s.arms]
+    note = ("Each rate: k/n = rate% [Wilson 95% interval]; n counts scored samples (samples with a sampling "
+            "error are left out). Payload correct: the call's edits turn the file into the expected file.")
+    return Table(header, rows, note)
+
+
+def verdicts_table(s: Summary) -> Table:
+    header = _arm_header(s) + ["n"] + [v.replace("_", " ") for v in s.verdict_order]
+    rows = [_arm_row_cells(s, a) + [str(a.n)] + [str(a.rates[v]) for v in s.verdict_order] for a in s.arms]
+    return Table(header, rows, "Every sample gets exactly one verdict (docs/scoring.md gives the precedence).")
+
+
+def diffs_table(s: Summary) -> Table:
+    rows = []
+    few = False
+    for d in s.diffs:
+        boot = f"{_pts(d.boot[0])} pts [{_pts(d.boot[1])}, {_pts(d.boot[2])}]"
+        boot += f" ({d.n_clusters} scenarios, {'paired' if d.paired else 'unpaired'})"
+        if d.n_clusters < FEW_CLUSTERS:
+            boot += " †"
+            few = True
+        rows.append([d.field, d.a.label, d.b.label, metric_title(d.metric), str(d.diff.a), str(d.diff.b),
+                     str(d.diff), boot])
+    note = ("Pairs of arms that differ in exactly one field; difference a − b in percentage points with "
+            "Newcombe's 95% interval and Fisher's exact p, and a 95% cluster-bootstrap interval that resamples "
+            f"scenarios ({N_BOOT} replicates, seed 0).")
+    if few:
+        note += f" † fewer than {FEW_CLUSTERS} scenarios: the bootstrap interval is too narrow."
+    return Table(["field", "a", "b", "metric", "a rate", "b rate", "a − b [Newcombe 95%], Fisher p",
+                  "cluster bootstrap 95%"], rows, note)
+
+
+def noise_table(s: Summary) -> Table:
+    rows = []
+    for r in s.noise:
+        per = "; ".join(f"{name}: {rate}" for name, rate in r.repeats)
+        sd = r.floor["sd"]
+        rows.append([r.label, metric_title(r.metric), str(r.floor["n_runs"]), per,
+                     "n/a" if math.isnan(sd) else f"{100 * sd:.1f} pts",
+                     f"{100 * r.floor['max_abs_diff']:.1f} pts"])
+    note = ("An arm repeated with different seeds (or in several runs): the spread of its rate. A difference "
+            "between arms smaller than this is not a finding.")
+    return Table(["arm", "metric", "repeats", "rate per repeat", "sd", "max gap"], rows, note)
+
+
+def zoo_table(s: Summary) -> Table:
+    n_total = sum(a.n for a in s.arms)
+    rows = []
+    for z in s.zoo:
+        where = ", ".join(f"{w} ({n})" for w, n in z.where.most_common(3))
+        arms = "; ".join(f"{lab} ({n})" for lab, n in z.arms.most_common(4))
+        rows.append([z.key, str(wilson(z.samples, n_total)), where, arms])
+    return Table(["key", "samples with it (of all scored samples)", "where (object holding it)", "arms"], rows,
+                 "Invented keys: names the schema does not define, counted once per sample.")
+
+
+def probe_table(s: Summary) -> Table:
+    rows = []
+    few = False
+    for p in s.probe:
+        pc = [float(r["p_continue"]) for r in p.rows]
+        pclose = [float(r["p_close"]) for r in p.rows if isinstance(r.get("p_close"), int | float)]
+        ent = [float(r["entropy"]) for r in p.rows if isinstance(r.get("entropy"), int | float)]
+        mean, lo, hi = p.mean
+        interval = f"{_pct(mean)} [{_pct(lo)}, {_pct(hi)}]"
+        if p.n_scenarios < FEW_CLUSTERS:
+            interval += " †"
+            few = True
+        rows.append([p.label, str(len(p.rows)), str(p.n_scenarios), interval, _pct(max(pc)),
+                     _pct(sum(pclose) / len(pclose)) if pclose else "n/a",
+                     f"{sum(ent) / len(ent):.3f}" if ent else "n/a"])
+    note = ("Exact probabilities at each decision point (the end of an item's last string value): P(continue) "
+            "is the mass on continuing the object, P(close) on closing it. Interval: 95% cluster bootstrap "
+            "over scenarios.")
+    if few:
+        note += f" † fewer than {FEW_CLUSTERS} scenarios: the interval is too narrow."
+    return Table(["arm", "decision points", "scenarios", "mean P(continue) [95%]", "max P(continue)",
+                  "mean P(close)", "mean entropy (nats)"], rows, note)
+
+
+# --- Markdown --------------------------------------------------------------------------------------
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(t: Table) -> str:
+    if not t.rows:
+        return "_none_"
+    lines = ["| " + " | ".join(_md_cell(h) for h in t.header) + " |",
+             "|" + "|".join("---" for _ in t.header) + "|"]
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in t.rows]
+    return "\n".join(lines) + (f"\n\n{t.note}" if t.note else "")
+
+
+def _common_line(s: Summary) -> str:
+    if not s.common:
+        return ""
+    return "Common to all arms: " + ", ".join(f"{k}={_fmt_value(v)}" for k, v in s.common.items())
+
+
+def _commands(s: Summary) -> list[tuple[str, str]]:
+    return [(run.name, run.command or "(not recorded in the manifest)") for run in s.runs]
+
+
+def summary_markdown(s: Summary) -> str:
+    """The report's tables as Markdown: every rate with its n and 95% interval."""
+    cmds = "\n".join(f"- `{name}`: `{cmd}`" for name, cmd in _commands(s))
+    blocks = ["# tooldecode report", f"Made by tooldecode {__version__} from {len(s.runs)} run(s).",
+              "## Runs", _md_table(runs_table(s)), "Commands that re-create the runs:\n\n" + cmds,
+              "## Arms", _common_line(s), _md_table(arms_table(s)),
+              "## All verdicts", _md_table(verdicts_table(s)),
+              "## Differences between arms that differ in one field", _md_table(diffs_table(s)),
+              "## Noise floor", _md_table(noise_table(s)),
+              "## Invented keys", _md_table(zoo_table(s))]
+    if s.probe:
+        blocks += ["## Close-brace probe", _md_table(probe_table(s))]
+    return "\n\n".join(b.strip() for b in blocks if b.strip()) + "\n"
+
+
+# --- plots -----------------------------------------------------------------------------------------
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_rates(s: Summary, metrics: Sequence[str] = COMPARED):
+    """Rates with their Wilson 95% intervals, one panel per metric, one row per arm."""
+    plt = _pyplot()
+    arms = [a for a in s.arms if a.n]
+    height = 1.2 + 0.32 * max(1, len(arms))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics) + 2.5, height), sharey=True,
+                             squeeze=False)
+    ys = list(range(len(arms)))[::-1]
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        rates = [a.rates[metric] for a in arms]
+        x = [100 * r.rate for r in rates]
+        err = [[100 * (r.rate - r.lo) for r in rates], [100 * (r.hi - r.rate) for r in rates]]
+        ax.errorbar(x, ys, xerr=err, fmt="o", capsize=3, color="#1f5fa8")
+        ax.set_xlim(-2, 102)
+        ax.set_title(metric_title(metric))
+        ax.set_xlabel("% of samples (Wilson 95%)")
+        ax.grid(axis="x", alpha=0.3)
+    axes[0][0].set_yticks(ys, [a.label for a in arms])
+    fig.tight_layout()
+    return fig
+
+
+def plot_zoo(s: Summary, top: int = 40):
+    """The invented-key zoo: samples per invented key name (None when there are none)."""
+    if not s.zoo:
+        return None
+    plt = _pyplot()
+    zoo = s.zoo[:top]
+    fig, ax = plt.subplots(figsize=(7.5, 1.0 + 0.28 * len(zoo)))
+    ax.barh(range(len(zoo))[::-1], [z.samples for z in zoo], color="#c2452d")
+    ax.set_yticks(range(len(zoo))[::-1], [z.key for z in zoo])
+    ax.set_xlabel("samples with the key")
+    ax.set_title("Invented keys" + (f" (top {top} of {len(s.zoo)})" if len(s.zoo) > top else ""))
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_probe(s: Summary):
+    """P(continue) at each decision point against the length of the preceding newText (None without rows)."""
+    if not s.probe:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for p in s.probe:
+        y = [max(float(r["p_continue"]), 1e-9) for r in p.rows]
+        for ax, fld in zip(axes, ("newtext_lines", "newtext_chars"), strict=True):
+            x = [r.get(fld) if isinstance(r.get(fld), int | float) else math.nan for r in p.rows]
+            ax.scatter(x, y, s=14, alpha=0.7, label=p.label)
+    for ax, title in zip(axes, ("newText lines", "newText characters"), strict=True):
+        ax.set_yscale("log")
+        ax.set_xlabel(title)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("P(continue) at the close of the item")
+    axes[1].legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    return fig
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    _pyplot().close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+# --- HTML ------------------------------------------------------------------------------------------
+
+_CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:1400px;padding:0 1em;color:#222}
+h1{font-size:1.6em}h2{margin-top:1.8em;border-bottom:1px solid #ccc}
+table{border-collapse:collapse;margin:.5em 0;font-size:13px}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}
+th{background:#f3f3f3}.note{color:#555;font-size:12px;max-width:1100px}
+code{background:#f4f4f4;padding:0 3px}img{max-width:100%}
+table.samples tr.s{cursor:pointer}table.samples tr.s:hover{background:#eef4ff}
+tr.detail{display:none}tr.detail.open{display:table-row}
+pre.raw{white-space:pre-wrap;word-break:break-all;max-width:1300px;margin:0;font-size:12px}
+pre.raw .pf{color:#777;background:#f1f1f1}mark{background:#ffb3a7;font-weight:bold}
+.v-valid{color:#17733a}.v-invented_key{color:#b3261e;font-weight:bold}
+input.filter{margin:.3em 0;padding:2px 5px;width:22em}
+"""
+
+_JS = """
+document.querySelectorAll('table.samples').forEach(function(t){
+  t.addEventListener('click',function(e){var r=e.target.closest('tr.s');if(!r)return;
+    var d=r.nextElementSibling;if(d&&d.classList.contains('detail'))d.classList.toggle('open');});
+});
+document.querySelectorAll('input.filter').forEach(function(inp){
+  inp.addEventListener('input',function(){var q=inp.value.toLowerCase();
+    var t=document.getElementById(inp.dataset.table);
+    t.querySelectorAll('tr.s').forEach(function(r){var show=r.textContent.toLowerCase().indexOf(q)>=0;
+      r.style.display=show?'':'none';var d=r.nextElementSibling;
+      if(!show&&d&&d.classList.contains('detail'))d.classList.remove('open');});});
+});
+"""
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _clean(text: str) -> str:
+    """Text that encodes as UTF-8 (lone surrogates from undecodable model output become U+FFFD)."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def _esc(text: Any) -> str:
+    return html.escape(_clean(str(text)), quote=True)
+
+
+def _html_table(t: Table, cls: str = "") -> str:
+    if not t.rows:
+        return "<p><em>none</em></p>"
+    head = "".join(f"<th>{_esc(h)}</th>" for h in t.header)
+    body = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in row) + "</tr>" for row in t.rows)
+    note = f'<p class="note">{_esc(t.note)}</p>' if t.note else ""
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}'
+
+
+def highlight(text: str, keys: Iterable[str]) -> str:
+    """``text`` as escaped HTML with every quoted occurrence of the given keys wrapped in ``<mark>``."""
+    keys = sorted({k for k in keys if k}, key=len, reverse=True)
+    if not keys:
+        return _esc(text)
+    pattern = re.compile("|".join(rf"([\"']){re.escape(k)}\1" for k in keys))
+    out, pos = [], 0
+    for m in pattern.finditer(text):
+        out.append(_esc(text[pos:m.start()]))
+        out.append(f"<mark>{_esc(m.group())}</mark>")
+        pos = m.end()
+    out.append(_esc(text[pos:]))
+    return "".join(out)
+
+
+def _raw_html(s: Sample) -> str:
+    keys = [str(i.get("key")) for i in s.verdict.get("invented_keys") or []]
+    whole = s.prefill + s.text
+    marked = highlight(whole, keys)
+    if not s.prefill:
+        return marked
+    # Split the marked text back at the prefill boundary only when no mark straddles it.
+    pre = highlight(s.prefill, keys)
+    if marked.startswith(pre):
+        return f'<span class="pf" title="prefill">{pre}</span>{marked[len(pre):]}'
+    return marked
+
+
+def _sample_priority(s: Sample) -> int:
+    v = s.verdict.get("verdict")
+    return 0 if v == "invented_key" else 2 if v == "valid" else 1
+
+
+def _samples_section(run: RunData, labels: dict[tuple[str, str], str], table_id: str) -> str:
+    ordered = sorted(run.samples, key=_sample_priority)  # stable: file order within each class
+    shown = ordered[:MAX_SAMPLE_ROWS]
+    note = (f"Showing {len(shown)} of {len(run.samples)} samples: invented-key samples first, then other "
+            "verdicts, then valid ones." if len(shown) < len(run.samples) else
+            f"All {len(run.samples)} samples.")
+    rows = []
+    for s in shown:
+        v = s.verdict
+        verdict = v.get("verdict") or f"not scored ({s.error})"
+        inv = ", ".join(str(i.get("path")) for i in v.get("invented_keys") or [])
+        pay = "–" if not isinstance(v.get("payload"), dict) else ("yes" if _payload_correct(v) else "no")
+        label = labels.get((s.run, _freeze(s.arm)), "")
+        rows.append(
+            f'<tr class="s"><td>{_esc(s.key)}</td><td>{_esc(label)}</td><td>{_esc(s.scenario)}</td>'
+            f'<td>{_esc(s.seed)}</td><td class="v-{_esc(v.get("verdict"))}">{_esc(verdict)}</td>'
+            f"<td>{_esc(inv)}</td><td>{pay}</td><td>{_esc(s.finish_reason)}</td></tr>"
+        )
+        extra = []
+        if v.get("flags"):
+            extra.append("flags: " + ", ".join(map(str, v["flags"])))
+        if v.get("errors"):
+            extra.append("errors: " + "; ".join(map(str, v["errors"][:5])))
+        info = "".join(f"<div>{_esc(e)}</div>" for e in extra)
+        rows.append(f'<tr class="detail"><td colspan="8">{info}<pre class="raw">{_raw_html(s)}</pre></td></tr>')
+    head = "".join(f"<th>{h}</th>" for h in ("key", "arm", "scenario", "seed", "verdict", "invented keys",
+                                             "payload correct", "finish"))
+    return (f"<h3>{_esc(run.name)}</h3><p class=\"note\">{_esc(note)} Click a row for the raw output "
+            "(prefill grey, invented keys marked).</p>"
+            f'<input class="filter" data-table="{table_id}" placeholder="filter rows (e.g. invented_key)">'
+            f'<table class="samples" id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
+            "</tbody></table>")
+
+
+def _img(fig, alt: str) -> str:
+    if fig is None:
+        return ""
+    return f'<img alt="{_esc(alt)}" src="data:image/png;base64,{_png(fig)}">'
+
+
+def summary_html(s: Summary, command: str | None = None) -> str:
+    labels = {(a.run, _freeze(a.arm)): a.label for a in s.arms}
+    cmds = "".join(f"<li><code>{_esc(n)}</code>: <code>{_esc(c)}</code></li>" for n, c in _commands(s))
+    common = _common_line(s).strip()
+    parts = [
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
+        "<title>tooldecode report</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>tooldecode report</h1>",
+        f"<p class=\"note\">Made by tooldecode {_esc(__version__)}"
+        + (f" with <code>{_esc(command)}</code>" if command else "") + ".</p>",
+        "<h2>Runs</h2>", _html_table(runs_table(s)), f"<p>Commands that re-create the runs:</p><ul>{cmds}</ul>",
+        "<h2>Arms</h2>", f"<p>{_esc(common)}</p>" if common else "", _html_table(arms_table(s)),
+    ]
+    if any(a.n for a in s.arms):
+        parts.append(_img(plot_rates(s), "rates per arm with 95% intervals"))
+    parts += ["<h2>All verdicts</h2>", _html_table(verdicts_table(s)),
+              "<h2>Differences between arms that differ in one field</h2>", _html_table(diffs_table(s)),
+              "<h2>Noise floor</h2>", _html_table(noise_table(s)),
+              "<h2>Invented keys</h2>", _img(plot_zoo(s), "invented keys"), _html_table(zoo_table(s))]
+    if s.probe:
+        parts += ["<h2>Close-brace probe</h2>", _img(plot_probe(s), "P(continue) against newText length"),
+                  _html_table(probe_table(s))]
+    parts.append("<h2>Samples</h2>")
+    parts += [_samples_section(run, labels, f"samples-{i}") for i, run in enumerate(s.runs)]
+    parts.append(f"<script>{_JS}</script></body></html>")
+    return _clean("\n".join(parts))
+
+
+# --- writing ---------------------------------------------------------------------------------------
+
+
+def _write_text(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def report(runs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str] | None = None) -> dict[str, Path]:
+    """Write ``summary.md`` and ``report.html`` for ``runs`` into ``out`` and return the paths written.
+
+    ``out`` defaults to the run's own directory for one run and ``./report`` for several. Verdict files
+    that had to be (re)written are returned too, as ``verdicts:<run name>``.
+    """
+    paths: list[Path] = []
+    for r in runs:
+        p = Path(r)
+        if p.resolve() not in [q.resolve() for q in paths]:
+            paths.append(p)
+    if not paths:
+        raise ReportError("no runs given; pass one or more run directories, e.g. runs/e1")
+    data = [load_run(p) for p in paths]
+    names = Counter(d.name for d in data)
+    for d in data:
+        if names[d.name] > 1:
+            d.name = str(d.path)
+            for x in d.samples:
+                x.run = d.name
+    s = summarize(data)
+    target = Path(out) if out is not None else (paths[0] if len(paths) == 1 else Path("report"))
+    command = shlex.join(["tooldecode", "report", *[str(p) for p in paths]]
+                         + (["--out", str(out)] if out is not None else []))
+    md = _clean(summary_markdown(s) + f"\nThis report: `{command}`\n")
+    page = summary_html(s, command)
+    written: dict[str, Path] = {}
+    own = next((d for d in data if target.resolve() == d.path.resolve()), None)
+    if own is not None:
+        store = RunStore.open(own.path)
+        written["summary"] = store.write_derived("summary.md", md)
+        written["html"] = store.write_derived("report.html", page)
+    else:
+        if target.exists() and not target.is_dir():
+            raise ReportError(f"{target} exists and is not a directory; choose another --out")
+        written["summary"] = _write_text(target / "summary.md", md)
+        written["html"] = _write_text(target / "report.html", page)
+    for d in data:
+        if d.verdicts_written and d.verdict_file is not None:
+            written[f"verdicts:{d.name}"] = d.verdict_file
+    return written
+
+
+# --- CLI -------------------------------------------------------------------------------------------
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report",
+        help="write summary.md and a self-contained report.html for runs",
+        description="Score the runs' raw samples (using verdicts-<scorer>.jsonl when it is current, else "
+        "writing it) and write summary.md and report.html: rates with Wilson intervals per arm, "
+        "differences between arms that differ in one field, noise floor, invented keys, probe plots.",
+    )
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run directory, e.g. runs/e1")
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help="output folder (default: the run's directory for one run, ./report for several)")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    for what, path in report(args.runs, args.out).items():
+        print(f"{what}: {path}")
+    return 0
