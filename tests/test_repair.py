@@ -132,8 +132,9 @@ def test_coerce_types_only_where_the_schema_asks():
                          FLAT_EDIT)
     assert r.valid and r.arguments["replace_all"] is True
     assert kinds_and_paths(r) == [("coerce_types", "replace_all")]
-    r = repair_arguments({"path": "a.py", "offset": "10", "limit": 20.0}, READ)
+    r = repair_arguments({"path": "a.py", "offset": "10", "limit": "20.0"}, READ)
     assert r.valid and r.arguments == {"path": "a.py", "offset": 10, "limit": 20}
+    assert type(r.arguments["limit"]) is int
     r = repair_arguments({"command": "make test", "timeout": "30"}, BASH)
     assert r.valid and r.arguments["timeout"] == 30
     r = repair_arguments({"file_path": "a.py", "old_string": 42, "new_string": "43"}, FLAT_EDIT)
@@ -217,6 +218,8 @@ def test_retry_signal_for_markup_leaked_into_visible_text():
     assert not repair_text(antml, NESTED, wire="antml", expected_tool="edit").retry_signal
     broken = "I will call <tool_call> edit on calc/numbers.py now."
     assert repair_text(broken, NESTED, wire="hermes", expected_tool="edit").retry_signal
+    smol = "<tool_call>[" + json.dumps({"name": "edit", "arguments": GOLD}) + "]</tool_call>"
+    assert not repair_text(smol, NESTED, wire="smollm2", expected_tool="edit").retry_signal
     stray = clean + "\nDone. </tool_call>"
     assert repair_text(stray, NESTED, wire="hermes", expected_tool="edit").retry_signal
 

@@ -202,6 +202,18 @@ def test_wire_antml_cut_inside_a_parameter_is_truncated():
     assert score(text, wire="antml", finish="length").verdict == "truncated"
 
 
+def test_closing_tags_eaten_by_the_stop_string():
+    edits = json.dumps(GOLD_ARGS["edits"])
+    antml = (f'<function_calls><invoke name="edit"><parameter name="path">src/paths.py</parameter>'
+             f'<parameter name="edits">{edits}</parameter>')
+    assert score(antml + "</invoke>\n", wire="antml").verdict == "valid"
+    assert score(antml + "\n", wire="antml", finish="stop").verdict == "valid"
+    assert score(antml, wire="antml", finish="length").verdict == "truncated"
+    assert score(f"<tool_call>\n{call(GOLD_ARGS)}\n").verdict == "valid"
+    assert score(f"<|channel|>commentary to=functions.edit <|constrain|>json<|message|>{json.dumps(GOLD_ARGS)}",
+                 wire="harmony").verdict == "valid"
+
+
 @pytest.mark.parametrize("prefix", ["<|start|>assistant", ""])
 def test_wire_harmony_with_and_without_start(prefix, scenario):
     text = (f"{prefix}<|channel|>commentary to=functions.edit <|constrain|>json<|message|>"
@@ -272,6 +284,20 @@ def test_python_style_call():
     v = score('edit(path="src/paths.py", edits=[{"oldText": "a", "newText": "b"}])')
     assert (v.verdict, v.wrapping) == ("valid", "python-call")
     assert score("f.write(data)\nread(path)").verdict == "no_call"
+
+
+def test_python_call_inside_tool_call_tags_and_prose_before_json_inside_tags():
+    v = score('<tool_call>edit(path="a.py", edits=[{"oldText": "a", "newText": "b"}])</tool_call>')
+    assert (v.verdict, v.wrapping, v.shape) == ("valid", "hermes", "python")
+    v = score(f"<tool_call>Note (fix): {call(GOLD_ARGS)}</tool_call>")
+    assert (v.verdict, v.wrapping) == ("valid", "hermes")
+
+
+def test_broken_dict_literal_in_code_is_not_a_call_attempt():
+    text = "Fixed version:\n```python\nopts = {\"path\": base + name}\nreturn opts\n```"
+    assert score(text).verdict == "no_call"
+    text = '{"path": "a.py", "edits": [{"oldText": "a", "newText": b}]}'  # two keys of the tool: an attempt
+    assert score(text).verdict == "json_syntax"
 
 
 def test_unnamed_arguments_in_a_named_wire_are_flagged():

@@ -66,14 +66,14 @@ TOOLSETS: dict[str, tuple[str, ...]] = {
 EDIT_TOOL = {"nested": "edit", "flat-edit": "Edit", "multiedit": "MultiEdit"}
 READ_TOOL = {"nested": "read", "flat-edit": "Read", "multiedit": "Read"}
 SCHEMA_VIEWS = ("as-written", "closed", "strictified")
-CALL_FORMATS = ("native", "antml", "harmony", "json")
+CALL_FORMATS = ("native", "hermes", "antml", "harmony", "json")
 CONDITIONINGS = ("free", "forced-tool", "gold-prefix")
 CALL_STYLES = ("compact", "tight", "pretty")
 FAMILIES = ("qwen2.5", "smollm2", "gemma3-base", "generic")
 _CUT_RE = re.compile(r"^(?:(after-newtext|after-oldtext)(?::(\d+))?|before-edits)$")
 
-# call_format → wire name of tooldecode.grammar (for "native" see native_wire)
-FORMAT_WIRE = {"antml": "antml", "harmony": "harmony", "json": "call-json"}
+# call_format → wire name of tooldecode.grammar (for "native" see _wires)
+FORMAT_WIRE = {"hermes": "hermes", "antml": "antml", "harmony": "harmony", "json": "call-json"}
 # SmolLM2's trained format: a JSON list of {"name", "arguments"} objects inside <tool_call>…</tool_call>.
 SMOLLM2_WIRE = "smollm2"
 
@@ -87,7 +87,7 @@ class TranscriptOptions:
     prior: bool = False  # earlier successful calls of the flat Edit tool before the current tools
     toolset: str = "nested"  # "nested" | "flat-edit" | "multiedit"
     schema_view: str = "as-written"  # "as-written" | "closed" | "strictified"
-    call_format: str = "native"  # "native" | "antml" | "harmony" | "json"
+    call_format: str = "native"  # "native" | "hermes" | "antml" | "harmony" | "json"
     conditioning: str = "free"  # "free" | "forced-tool" | "gold-prefix"
     gold_cut: str = "after-newtext"  # "after-newtext[:K]" | "after-oldtext[:K]" | "before-edits"
     call_style: str = "compact"  # "compact" | "tight" | "pretty"
@@ -199,20 +199,33 @@ class Prompt:
 # ---------------------------------------------------------------------------------------------- wires
 
 
-def native_wire(family: str, template: str | None = None) -> str:
-    """The wire a family's own format uses: hermes (Qwen2.5), smollm2, call-json (Gemma 3 base).
+def _wires(family: str, call_format: str, template: str | None = None) -> tuple[str, str]:
+    """(wire of the history calls, wire the model is expected to write its call in).
 
-    ``generic`` models use hermes when their chat template writes ``<tool_call>``, bare call JSON otherwise.
+    Native formats: Qwen2.5's template writes calls as hermes ``<tool_call>`` blocks, but the
+    Qwen2.5-Coder models cannot emit the ``<tool_call>`` token (it is untrained; see docs/prompts.md)
+    and write the same JSON bare, so they are expected to write ``call-json``. SmolLM2 uses its list
+    form in both; Gemma 3 base bare call JSON; generic models hermes when their template writes
+    ``<tool_call>``, bare call JSON otherwise. Other formats are the same in history and output.
     """
+    if call_format != "native":
+        wire = FORMAT_WIRE[call_format]
+        return wire, wire
     if family == "qwen2.5":
-        return "hermes"
+        return "hermes", "call-json"
     if family == "smollm2":
-        return SMOLLM2_WIRE
+        return SMOLLM2_WIRE, SMOLLM2_WIRE
     if family == "gemma3-base":
-        return "call-json"
+        return "call-json", "call-json"
     if family == "generic":
-        return "hermes" if template and "<tool_call>" in template else "call-json"
+        wire = "hermes" if template and "<tool_call>" in template else "call-json"
+        return wire, wire
     raise PromptError(f"unknown model family '{family}'; known: {', '.join(FAMILIES)}")
+
+
+def native_wire(family: str, template: str | None = None) -> str:
+    """The wire a family is expected to write its call in under ``call_format="native"``."""
+    return _wires(family, "native", template)[1]
 
 
 _WS = {"compact": "compact", "tight": "tight", "pretty": "pretty"}
@@ -340,19 +353,13 @@ def _read_call(scenario: Scenario, toolset: str) -> tuple[str, dict]:
     return READ_TOOL[toolset], {key: scenario.path}
 
 
-def _model_wire(family: str, options: TranscriptOptions, template: str | None = None) -> str:
-    if options.call_format == "native":
-        return native_wire(family, template)
-    return FORMAT_WIRE[options.call_format]
-
-
 def gold_call_text(scenario: Scenario, options: TranscriptOptions, family: str) -> str:
     """The full gold call (all of it, not cut) in the wire and style the prompt expects.
 
     ``family`` decides the native wire; ``generic`` models count as hermes here (their real wire
     depends on the template: ``render_prompt`` reports it in ``Prompt.wire``).
     """
-    wire = _model_wire(family, options, "<tool_call>" if family == "generic" else None)
+    wire = _wires(family, options.call_format, "<tool_call>" if family == "generic" else None)[1]
     return _calls_text(_edit_calls(scenario, options.toolset), wire, options.call_style)
 
 

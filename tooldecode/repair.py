@@ -269,8 +269,6 @@ def _coerce_types(value: Any, schema: Any, path: list, run: _Run) -> Any:
             new = int(value) if re.fullmatch(r"\s*[-+]?\d+\s*", value) else float(value)
         elif "null" in types and word == "null":
             new = None
-    elif isinstance(value, float) and "integer" in types and math.isfinite(value) and value.is_integer():
-        new = int(value)
     elif isinstance(value, int | float) and not isinstance(value, bool) and "string" in types:
         new = json.dumps(value)
     if new is value or (new == value and type(new) is type(value)):
@@ -399,20 +397,21 @@ def _errors(args: Any, tool: Tool) -> list[str]:
     return errors + bad
 
 
+# Markup of each wire family, and the wire formats whose servers parse it.
 _MARKUP = {
-    "hermes": re.compile(r"</?tool_call>"),
-    "antml": re.compile(r"</?(?:antml:)?(?:function_calls|invoke|parameter)\b"),
-    "harmony": re.compile(r"<\|(?:channel|message|constrain|call)\|>|\bto=functions\.[\w\-]"),
+    "hermes": (re.compile(r"</?tool_call>"), {"hermes", "smollm2"}),
+    "antml": (re.compile(r"</?(?:antml:)?(?:function_calls|invoke|parameter)\b"), {"antml"}),
+    "harmony": (re.compile(r"<\|(?:channel|message|constrain|call)\|>|\bto=functions\.[\w\-]"), {"harmony"}),
 }
 
 
 def leaked_markup(text: str, calls: Sequence[ExtractedCall], wire: str | None) -> bool:
     """Tool-call markup in visible text: outside every parsed call, or of a wire format other than ``wire``
     (a server for that wire would have shown it as text)."""
-    for fmt, rx in _MARKUP.items():
+    for rx, wires in _MARKUP.values():
         for m in rx.finditer(text):
             inside = any(c.error is None and c.span[0] <= m.start() < c.span[1] for c in calls)
-            if not inside or (wire is not None and wire != fmt):
+            if not inside or (wire is not None and wire not in wires):
                 return True
     return False
 

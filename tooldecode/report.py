@@ -70,8 +70,16 @@ MAX_SAMPLE_ROWS = 500  # per run in report.html
 FEW_CLUSTERS = 10  # below this many scenarios a cluster-bootstrap interval is too narrow
 N_BOOT = 2000
 PROBE_FILE = "probe.jsonl"
-_FALLBACK_VERDICTS = ("no_call", "truncated", "json_syntax", "wrong_tool", "invented_key", "missing_required",
-                      "wrong_type", "valid")
+_FALLBACK_VERDICTS = (
+    "no_call",
+    "truncated",
+    "json_syntax",
+    "wrong_tool",
+    "invented_key",
+    "missing_required",
+    "wrong_type",
+    "valid",
+)
 
 
 class ReportError(ToolDecodeError):
@@ -113,6 +121,9 @@ class RunData:
     verdict_file: Path | None  # None: scored in memory (the run directory was not writable)
     verdicts_written: bool  # the report (re)wrote verdict_file
     probe: list[dict] = field(default_factory=list)
+    rescue: str | None = (
+        None  # tooldecode.repair's rescue accounting as Markdown, when there are loose samples
+    )
 
     @property
     def command(self) -> str | None:
@@ -142,60 +153,77 @@ def _read_jsonl(path: Path) -> list[dict]:
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as err:
-                raise ReportError(f"{path} line {lineno}: not valid JSON ({err.msg}); delete the file "
-                                  "and run the report again") from None
+                raise ReportError(
+                    f"{path} line {lineno}: not valid JSON ({err.msg}); delete the file "
+                    "and run the report again"
+                ) from None
             if not isinstance(rec, dict):
                 raise ReportError(f"{path} line {lineno}: not a JSON object; delete the file and run again")
             out.append(rec)
     return out
 
 
-def _verdicts_of(store: RunStore, keys: list[str]) -> tuple[dict[str, dict], Path | None, bool]:
+def _verdicts_of(store: RunStore, keys: set[str]) -> tuple[dict[str, dict], Path | None, bool]:
     """Verdicts by key: from ``verdicts-<version>.jsonl`` if it covers exactly ``keys``, else scored now."""
     version, score_record, _ = _scorer()
-    name = f"verdicts-{version}.jsonl"
-    path = store.derived_path(name)
+    path = store.derived_path(f"verdicts-{version}.jsonl")
     if path.is_file():
         try:
             records = _read_jsonl(path)
         except (ReportError, OSError, UnicodeDecodeError):
             records = []
         by_key = {r.get("key"): r for r in records}
-        if len(by_key) == len(records) and sorted(k for k in by_key if isinstance(k, str)) == sorted(keys) \
-                and len(by_key) == len(keys):
+        if len(by_key) == len(records) and set(by_key) == keys:
             return by_key, path, False
     try:
         written = rescore(store, score_record, version)
     except OSError:  # read-only run directory: score in memory only
-        return {r["key"]: {"key": r["key"], **score_record(r, store.manifest)} for r in store.iter_samples()}, \
-            None, False
+        scored = {
+            r["key"]: {"key": r["key"], **score_record(r, store.manifest)} for r in store.iter_samples()
+        }
+        return scored, None, False
     return {r["key"]: r for r in _read_jsonl(written)}, written, True
 
 
 def load_run(path: str | os.PathLike[str]) -> RunData:
     """Read a run's manifest, samples, verdicts (scoring and writing them if needed) and probe rows."""
     store = RunStore.open(path)
-    raw = list(store.iter_samples())
-    verdicts, vpath, written = _verdicts_of(store, [r["key"] for r in raw])
     samples: list[Sample] = []
-    for r in raw:
+    for r in store.iter_samples():  # keep what the report shows, not the token-level arrays
         arm = r.get("arm") if isinstance(r.get("arm"), dict) else {}
-        samples.append(Sample(
-            run=store.name,
-            key=r["key"],
-            arm={k: v for k, v in arm.items() if k not in NOT_ARM_FIELDS},
-            scenario=str(r.get("scenario") or "-"),
-            seed=r.get("seed", arm.get("seed")),
-            index=r.get("index", arm.get("index")),
-            prefill=r.get("prefill") or "",
-            text=r.get("text") or "",
-            finish_reason=r.get("finish_reason"),
-            error=r.get("error"),
-            verdict=verdicts[r["key"]],
-        ))
+        samples.append(
+            Sample(
+                run=store.name,
+                key=r["key"],
+                arm={k: v for k, v in arm.items() if k not in NOT_ARM_FIELDS},
+                scenario=str(r.get("scenario") or "-"),
+                seed=r.get("seed", arm.get("seed")),
+                index=r.get("index", arm.get("index")),
+                prefill=r.get("prefill") or "",
+                text=r.get("text") or "",
+                finish_reason=r.get("finish_reason"),
+                error=r.get("error"),
+                verdict={},
+            )
+        )
+    verdicts, vpath, written = _verdicts_of(store, {s.key for s in samples})
+    for s in samples:
+        s.verdict = verdicts[s.key]
     probe_path = store.derived_path(PROBE_FILE)
     probe = _read_jsonl(probe_path) if probe_path.is_file() else []
-    return RunData(store.path, store.name, store.manifest, samples, vpath, written, probe)
+    return RunData(store.path, store.name, store.manifest, samples, vpath, written, probe, _rescue(store))
+
+
+def _rescue(store: RunStore) -> str | None:
+    """The lenient-harness rescue accounting of a run (Markdown), or None without loose samples."""
+    try:
+        from tooldecode.repair import format_rescue, rescue_accounting
+    except ModuleNotFoundError as err:
+        if err.name != "tooldecode.repair":
+            raise
+        return None
+    summary = rescue_accounting(store.iter_samples(), store.manifest)
+    return format_rescue(summary) if summary.get("n_loose") else None
 
 
 # --- outcomes --------------------------------------------------------------------------------------
@@ -315,8 +343,13 @@ class Summary:
     probe_columns: list[str]
 
 
-def _labels(arms: Sequence[dict], runs: Sequence[str], several_runs: bool, *, full_when_one: bool = False,
-            ) -> tuple[list[str], list[str], dict]:
+def _labels(
+    arms: Sequence[dict],
+    runs: Sequence[str],
+    several_runs: bool,
+    *,
+    full_when_one: bool = False,
+) -> tuple[list[str], list[str], dict]:
     """(varying fields, a label per arm, fields common to all arms)."""
     keys: list[str] = []
     for a in arms:
@@ -360,7 +393,7 @@ def _one_field_apart(a: dict, b: dict) -> str | None:
 def _diffs(arms: Sequence[Arm]) -> list[DiffRow]:
     rows: list[DiffRow] = []
     for i, x in enumerate(arms):
-        for y in arms[i + 1:]:
+        for y in arms[i + 1 :]:
             fld = _one_field_apart(x.arm, y.arm)
             if fld is None or not x.n or not y.n:
                 continue
@@ -369,8 +402,14 @@ def _diffs(arms: Sequence[Arm]) -> list[DiffRow]:
             for metric in COMPARED:
                 va, vb = a.values(metric), b.values(metric)
                 d = newcombe_diff(sum(va), len(va), sum(vb), len(vb))
-                boot = cluster_bootstrap_diff(va, [s.scenario for s in a.samples], vb,
-                                              [s.scenario for s in b.samples], paired=paired, n_boot=N_BOOT)
+                boot = cluster_bootstrap_diff(
+                    va,
+                    [s.scenario for s in a.samples],
+                    vb,
+                    [s.scenario for s in b.samples],
+                    paired=paired,
+                    n_boot=N_BOOT,
+                )
                 n_clusters = len(set(a.scenarios) | set(b.scenarios))
                 rows.append(DiffRow(fld, a, b, metric, d, boot, n_clusters, paired))
     return rows
@@ -391,11 +430,16 @@ def _noise(arms: Sequence[Arm]) -> list[NoiseRow]:
                 repeats.setdefault(name, []).append(s)
         if len(repeats) < 2:
             continue
-        label = group[0].label if not several_runs else (
-            ", ".join(f"{k}={_fmt_value(v)}" for k, v in group[0].arm.items()) or "all samples")
+        label = (
+            group[0].label
+            if not several_runs
+            else (", ".join(f"{k}={_fmt_value(v)}" for k, v in group[0].arm.items()) or "all samples")
+        )
         for metric in COMPARED[:2]:
-            rates = [(name, wilson(sum(outcome(metric, s.verdict) for s in ss), len(ss)))
-                     for name, ss in repeats.items()]
+            rates = [
+                (name, wilson(sum(outcome(metric, s.verdict) for s in ss), len(ss)))
+                for name, ss in repeats.items()
+            ]
             rows.append(NoiseRow(label, metric, rates, noise_floor([r.rate for _, r in rates])))
     return rows
 
@@ -439,8 +483,9 @@ def _probe(runs: Sequence[RunData]) -> tuple[list[ProbeArm], list[str]]:
         rs = groups[key]
         vals = [float(r["p_continue"]) for r in rs]
         clusters = [str(r.get("scenario")) for r in rs]
-        out.append(ProbeArm(label, rs, cluster_bootstrap_rate(vals, clusters, n_boot=N_BOOT),
-                            len(set(clusters))))
+        out.append(
+            ProbeArm(label, rs, cluster_bootstrap_rate(vals, clusters, n_boot=N_BOOT), len(set(clusters)))
+        )
     return out, columns
 
 
@@ -451,8 +496,9 @@ def summarize(runs: Sequence[RunData]) -> Summary:
     order = tuple(order) + tuple(sorted(str(v) for v in observed if v not in order))
     arms, columns, common = _group_arms(runs, order)
     probe, probe_columns = _probe(runs)
-    return Summary(list(runs), arms, columns, common, order, _diffs(arms), _noise(arms), _zoo(arms), probe,
-                   probe_columns)
+    return Summary(
+        list(runs), arms, columns, common, order, _diffs(arms), _noise(arms), _zoo(arms), probe, probe_columns
+    )
 
 
 # --- tables (shared by Markdown and HTML) ----------------------------------------------------------
@@ -500,25 +546,38 @@ def runs_table(s: Summary) -> Table:
         tool = run.manifest.get("tooldecode") if isinstance(run.manifest.get("tooldecode"), dict) else {}
         sha = str(tool.get("git_sha") or "-")[:12] + (" (dirty)" if tool.get("git_dirty") else "")
         n_err = sum(not x.scored for x in run.samples)
-        rows.append([run.name, str(len(run.samples)), str(n_err), str(model_id or "-"),
-                     str(run.manifest.get("created") or "-"), sha,
-                     run.verdict_file.name if run.verdict_file else "scored in memory"])
-    return Table(["run", "samples", "sampling errors (not scored)", "model", "created", "git sha", "verdicts"],
-                 rows)
+        rows.append(
+            [
+                run.name,
+                str(len(run.samples)),
+                str(n_err),
+                str(model_id or "-"),
+                str(run.manifest.get("created") or "-"),
+                sha,
+                run.verdict_file.name if run.verdict_file else "scored in memory",
+            ]
+        )
+    return Table(
+        ["run", "samples", "sampling errors (not scored)", "model", "created", "git sha", "verdicts"], rows
+    )
 
 
 def arms_table(s: Summary) -> Table:
     header = _arm_header(s) + ["n"] + [title for _, title in HEADLINE]
     rows = [_arm_row_cells(s, a) + [str(a.n)] + [str(a.rates[m]) for m, _ in HEADLINE] for a in s.arms]
-    note = ("Each rate: k/n = rate% [Wilson 95% interval]; n counts scored samples (samples with a sampling "
-            "error are left out). Payload correct: the call's edits turn the file into the expected file.")
+    note = (
+        "Each rate: k/n = rate% [Wilson 95% interval]; n counts scored samples (samples with a sampling "
+        "error are left out). Payload correct: the call's edits turn the file into the expected file."
+    )
     return Table(header, rows, note)
 
 
 def verdicts_table(s: Summary) -> Table:
     header = _arm_header(s) + ["n"] + [v.replace("_", " ") for v in s.verdict_order]
     rows = [_arm_row_cells(s, a) + [str(a.n)] + [str(a.rates[v]) for v in s.verdict_order] for a in s.arms]
-    return Table(header, rows, "Every sample gets exactly one verdict (docs/scoring.md gives the precedence).")
+    return Table(
+        header, rows, "Every sample gets exactly one verdict (docs/scoring.md gives the precedence)."
+    )
 
 
 def diffs_table(s: Summary) -> Table:
@@ -530,15 +589,39 @@ def diffs_table(s: Summary) -> Table:
         if d.n_clusters < FEW_CLUSTERS:
             boot += " †"
             few = True
-        rows.append([d.field, d.a.label, d.b.label, metric_title(d.metric), str(d.diff.a), str(d.diff.b),
-                     str(d.diff), boot])
-    note = ("Pairs of arms that differ in exactly one field; difference a − b in percentage points with "
-            "Newcombe's 95% interval and Fisher's exact p, and a 95% cluster-bootstrap interval that resamples "
-            f"scenarios ({N_BOOT} replicates, seed 0).")
+        rows.append(
+            [
+                d.field,
+                d.a.label,
+                d.b.label,
+                metric_title(d.metric),
+                str(d.diff.a),
+                str(d.diff.b),
+                str(d.diff),
+                boot,
+            ]
+        )
+    note = (
+        "Pairs of arms that differ in exactly one field; difference a − b in percentage points with "
+        "Newcombe's 95% interval and Fisher's exact p, and a 95% cluster-bootstrap interval that resamples "
+        f"scenarios ({N_BOOT} replicates, seed 0)."
+    )
     if few:
         note += f" † fewer than {FEW_CLUSTERS} scenarios: the bootstrap interval is too narrow."
-    return Table(["field", "a", "b", "metric", "a rate", "b rate", "a − b [Newcombe 95%], Fisher p",
-                  "cluster bootstrap 95%"], rows, note)
+    return Table(
+        [
+            "field",
+            "a",
+            "b",
+            "metric",
+            "a rate",
+            "b rate",
+            "a − b [Newcombe 95%], Fisher p",
+            "cluster bootstrap 95%",
+        ],
+        rows,
+        note,
+    )
 
 
 def noise_table(s: Summary) -> Table:
@@ -546,11 +629,20 @@ def noise_table(s: Summary) -> Table:
     for r in s.noise:
         per = "; ".join(f"{name}: {rate}" for name, rate in r.repeats)
         sd = r.floor["sd"]
-        rows.append([r.label, metric_title(r.metric), str(r.floor["n_runs"]), per,
-                     "n/a" if math.isnan(sd) else f"{100 * sd:.1f} pts",
-                     f"{100 * r.floor['max_abs_diff']:.1f} pts"])
-    note = ("An arm repeated with different seeds (or in several runs): the spread of its rate. A difference "
-            "between arms smaller than this is not a finding.")
+        rows.append(
+            [
+                r.label,
+                metric_title(r.metric),
+                str(r.floor["n_runs"]),
+                per,
+                "n/a" if math.isnan(sd) else f"{100 * sd:.1f} pts",
+                f"{100 * r.floor['max_abs_diff']:.1f} pts",
+            ]
+        )
+    note = (
+        "An arm repeated with different seeds (or in several runs): the spread of its rate. A difference "
+        "between arms smaller than this is not a finding."
+    )
     return Table(["arm", "metric", "repeats", "rate per repeat", "sd", "max gap"], rows, note)
 
 
@@ -561,8 +653,11 @@ def zoo_table(s: Summary) -> Table:
         where = ", ".join(f"{w} ({n})" for w, n in z.where.most_common(3))
         arms = "; ".join(f"{lab} ({n})" for lab, n in z.arms.most_common(4))
         rows.append([z.key, str(wilson(z.samples, n_total)), where, arms])
-    return Table(["key", "samples with it (of all scored samples)", "where (object holding it)", "arms"], rows,
-                 "Invented keys: names the schema does not define, counted once per sample.")
+    return Table(
+        ["key", "samples with it (of all scored samples)", "where (object holding it)", "arms"],
+        rows,
+        "Invented keys: names the schema does not define, counted once per sample.",
+    )
 
 
 def probe_table(s: Summary) -> Table:
@@ -577,16 +672,37 @@ def probe_table(s: Summary) -> Table:
         if p.n_scenarios < FEW_CLUSTERS:
             interval += " †"
             few = True
-        rows.append([p.label, str(len(p.rows)), str(p.n_scenarios), interval, _pct(max(pc)),
-                     _pct(sum(pclose) / len(pclose)) if pclose else "n/a",
-                     f"{sum(ent) / len(ent):.3f}" if ent else "n/a"])
-    note = ("Exact probabilities at each decision point (the end of an item's last string value): P(continue) "
-            "is the mass on continuing the object, P(close) on closing it. Interval: 95% cluster bootstrap "
-            "over scenarios.")
+        rows.append(
+            [
+                p.label,
+                str(len(p.rows)),
+                str(p.n_scenarios),
+                interval,
+                _pct(max(pc)),
+                _pct(sum(pclose) / len(pclose)) if pclose else "n/a",
+                f"{sum(ent) / len(ent):.3f}" if ent else "n/a",
+            ]
+        )
+    note = (
+        "Exact probabilities at each decision point (the end of an item's last string value): P(continue) "
+        "is the mass on continuing the object, P(close) on closing it. Interval: 95% cluster bootstrap "
+        "over scenarios."
+    )
     if few:
         note += f" † fewer than {FEW_CLUSTERS} scenarios: the interval is too narrow."
-    return Table(["arm", "decision points", "scenarios", "mean P(continue) [95%]", "max P(continue)",
-                  "mean P(close)", "mean entropy (nats)"], rows, note)
+    return Table(
+        [
+            "arm",
+            "decision points",
+            "scenarios",
+            "mean P(continue) [95%]",
+            "max P(continue)",
+            "mean P(close)",
+            "mean entropy (nats)",
+        ],
+        rows,
+        note,
+    )
 
 
 # --- Markdown --------------------------------------------------------------------------------------
@@ -599,8 +715,10 @@ def _md_cell(text: str) -> str:
 def _md_table(t: Table) -> str:
     if not t.rows:
         return "_none_"
-    lines = ["| " + " | ".join(_md_cell(h) for h in t.header) + " |",
-             "|" + "|".join("---" for _ in t.header) + "|"]
+    lines = [
+        "| " + " | ".join(_md_cell(h) for h in t.header) + " |",
+        "|" + "|".join("---" for _ in t.header) + "|",
+    ]
     lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in t.rows]
     return "\n".join(lines) + (f"\n\n{t.note}" if t.note else "")
 
@@ -618,15 +736,31 @@ def _commands(s: Summary) -> list[tuple[str, str]]:
 def summary_markdown(s: Summary) -> str:
     """The report's tables as Markdown: every rate with its n and 95% interval."""
     cmds = "\n".join(f"- `{name}`: `{cmd}`" for name, cmd in _commands(s))
-    blocks = ["# tooldecode report", f"Made by tooldecode {__version__} from {len(s.runs)} run(s).",
-              "## Runs", _md_table(runs_table(s)), "Commands that re-create the runs:\n\n" + cmds,
-              "## Arms", _common_line(s), _md_table(arms_table(s)),
-              "## All verdicts", _md_table(verdicts_table(s)),
-              "## Differences between arms that differ in one field", _md_table(diffs_table(s)),
-              "## Noise floor", _md_table(noise_table(s)),
-              "## Invented keys", _md_table(zoo_table(s))]
+    blocks = [
+        "# tooldecode report",
+        f"Made by tooldecode {__version__} from {len(s.runs)} run(s).",
+        "## Runs",
+        _md_table(runs_table(s)),
+        "Commands that re-create the runs:\n\n" + cmds,
+        "## Arms",
+        _common_line(s),
+        _md_table(arms_table(s)),
+        "## All verdicts",
+        _md_table(verdicts_table(s)),
+        "## Differences between arms that differ in one field",
+        _md_table(diffs_table(s)),
+        "## Noise floor",
+        _md_table(noise_table(s)),
+        "## Invented keys",
+        _md_table(zoo_table(s)),
+    ]
     if s.probe:
         blocks += ["## Close-brace probe", _md_table(probe_table(s))]
+    rescues = [(run.name, run.rescue) for run in s.runs if run.rescue]
+    if rescues:
+        blocks.append("## Lenient-harness repair")
+        for name, text in rescues:
+            blocks += [f"### {name}", text]
     return "\n\n".join(b.strip() for b in blocks if b.strip()) + "\n"
 
 
@@ -647,8 +781,9 @@ def plot_rates(s: Summary, metrics: Sequence[str] = COMPARED):
     plt = _pyplot()
     arms = [a for a in s.arms if a.n]
     height = 1.2 + 0.32 * max(1, len(arms))
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics) + 2.5, height), sharey=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(metrics), figsize=(4.2 * len(metrics) + 2.5, height), sharey=True, squeeze=False
+    )
     ys = list(range(len(arms)))[::-1]
     for ax, metric in zip(axes[0], metrics, strict=True):
         rates = [a.rates[metric] for a in arms]
@@ -660,6 +795,7 @@ def plot_rates(s: Summary, metrics: Sequence[str] = COMPARED):
         ax.set_xlabel("% of samples (Wilson 95%)")
         ax.grid(axis="x", alpha=0.3)
     axes[0][0].set_yticks(ys, [a.label for a in arms])
+    axes[0][0].set_ylim(-0.6, len(arms) - 0.4)
     fig.tight_layout()
     return fig
 
@@ -674,6 +810,7 @@ def plot_zoo(s: Summary, top: int = 40):
     ax.barh(range(len(zoo))[::-1], [z.samples for z in zoo], color="#c2452d")
     ax.set_yticks(range(len(zoo))[::-1], [z.key for z in zoo])
     ax.set_xlabel("samples with the key")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_title("Invented keys" + (f" (top {top} of {len(s.zoo)})" if len(s.zoo) > top else ""))
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
@@ -760,6 +897,25 @@ def _html_table(t: Table, cls: str = "") -> str:
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}'
 
 
+def _md_to_html(text: str) -> str:
+    """The small Markdown subset of other modules' summaries: paragraphs, ``-`` lists, pipe tables."""
+    out = []
+    for block in re.split(r"\n\s*\n", text.strip()):
+        lines = [ln.strip() for ln in block.splitlines() if ln.strip()]
+        if lines and all(ln.startswith("|") for ln in lines):
+            cells = [
+                [c.strip() for c in ln.strip("|").split("|")]
+                for ln in lines
+                if not re.fullmatch(r"\|[\s:|-]+\|", ln)
+            ]
+            out.append(_html_table(Table(cells[0], cells[1:])))
+        elif lines and all(ln.startswith("- ") for ln in lines):
+            out.append("<ul>" + "".join(f"<li>{_esc(ln[2:])}</li>" for ln in lines) + "</ul>")
+        else:
+            out.append(f"<p>{_esc(' '.join(lines))}</p>")
+    return "".join(out)
+
+
 def highlight(text: str, keys: Iterable[str]) -> str:
     """``text`` as escaped HTML with every quoted occurrence of the given keys wrapped in ``<mark>``."""
     keys = sorted({k for k in keys if k}, key=len, reverse=True)
@@ -768,7 +924,7 @@ def highlight(text: str, keys: Iterable[str]) -> str:
     pattern = re.compile("|".join(rf"([\"']){re.escape(k)}\1" for k in keys))
     out, pos = [], 0
     for m in pattern.finditer(text):
-        out.append(_esc(text[pos:m.start()]))
+        out.append(_esc(text[pos : m.start()]))
         out.append(f"<mark>{_esc(m.group())}</mark>")
         pos = m.end()
     out.append(_esc(text[pos:]))
@@ -784,7 +940,7 @@ def _raw_html(s: Sample) -> str:
     # Split the marked text back at the prefill boundary only when no mark straddles it.
     pre = highlight(s.prefill, keys)
     if marked.startswith(pre):
-        return f'<span class="pf" title="prefill">{pre}</span>{marked[len(pre):]}'
+        return f'<span class="pf" title="prefill">{pre}</span>{marked[len(pre) :]}'
     return marked
 
 
@@ -796,9 +952,12 @@ def _sample_priority(s: Sample) -> int:
 def _samples_section(run: RunData, labels: dict[tuple[str, str], str], table_id: str) -> str:
     ordered = sorted(run.samples, key=_sample_priority)  # stable: file order within each class
     shown = ordered[:MAX_SAMPLE_ROWS]
-    note = (f"Showing {len(shown)} of {len(run.samples)} samples: invented-key samples first, then other "
-            "verdicts, then valid ones." if len(shown) < len(run.samples) else
-            f"All {len(run.samples)} samples.")
+    note = (
+        f"Showing {len(shown)} of {len(run.samples)} samples: invented-key samples first, then other "
+        "verdicts, then valid ones."
+        if len(shown) < len(run.samples)
+        else f"All {len(run.samples)} samples."
+    )
     rows = []
     for s in shown:
         v = s.verdict
@@ -817,14 +976,20 @@ def _samples_section(run: RunData, labels: dict[tuple[str, str], str], table_id:
         if v.get("errors"):
             extra.append("errors: " + "; ".join(map(str, v["errors"][:5])))
         info = "".join(f"<div>{_esc(e)}</div>" for e in extra)
-        rows.append(f'<tr class="detail"><td colspan="8">{info}<pre class="raw">{_raw_html(s)}</pre></td></tr>')
-    head = "".join(f"<th>{h}</th>" for h in ("key", "arm", "scenario", "seed", "verdict", "invented keys",
-                                             "payload correct", "finish"))
-    return (f"<h3>{_esc(run.name)}</h3><p class=\"note\">{_esc(note)} Click a row for the raw output "
-            "(prefill grey, invented keys marked).</p>"
-            f'<input class="filter" data-table="{table_id}" placeholder="filter rows (e.g. invented_key)">'
-            f'<table class="samples" id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
-            "</tbody></table>")
+        rows.append(
+            f'<tr class="detail"><td colspan="8">{info}<pre class="raw">{_raw_html(s)}</pre></td></tr>'
+        )
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("key", "arm", "scenario", "seed", "verdict", "invented keys", "payload correct", "finish")
+    )
+    return (
+        f'<h3>{_esc(run.name)}</h3><p class="note">{_esc(note)} Click a row for the raw output '
+        "(prefill grey, invented keys marked).</p>"
+        f'<input class="filter" data-table="{table_id}" placeholder="filter rows (e.g. invented_key)">'
+        f'<table class="samples" id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
+        "</tbody></table>"
+    )
 
 
 def _img(fig, alt: str) -> str:
@@ -838,24 +1003,43 @@ def summary_html(s: Summary, command: str | None = None) -> str:
     cmds = "".join(f"<li><code>{_esc(n)}</code>: <code>{_esc(c)}</code></li>" for n, c in _commands(s))
     common = _common_line(s).strip()
     parts = [
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
         "<title>tooldecode report</title>",
         f"<style>{_CSS}</style></head><body>",
         "<h1>tooldecode report</h1>",
-        f"<p class=\"note\">Made by tooldecode {_esc(__version__)}"
-        + (f" with <code>{_esc(command)}</code>" if command else "") + ".</p>",
-        "<h2>Runs</h2>", _html_table(runs_table(s)), f"<p>Commands that re-create the runs:</p><ul>{cmds}</ul>",
-        "<h2>Arms</h2>", f"<p>{_esc(common)}</p>" if common else "", _html_table(arms_table(s)),
+        f'<p class="note">Made by tooldecode {_esc(__version__)}'
+        + (f" with <code>{_esc(command)}</code>" if command else "")
+        + ".</p>",
+        "<h2>Runs</h2>",
+        _html_table(runs_table(s)),
+        f"<p>Commands that re-create the runs:</p><ul>{cmds}</ul>",
+        "<h2>Arms</h2>",
+        f"<p>{_esc(common)}</p>" if common else "",
+        _html_table(arms_table(s)),
     ]
     if any(a.n for a in s.arms):
         parts.append(_img(plot_rates(s), "rates per arm with 95% intervals"))
-    parts += ["<h2>All verdicts</h2>", _html_table(verdicts_table(s)),
-              "<h2>Differences between arms that differ in one field</h2>", _html_table(diffs_table(s)),
-              "<h2>Noise floor</h2>", _html_table(noise_table(s)),
-              "<h2>Invented keys</h2>", _img(plot_zoo(s), "invented keys"), _html_table(zoo_table(s))]
+    parts += [
+        "<h2>All verdicts</h2>",
+        _html_table(verdicts_table(s)),
+        "<h2>Differences between arms that differ in one field</h2>",
+        _html_table(diffs_table(s)),
+        "<h2>Noise floor</h2>",
+        _html_table(noise_table(s)),
+        "<h2>Invented keys</h2>",
+        _img(plot_zoo(s), "invented keys"),
+        _html_table(zoo_table(s)),
+    ]
     if s.probe:
-        parts += ["<h2>Close-brace probe</h2>", _img(plot_probe(s), "P(continue) against newText length"),
-                  _html_table(probe_table(s))]
+        parts += [
+            "<h2>Close-brace probe</h2>",
+            _img(plot_probe(s), "P(continue) against newText length"),
+            _html_table(probe_table(s)),
+        ]
+    rescues = [(run.name, run.rescue) for run in s.runs if run.rescue]
+    if rescues:
+        parts.append("<h2>Lenient-harness repair</h2>")
+        parts += [f"<h3>{_esc(name)}</h3>{_md_to_html(text)}" for name, text in rescues]
     parts.append("<h2>Samples</h2>")
     parts += [_samples_section(run, labels, f"samples-{i}") for i, run in enumerate(s.runs)]
     parts.append(f"<script>{_JS}</script></body></html>")
@@ -877,7 +1061,9 @@ def _write_text(path: Path, text: str) -> Path:
     return path
 
 
-def report(runs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str] | None = None) -> dict[str, Path]:
+def report(
+    runs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str] | None = None
+) -> dict[str, Path]:
     """Write ``summary.md`` and ``report.html`` for ``runs`` into ``out`` and return the paths written.
 
     ``out`` defaults to the run's own directory for one run and ``./report`` for several. Verdict files
@@ -899,8 +1085,9 @@ def report(runs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str] |
                 x.run = d.name
     s = summarize(data)
     target = Path(out) if out is not None else (paths[0] if len(paths) == 1 else Path("report"))
-    command = shlex.join(["tooldecode", "report", *[str(p) for p in paths]]
-                         + (["--out", str(out)] if out is not None else []))
+    command = shlex.join(
+        ["tooldecode", "report", *[str(p) for p in paths]] + (["--out", str(out)] if out is not None else [])
+    )
     md = _clean(summary_markdown(s) + f"\nThis report: `{command}`\n")
     page = summary_html(s, command)
     written: dict[str, Path] = {}
@@ -932,8 +1119,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "differences between arms that differ in one field, noise floor, invented keys, probe plots.",
     )
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directory, e.g. runs/e1")
-    p.add_argument("--out", metavar="DIR", default=None,
-                   help="output folder (default: the run's directory for one run, ./report for several)")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        default=None,
+        help="output folder (default: the run's directory for one run, ./report for several)",
+    )
     p.set_defaults(func=cmd_report)
 
 

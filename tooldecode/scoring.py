@@ -448,10 +448,9 @@ def extract_calls(text: str, *, wire: str | None = None, tools: Sequence[Tool] |
         if not found:
             found = [_failed(text, m.span(), "antml", "no <invoke> inside <function_calls>",
                              unbalanced=m.group(2) is None)]
-        elif m.group(2) is None:
+        elif m.group(2) is None:  # the stop string may have eaten the closing tag
             for c in found:
-                c.unbalanced = True
-                c.error = c.error or "<function_calls> is not closed"
+                c.flags.append("unclosed_wrapper")
         if len(found) == 1:
             found[0].span = m.span()
             found[0].raw = m.group()
@@ -544,14 +543,14 @@ def _from_region(content: str, offset: int, span: tuple[int, int], text: str, ct
                  must: bool, closed: bool, force_args: bool = False) -> list[ExtractedCall]:
     """Calls inside a delimited region (tag body, fenced block, harmony message)."""
     m = re.search(r"[\[{]", content)
+    if not force_args and (m is None or re.match(r"\s*[A-Za-z_][\w.]*\s*\(", content)):
+        found = _python_calls(content, ctx, lambda a, b: True, [], wrapping)
+        for c in found:
+            c.span = span
+            c.raw = text[span[0]:span[1]]
+        if found:
+            return found
     if m is None:
-        if not force_args:
-            sub_taken: list[tuple[int, int]] = []
-            found = _python_calls(content, ctx, lambda a, b: True, sub_taken, wrapping)
-            if found:
-                for c in found:
-                    c.span = span
-                return found
         if must:
             reason = "no JSON in the call" if closed else "the call ends before its JSON"
             return [_failed(text, span, wrapping, reason, unbalanced=not closed)]
@@ -580,13 +579,18 @@ def _from_region(content: str, offset: int, span: tuple[int, int], text: str, ct
 
 
 def _keyish(src: str, ctx: _Ctx) -> bool:
-    keys = set(_KEYISH.findall(src))
-    if keys & set(NAME_KEYS + ARGS_KEYS):
+    """Whether unparseable JSON-like text is an attempt at a call (not, say, a dict literal in code): it names
+    a known tool, opens an arguments object, or uses two keys of the candidate tools."""
+    m = _NAME_VALUE.search(src)
+    if m and (m.group(1) in ctx.names() or m.group(1) in _catalog()):
         return True
-    for t in ctx.candidates():
-        if keys & _tool_keys(t)[1]:
-            return True
-    return False
+    if _ARGS_OPEN.search(src):
+        return True
+    keys = set(_KEYISH.findall(src))
+    return any(len(keys & _tool_keys(t)[1]) >= 2 for t in ctx.candidates())
+
+
+_ARGS_OPEN = re.compile(r"[\"'](?:arguments|parameters)[\"']\s*:\s*[{\"']")
 
 
 def _bare_json(text: str, ctx: _Ctx, free: Any, taken: list[tuple[int, int]]) -> list[ExtractedCall]:
@@ -602,8 +606,11 @@ def _bare_json(text: str, ctx: _Ctx, free: Any, taken: list[tuple[int, int]]) ->
             pos = start + 1
             continue
         end = _scan_balanced(text, start)
-        if end is None or not free(start, end):
-            if _keyish(text[start:], ctx) or (first_attempt and not calls):
+        if end is not None and not free(start, end):  # runs into a call found earlier: not JSON
+            pos = start + 1
+            continue
+        if end is None:
+            if free(start, len(text)) and (_keyish(text[start:], ctx) or (first_attempt and not calls)):
                 span = (start, len(text))
                 calls.append(_failed(text, span, "bare", "unterminated JSON", unbalanced=True))
                 taken.append(span)
@@ -776,7 +783,7 @@ def _from_invoke(m: re.Match, offset: int, ctx: _Ctx) -> ExtractedCall:
     dups: list[str] = []
     fixes: list[tuple[str, Any, Any]] = []
     error = None
-    unbalanced = m.group(3) is None
+    unbalanced = False
     params = list(_PARAMETER.finditer(body))
     for pm in params:
         key, raw = pm.group(1), pm.group(2)
@@ -806,11 +813,17 @@ def _from_invoke(m: re.Match, offset: int, ctx: _Ctx) -> ExtractedCall:
         fixes += [(render_path((key, *p)), b, a) for p, b, a in parsed.fixes]
     if not params and body.strip():
         error = error or "no <parameter> inside <invoke>"
-    if unbalanced:
-        error = error or "<invoke> is not closed"
+    flags = []
+    if m.group(3) is None:
+        tail = body[params[-1].end():] if params else body
+        if error is None and params and not tail.strip():
+            flags.append("unclosed_wrapper")  # complete parameters, closing tag missing (a stop string?)
+        else:
+            error = error or "<invoke> is not closed"
     start = offset + m.start()
     return ExtractedCall(name=name, arguments=args, raw=m.group(), wrapping="antml", span=(start, offset + m.end()),
-                         shape="markup", error=error, unbalanced=unbalanced, duplicate_keys=dups, fixes=fixes)
+                         shape="markup", error=error, unbalanced=unbalanced or m.group(3) is None,
+                         duplicate_keys=dups, fixes=fixes, flags=flags)
 
 
 def _types(schema: Any) -> set[str] | None:
@@ -981,6 +994,12 @@ def _check(arguments: Any, tool: Tool) -> _Check:
                     continue
                 invented.append((_path_key([*path, k]), {"path": render_path([*path, k]), "key": k, "value": v}))
             inv_err.append((_path_key(path), f"{where}: {_short(err.message)}"))
+        elif err.validator == "unevaluatedProperties" and isinstance(err.instance, dict):
+            for k in _unexpected_keys(err.message):
+                if k in err.instance:
+                    invented.append((_path_key([*path, k]),
+                                     {"path": render_path([*path, k]), "key": k, "value": err.instance[k]}))
+            inv_err.append((_path_key(path), f"{where}: {_short(err.message)}"))
         elif err.validator == "required":
             missing.append((_path_key(path), f"{where}: {_short(err.message)}"))
         else:
@@ -988,12 +1007,25 @@ def _check(arguments: Any, tool: Tool) -> _Check:
     def ordered(items: list[tuple[tuple, Any]]) -> list:
         return [x for _, x in sorted(items, key=lambda t: t[0])]
 
-    return _Check(ordered(invented), ordered(inv_err), ordered(missing), ordered(other))
+    unique = {item["path"]: (key, item) for key, item in reversed(invented)}  # one entry per path
+    return _Check(ordered(list(unique.values())), ordered(inv_err), ordered(missing), ordered(other))
 
 
 def strict_schema(tool: Tool) -> dict:
     """The tool's parameters schema with every object closed (what strict decoding enforces)."""
     return _validator(tool)[1]
+
+
+def _unexpected_keys(message: str) -> list[str]:
+    """Key names from jsonschema's "... ('a', 'b' were unexpected)" message."""
+    m = re.search(r"\((.*) (?:was|were) unexpected\)", message, re.S)
+    if not m:
+        return []
+    try:
+        keys = ast.literal_eval("(" + m.group(1) + ",)")
+    except (ValueError, SyntaxError):
+        return []
+    return [k for k in keys if isinstance(k, str)]
 
 
 def validate_arguments(arguments: Any, tool: Tool) -> list[str]:
@@ -1166,10 +1198,11 @@ def score_text(text: str, tools: Sequence[Tool], *, wire: str | None = None, exp
             flags.append(f)
     if call.duplicate_keys:
         flags.append("duplicate_key")
-    if call.error is not None:
+    if call.error is not None or (call.unbalanced and finish_reason == "length"):
         cut = finish_reason == "length" or (finish_reason is None and call.unbalanced)
         return Verdict("truncated" if cut else "json_syntax", tool=call.name, invented_keys=[],
-                       errors=[call.error], payload=None, arguments=None, **base)
+                       errors=[call.error or "the sample ends inside the call"], payload=None, arguments=None,
+                       **base)
 
     by_name = {t.name: t for t in tools}
     name = call.name

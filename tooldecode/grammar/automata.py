@@ -121,6 +121,14 @@ class Rep(RNode):
     hi: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class Sym(RNode):
+    """A named sub-expression: emitted as a rule (GBNF) or terminal (Lark) reference, inlined in regex."""
+
+    name: str
+    node: RNode
+
+
 EPS = Cat(())
 NOTHING = Or(())
 
@@ -263,7 +271,7 @@ def star(item: RNode) -> RNode:
 
 
 def ast_size(n: RNode) -> int:
-    if isinstance(n, Chars):
+    if isinstance(n, (Chars, Sym)):
         return 1
     if isinstance(n, (Cat, Or)):
         return 1 + sum(ast_size(i) for i in n.items)
@@ -281,6 +289,8 @@ def ast_nullable(n: RNode) -> bool:
         return any(ast_nullable(i) for i in n.items)
     if isinstance(n, Rep):
         return n.lo == 0 or ast_nullable(n.item)
+    if isinstance(n, Sym):
+        return ast_nullable(n.node)
     raise TypeError(n)
 
 
@@ -319,6 +329,8 @@ def substitute(n: RNode, fn: Callable[[Charset], RNode]) -> RNode:
             r = alt(*(go(i) for i in x.items))
         elif isinstance(x, Rep):
             r = rep(go(x.item), x.lo, x.hi)
+        elif isinstance(x, Sym):
+            r = x
         else:
             raise TypeError(x)
         cache[x] = r
@@ -424,6 +436,10 @@ class _NFA:
                 self.eps[b].append(e)
                 cur = b
             return s, e
+        if isinstance(n, Sym):
+            a, b = self.build(n.node, budget)
+            self.eps[s].append(a)
+            return s, b
         raise TypeError(n)
 
 
@@ -883,6 +899,8 @@ def regex_str(n: RNode) -> str:
             return f"(?:{s})" if prec >= 1 else s
         if isinstance(x, Rep):
             return go(x.item, 2) + _rep_suffix(x.lo, x.hi)
+        if isinstance(x, Sym):
+            return go(x.node, prec)
         raise TypeError(x)
 
     return go(n, 0)
@@ -918,8 +936,11 @@ def _esc_cp_gbnf(cp: int, in_class: bool) -> str:
 GBNF_MAX_REP = 1000
 
 
-def gbnf_str(n: RNode) -> str:
-    """Print a regex AST as a GBNF expression (llama.cpp / xgrammar syntax)."""
+def gbnf_str(n: RNode, sym_name: Callable[[Sym], str] | None = None) -> str:
+    """Print a regex AST as a GBNF expression (llama.cpp / xgrammar syntax).
+
+    ``sym_name`` maps a ``Sym`` to the rule name that stands for it (the caller defines that rule).
+    """
 
     def cls(cs: Charset) -> str:
         neg = cs_neg(cs)
@@ -959,6 +980,8 @@ def gbnf_str(n: RNode) -> str:
             return f"( {s} )" if prec >= 1 and len(x.items) > 1 else s
         if isinstance(x, Rep):
             return gbnf_rep(go(x.item, 2), x.lo, x.hi)
+        if isinstance(x, Sym):
+            return sym_name(x) if sym_name is not None else go(x.node, prec)
         raise TypeError(x)
 
     return go(n, 0)

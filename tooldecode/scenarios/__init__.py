@@ -130,7 +130,8 @@ def apply_edits(content: str, edits: Sequence[Edit]) -> str:
             raise ScenarioError(f"edits[{i}].oldText: is empty; give the exact text to replace")
         hits = _positions(text, edit.old_text)
         if len(hits) != 1:
-            where = "the file" if i == 0 else f"the file after edits[0..{i - 1}]"
+            done = "edits[0]" if i == 1 else f"edits[0..{i - 1}]"
+            where = "the file" if i == 0 else f"the file after applying {done}"
             raise ScenarioError(
                 f"edits[{i}].oldText: occurs {len(hits)} times in {where}; it must occur exactly once "
                 f"(start: {_preview(edit.old_text)})"
@@ -186,7 +187,7 @@ def _parse(path: Path) -> Any:
         except ValueError as err:
             raise ScenarioError(f"{path}: invalid JSON: {err}") from None
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
@@ -233,7 +234,9 @@ def load_scenario(path: Path) -> Scenario:
     raw_edits = data["edits"]
     if not isinstance(raw_edits, list) or not raw_edits:
         got = "an empty list" if raw_edits == [] else _type_name(raw_edits)
-        raise ScenarioError(f"{path}: field 'edits': expected a non-empty list of {{oldText, newText}}, got {got}")
+        raise ScenarioError(
+            f"{path}: field 'edits': expected a non-empty list of {{oldText, newText}}, got {got}"
+        )
     edits: list[Edit] = []
     for i, item in enumerate(raw_edits):
         if not isinstance(item, dict):
@@ -269,7 +272,9 @@ def load_scenario(path: Path) -> Scenario:
     tags: tuple[str, ...] = ()
     if raw_tags is not None:
         if not isinstance(raw_tags, list):
-            raise ScenarioError(f"{path}: field 'tags': expected a list of strings, got {_type_name(raw_tags)}")
+            raise ScenarioError(
+                f"{path}: field 'tags': expected a list of strings, got {_type_name(raw_tags)}"
+            )
         for i, tag in enumerate(raw_tags):
             if not isinstance(tag, str):
                 raise ScenarioError(f"{path}: field 'tags[{i}]': expected a string, got {_type_name(tag)}")
@@ -312,7 +317,9 @@ def load_scenarios(dirs: Sequence[Path] | None = None) -> list[Scenario]:
         scenario = load_scenario(file)
         if scenario.id in seen:
             other = seen[scenario.id].source
-            raise ScenarioError(f"{file}: field 'id': '{scenario.id}' is also used by {other}; ids must be unique")
+            raise ScenarioError(
+                f"{file}: field 'id': '{scenario.id}' is also used by {other}; ids must be unique"
+            )
         seen[scenario.id] = scenario
     return sorted(seen.values(), key=lambda s: s.id)
 
@@ -364,7 +371,15 @@ def standard_tags(s: Scenario) -> set[str]:
     return tags
 
 
-DERIVED_TAGS = ("multi-edit", "single-edit", "long-newtext", "very-long-newtext", "escapes", "non-ascii", "tabs")
+DERIVED_TAGS = (
+    "multi-edit",
+    "single-edit",
+    "long-newtext",
+    "very-long-newtext",
+    "escapes",
+    "non-ascii",
+    "tabs",
+)
 TAG_RULES = {
     "multi-edit": "needs 2 or more edits",
     "single-edit": "needs exactly 1 edit",
@@ -462,7 +477,7 @@ def check_scenario(s: Scenario) -> list[str]:
     for tag in s.tags:
         if tag in DERIVED_TAGS and tag not in derived:
             problem("tags", f"'{tag}' does not hold: it {TAG_RULES[tag]}")
-        if tag == "mid-file" and not _has_mid_file_edit(s):
+        if tag == "mid-file" and edits_ok and not _has_mid_file_edit(s):
             problem("tags", f"'mid-file' does not hold: it {TAG_RULES['mid-file']}")
     if len(set(s.tags)) != len(s.tags):
         problem("tags", "lists a tag twice")

@@ -54,7 +54,9 @@ def check_paths(dirs: list[Path] | None) -> tuple[list[Scenario], list[str]]:
         scenarios.append(scenario)
         problems.extend(f"{file}: {p}" for p in check_scenario(scenario))
         if scenario.id in first_file:
-            problems.append(f"{file}: {scenario.id}: id: also used by {first_file[scenario.id]}; ids must be unique")
+            problems.append(
+                f"{file}: {scenario.id}: id: also used by {first_file[scenario.id]}; ids must be unique"
+            )
         else:
             first_file[scenario.id] = file
     return scenarios, problems
@@ -75,7 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("scenarios", help="list, check and show editing scenarios")
     scenarios_subparsers = p.add_subparsers(dest="scenarios_command", metavar="ACTION", required=True)
 
-    q = scenarios_subparsers.add_parser("list", help="id, language, edits, newText lines and tags of each scenario")
+    q = scenarios_subparsers.add_parser(
+        "list", help="id, language, edits, newText lines and tags of each scenario"
+    )
     q.add_argument("dirs", nargs="*", type=Path, metavar="DIR", help="scenario folders (default: built-in)")
     q.add_argument("--tag", action="append", default=[], help="only scenarios with this tag (repeatable)")
     q.set_defaults(func=_cmd_list)
@@ -83,7 +87,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q = scenarios_subparsers.add_parser(
         "check", help="validate scenario files: edits apply once each, do not overlap, give expected"
     )
-    q.add_argument("dirs", nargs="*", type=Path, metavar="DIR", help="scenario folders or files (default: built-in)")
+    q.add_argument(
+        "dirs", nargs="*", type=Path, metavar="DIR", help="scenario folders or files (default: built-in)"
+    )
     q.set_defaults(func=_cmd_check)
 
     try:

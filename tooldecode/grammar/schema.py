@@ -1,0 +1,744 @@
+"""JSON Schema (draft 2020-12 subset) -> schema IR, and ``strictify``.
+
+``mode="spec"`` follows JSON Schema: an object without ``additionalProperties`` admits other keys,
+``format`` is an annotation. ``mode="strict"`` compiles ``strictify(schema)`` (every object closed)
+and asserts the formats that can be expressed exactly (``date``, ``uuid``, ``ipv4``).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from itertools import product as iproduct
+from typing import Any
+
+from tooldecode.grammar import ir
+from tooldecode.grammar.ecma import PatternError, pattern_ast
+from tooldecode.grammar.errors import UnsupportedSchemaError, pointer_join
+from tooldecode.grammar.ir import (
+    ANY,
+    NEVER,
+    TOP,
+    ArrA,
+    BoolA,
+    ConstA,
+    Inexact,
+    Node,
+    NullA,
+    NumA,
+    ObjA,
+    RefA,
+    StrA,
+    StrLang,
+    complement,
+    intersect,
+    node,
+    union,
+)
+
+MODES = ("strict", "spec")
+ORDERS = ("schema", "required-first", "any")
+
+ANNOTATIONS = frozenset({
+    "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly", "$comment",
+    "contentMediaType", "contentEncoding", "contentSchema", "$schema", "$id", "$anchor", "$dynamicAnchor",
+    "$vocabulary", "$defs", "definitions",
+})
+OBJECT_KW = ("properties", "patternProperties", "additionalProperties", "required", "propertyNames",
+             "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "unevaluatedProperties")
+ARRAY_KW = ("items", "prefixItems", "minItems", "maxItems", "contains", "minContains", "maxContains",
+            "uniqueItems", "unevaluatedItems")
+STRING_KW = ("minLength", "maxLength", "pattern", "format")
+NUMBER_KW = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref")
+KNOWN = frozenset(OBJECT_KW + ARRAY_KW + STRING_KW + NUMBER_KW + APPLICATORS + ("type", "enum", "const"))
+JSON_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
+FORMATS = tuple(ir.FORMAT_PATTERNS)
+MAX_UNIQUE_ENUM = 2000
+
+
+@dataclass
+class SchemaIR:
+    """A compiled schema. ``ignored`` lists (keyword, JSON pointer) skipped under ``lenient=True``."""
+
+    root: Node
+    defs: dict[str, Node] = field(default_factory=dict)
+    ignored: list[tuple[str, str]] = field(default_factory=list)
+    mode: str = "strict"
+    order: str = "schema"
+
+    def accepts(self, value: Any) -> bool:
+        """Whether ``value`` is in the language of the IR (a semantic check, not a grammar run)."""
+        return ir.accepts(self.root, value, self.defs)
+
+
+def compile_schema(schema: Any, *, mode: str = "strict", order: str = "schema", lenient: bool = False) -> SchemaIR:
+    """Compile a JSON Schema (dict or bool) to the IR. Unsupported keywords raise
+    ``UnsupportedSchemaError`` (keyword + JSON pointer) unless ``lenient``."""
+    from tooldecode.grammar.errors import GrammarError
+
+    if mode not in MODES:
+        raise GrammarError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+    if order not in ORDERS:
+        raise GrammarError(f"unknown order {order!r}; use one of {', '.join(ORDERS)}")
+    src = strictify(schema) if mode == "strict" else schema
+    c = _Compiler(src, lenient=lenient, assert_format=(mode == "strict"))
+    root = c.compile_root()
+    return SchemaIR(root, c.defs, c.ignored, mode, order)
+
+
+# ---------------------------------------------------------------------------------------------
+# strictify
+
+
+def strictify(schema: Any) -> Any:
+    """A copy of ``schema`` in which every object is closed.
+
+    Every subschema in a value position (root, property values, items, ...) that can validate an
+    object and gives neither ``additionalProperties`` nor ``unevaluatedProperties`` gets
+    ``additionalProperties: false`` -- or ``unevaluatedProperties: false`` when it composes other
+    schemas in place (``allOf``/``anyOf``/``oneOf``/``$ref``/``if``/``dependentSchemas``), so that the
+    properties of all the composed schemas are merged before closing. Schemas used in place (the
+    branches of those keywords, ``$defs`` entries) are not closed themselves. A schema that gives an
+    ``additionalProperties`` schema (or ``true``) keeps it. An untyped schema without object keywords
+    (``{}``, "any value") stays open.
+    """
+    root = copy.deepcopy(schema)
+    return _strictify(root, True, root, set())
+
+
+_INPLACE_LIST = ("allOf", "anyOf", "oneOf")
+_INPLACE_ONE = ("not", "if", "then", "else")
+_VALUE_ONE = ("additionalProperties", "unevaluatedProperties", "items", "contains", "unevaluatedItems",
+              "propertyNames")
+_VALUE_MAP = ("properties", "patternProperties")
+
+
+def _strictify(s: Any, value_pos: bool, root: Any, seen: set[int]) -> Any:
+    if not isinstance(s, dict):
+        return s
+    for k in _INPLACE_LIST:
+        if isinstance(s.get(k), list):
+            s[k] = [_strictify(x, False, root, seen) for x in s[k]]
+    for k in _INPLACE_ONE:
+        if k in s:
+            s[k] = _strictify(s[k], False, root, seen)
+    if isinstance(s.get("dependentSchemas"), dict):
+        s["dependentSchemas"] = {k: _strictify(v, False, root, seen) for k, v in s["dependentSchemas"].items()}
+    for k in _VALUE_ONE:
+        if k in s:
+            s[k] = _strictify(s[k], True, root, seen)
+    for k in _VALUE_MAP:
+        if isinstance(s.get(k), dict):
+            s[k] = {name: _strictify(v, True, root, seen) for name, v in s[k].items()}
+    if isinstance(s.get("prefixItems"), list):
+        s["prefixItems"] = [_strictify(x, True, root, seen) for x in s["prefixItems"]]
+    for k in ("$defs", "definitions"):
+        if isinstance(s.get(k), dict):
+            s[k] = {name: _strictify(v, False, root, seen) for name, v in s[k].items()}
+    if value_pos and "additionalProperties" not in s and "unevaluatedProperties" not in s:
+        if _declares_object(s, root, set()):
+            inplace = any(k in s for k in ("allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas",
+                                          "$dynamicRef"))
+            s["unevaluatedProperties" if inplace else "additionalProperties"] = False
+    return s
+
+
+def _declares_object(s: Any, root: Any, seen: set[int]) -> bool:
+    if not isinstance(s, dict) or id(s) in seen:
+        return False
+    seen.add(id(s))
+    t = s.get("type")
+    if t is not None:
+        types = [t] if isinstance(t, str) else list(t) if isinstance(t, list) else []
+        if "object" not in types:
+            return False
+        return True
+    if any(k in s for k in OBJECT_KW):
+        return True
+    for k in _INPLACE_LIST:
+        if isinstance(s.get(k), list) and any(_declares_object(x, root, seen) for x in s[k]):
+            return True
+    for k in ("then", "else"):
+        if _declares_object(s.get(k), root, seen):
+            return True
+    ref = s.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        target = _local_pointer(root, ref[1:])
+        if target is not None and _declares_object(target, root, seen):
+            return True
+    return False
+
+
+def _local_pointer(root: Any, ptr: str) -> Any:
+    from urllib.parse import unquote
+
+    if ptr == "":
+        return root
+    if not ptr.startswith("/"):
+        return None
+    cur = root
+    for tok in ptr[1:].split("/"):
+        tok = unquote(tok).replace("~1", "/").replace("~0", "~")
+        if isinstance(cur, dict) and tok in cur:
+            cur = cur[tok]
+        elif isinstance(cur, list) and tok.isdigit() and int(tok) < len(cur):
+            cur = cur[int(tok)]
+        else:
+            return None
+    return cur
+
+
+# ---------------------------------------------------------------------------------------------
+# the compiler
+
+
+class _Skip(Exception):
+    pass
+
+
+class _Compiler:
+    def __init__(self, root: Any, *, lenient: bool, assert_format: bool) -> None:
+        self.root = root
+        self.lenient = lenient
+        self.assert_format = assert_format
+        self.ignored: list[tuple[str, str]] = []
+        self.defs: dict[str, Node] = {}
+        self.memo: dict[tuple[int, str], Node] = {}
+        self.progress: dict[tuple[int, str], list[Any]] = {}
+        self._keep: list[Any] = []
+        self._resolver = None
+
+    # -- errors
+    def unsupported(self, keyword: str, ptr: str, detail: str = "") -> None:
+        if self.lenient:
+            self.ignored.append((keyword, ptr))
+            return
+        raise UnsupportedSchemaError(keyword, ptr, detail)
+
+    # -- references
+    def resolver(self) -> Any:
+        if self._resolver is None:
+            from referencing import Registry
+            from referencing.jsonschema import DRAFT202012
+
+            if isinstance(self.root, dict):
+                res = DRAFT202012.create_resource(self.root)
+                uri = res.id() or ""
+            else:
+                res = DRAFT202012.create_resource(self.root)
+                uri = ""
+            reg = Registry().with_resource(uri, res)
+            self._resolver = reg.resolver(base_uri=uri)
+        return self._resolver
+
+    def compile_root(self) -> Node:
+        n = self.compile(self.root, "", self.resolver(), 0)
+        return self.finalize(n)
+
+    def compile(self, s: Any, ptr: str, resolver: Any, depth: int) -> Node:
+        if s is True:
+            return ANY
+        if s is False:
+            return NEVER
+        if not isinstance(s, dict):
+            raise UnsupportedSchemaError("(schema)", ptr, f"a schema must be an object or a boolean, not {type(s).__name__}")
+        if "$id" in s and s is not self.root and isinstance(s["$id"], str):
+            from referencing.jsonschema import DRAFT202012
+
+            resolver = resolver.in_subresource(DRAFT202012.create_resource(s))
+        key = (id(s), str(resolver._base_uri))
+        if key in self.memo:
+            return self.memo[key]
+        if key in self.progress:
+            entry = self.progress[key]
+            if entry[1] == depth:
+                self.unsupported("$ref", ptr, "a reference cycle that does not nest into a value")
+                return ANY
+            entry[2] = True
+            return node(RefA(entry[0]))
+        name = self._def_name(ptr)
+        entry = [name, depth, False]
+        self.progress[key] = entry
+        self._keep.append(s)
+        try:
+            result = self._compile_dict(s, ptr, resolver, depth)
+        finally:
+            del self.progress[key]
+        if entry[2]:
+            self.defs[name] = result
+        self.memo[key] = result
+        return result
+
+    def _def_name(self, ptr: str) -> str:
+        base = ptr.rsplit("/", 1)[-1] if ptr else "root"
+        base = base or "root"
+        name = base
+        i = 2
+        while name in self.defs or any(e[0] == name for e in self.progress.values()):
+            name = f"{base}{i}"
+            i += 1
+        return name
+
+    # -- one schema object
+    def _compile_dict(self, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> Node:
+        for k in s:
+            if k in KNOWN or k in ANNOTATIONS or k.startswith("x-"):
+                continue
+            self.unsupported(k, pointer_join(ptr, k))
+
+        alts: dict[str, Any] = {}
+        # type
+        types: list[str] | None = None
+        if "type" in s:
+            t = s["type"]
+            tl = [t] if isinstance(t, str) else t
+            if not isinstance(tl, list) or not all(isinstance(x, str) and x in JSON_TYPES for x in tl):
+                raise UnsupportedSchemaError("type", pointer_join(ptr, "type"), f"unknown type {t!r}")
+            types = tl
+        # per-type base alternatives
+        alts["null"] = NullA()
+        alts["boolean"] = BoolA()
+        alts["number"] = self._number(s, ptr)
+        alts["string"] = self._string(s, ptr)
+        alts["array"] = self._array(s, ptr, resolver, depth)
+        alts["object"] = self._object(s, ptr, resolver, depth)
+        if types is not None:
+            chosen = []
+            for t in types:
+                if t == "integer":
+                    a = alts["number"]
+                    chosen.append(ir._inter_num(a, NumA(kind="int")) if a is not None else None)
+                else:
+                    chosen.append(alts[t])
+            base = node(*(a for a in chosen if a is not None))
+        else:
+            base = node(*(a for a in alts.values() if a is not None))
+        if all(alts[t] == TOP[t] for t in alts) and types is None:
+            base = ANY
+        cur = base
+
+        def meet(other: Node, kw: str, kptr: str) -> None:
+            nonlocal cur
+            try:
+                cur = intersect(cur, other)
+            except Inexact as e:
+                self.unsupported(kw, kptr, str(e))
+
+        # $ref
+        if "$ref" in s:
+            kptr = pointer_join(ptr, "$ref")
+            ref = s["$ref"]
+            try:
+                resolved = resolver.lookup(ref)
+            except Exception as e:  # referencing.exceptions.Unresolvable and friends
+                self.unsupported("$ref", kptr, f"cannot resolve {ref!r} ({type(e).__name__})")
+            else:
+                tgt_ptr = "#" + ref.split("#", 1)[1] if "#" in ref else ref
+                target = self.compile(resolved.contents, tgt_ptr if tgt_ptr != "#" else "", resolved.resolver, depth)
+                meet(target, "$ref", kptr)
+        if "$dynamicRef" in s:
+            self.unsupported("$dynamicRef", pointer_join(ptr, "$dynamicRef"))
+        # allOf
+        for i, sub in enumerate(self._list(s, "allOf", ptr)):
+            sp = pointer_join(ptr, "allOf", i)
+            meet(self.compile(sub, sp, resolver, depth), "allOf", sp)
+        # anyOf
+        if "anyOf" in s:
+            branches = [self.compile(sub, pointer_join(ptr, "anyOf", i), resolver, depth)
+                        for i, sub in enumerate(self._list(s, "anyOf", ptr))]
+            meet(union(*branches), "anyOf", pointer_join(ptr, "anyOf"))
+        # oneOf
+        if "oneOf" in s:
+            kptr = pointer_join(ptr, "oneOf")
+            branches = [self.compile(sub, pointer_join(ptr, "oneOf", i), resolver, depth)
+                        for i, sub in enumerate(self._list(s, "oneOf", ptr))]
+            try:
+                meet(self._one_of(branches), "oneOf", kptr)
+            except Inexact as e:
+                self.unsupported("oneOf", kptr, f"branches are not provably disjoint ({e})")
+                if self.lenient:
+                    meet(union(*branches), "oneOf", kptr)
+        # not
+        if "not" in s:
+            kptr = pointer_join(ptr, "not")
+            sub = self.compile(s["not"], kptr, resolver, depth)
+            try:
+                meet(complement(sub), "not", kptr)
+            except Inexact as e:
+                self.unsupported("not", kptr, str(e))
+        # if / then / else
+        if "if" in s and ("then" in s or "else" in s):
+            kptr = pointer_join(ptr, "if")
+            cond = self.compile(s["if"], kptr, resolver, depth)
+            then = self.compile(s["then"], pointer_join(ptr, "then"), resolver, depth) if "then" in s else ANY
+            els = self.compile(s["else"], pointer_join(ptr, "else"), resolver, depth) if "else" in s else ANY
+            try:
+                meet(union(intersect(cond, then), intersect(complement(cond), els)), "if", kptr)
+            except Inexact as e:
+                self.unsupported("if", kptr, str(e))
+        elif "if" in s:
+            self.compile(s["if"], pointer_join(ptr, "if"), resolver, depth)
+        # dependentRequired / dependentSchemas
+        non_obj = node(*(TOP[t] for t in ir.TYPES if t != "object"))
+        dr = s.get("dependentRequired")
+        if isinstance(dr, dict):
+            for k, needs in dr.items():
+                kptr = pointer_join(ptr, "dependentRequired", k)
+                if not isinstance(needs, list) or not all(isinstance(x, str) for x in needs):
+                    raise UnsupportedSchemaError("dependentRequired", kptr, "must map names to arrays of names")
+                opt = node(ObjA(keys=((k, NEVER),)), ObjA(required=frozenset([k, *needs]),
+                                                          keys=tuple((x, ANY) for x in [k, *needs])))
+                meet(union(non_obj, opt), "dependentRequired", kptr)
+        ds = s.get("dependentSchemas")
+        if isinstance(ds, dict):
+            for k, sub in ds.items():
+                kptr = pointer_join(ptr, "dependentSchemas", k)
+                subn = self.compile(sub, kptr, resolver, depth)
+                try:
+                    present = intersect(node(ObjA(keys=((k, ANY),), required=frozenset([k]))), subn)
+                    meet(union(non_obj, node(ObjA(keys=((k, NEVER),))), present), "dependentSchemas", kptr)
+                except Inexact as e:
+                    self.unsupported("dependentSchemas", kptr, str(e))
+        # unevaluatedProperties / unevaluatedItems
+        if "unevaluatedProperties" in s:
+            kptr = pointer_join(ptr, "unevaluatedProperties")
+            u = self.compile(s["unevaluatedProperties"], kptr, resolver, depth + 1)
+            cur = node(*(self._apply_uneval_props(a, u) if isinstance(a, ObjA) else a for a in cur.alts))
+        if "unevaluatedItems" in s:
+            kptr = pointer_join(ptr, "unevaluatedItems")
+            u = self.compile(s["unevaluatedItems"], kptr, resolver, depth + 1)
+            cur = node(*(self._apply_uneval_items(a, u) if isinstance(a, ArrA) else a for a in cur.alts))
+        # enum / const
+        vals: list[Any] | None = None
+        if "enum" in s:
+            if not isinstance(s["enum"], list):
+                raise UnsupportedSchemaError("enum", pointer_join(ptr, "enum"), "must be an array")
+            vals = list(s["enum"])
+        if "const" in s:
+            c = s["const"]
+            vals = [c] if vals is None else [v for v in vals if ir.json_equal(v, c)]
+        if vals is not None:
+            kept = []
+            for v in vals:
+                try:
+                    ok = ir.accepts(cur, v, self.defs)
+                except Inexact as e:
+                    self.unsupported("enum" if "enum" in s else "const", ptr, str(e))
+                    ok = True
+                if ok:
+                    kept.append(ConstA(v))
+            cur = node(*kept)
+        return cur
+
+    def _list(self, s: dict[str, Any], kw: str, ptr: str) -> list[Any]:
+        v = s.get(kw)
+        if v is None:
+            return []
+        if not isinstance(v, list) or not v:
+            raise UnsupportedSchemaError(kw, pointer_join(ptr, kw), "must be a non-empty array")
+        return v
+
+    def _one_of(self, branches: list[Node]) -> Node:
+        disjoint = True
+        for i in range(len(branches)):
+            for j in range(i + 1, len(branches)):
+                if not _provably_empty(intersect(branches[i], branches[j])):
+                    disjoint = False
+        if disjoint:
+            return union(*branches)
+        comps = [complement(b) for b in branches]
+        parts = []
+        for i, b in enumerate(branches):
+            cur = b
+            for j, c in enumerate(comps):
+                if j != i:
+                    cur = intersect(cur, c)
+            parts.append(cur)
+        return union(*parts)
+
+    # -- per-type keyword groups
+    def _num_value(self, s: dict[str, Any], kw: str, ptr: str) -> Fraction | None:
+        if kw not in s:
+            return None
+        v = s[kw]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+            raise UnsupportedSchemaError(kw, pointer_join(ptr, kw), "must be a finite number")
+        return Fraction(v)
+
+    def _count(self, s: dict[str, Any], kw: str, ptr: str) -> int | None:
+        if kw not in s:
+            return None
+        v = s[kw]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or not float(v).is_integer():
+            raise UnsupportedSchemaError(kw, pointer_join(ptr, kw), "must be a non-negative integer")
+        return int(v)
+
+    def _number(self, s: dict[str, Any], ptr: str) -> NumA:
+        a = NumA()
+        lo, hi = self._num_value(s, "minimum", ptr), self._num_value(s, "maximum", ptr)
+        xlo, xhi = self._num_value(s, "exclusiveMinimum", ptr), self._num_value(s, "exclusiveMaximum", ptr)
+        if lo is not None:
+            a = ir._inter_num(a, NumA(lo=lo)) or a
+        if xlo is not None:
+            a = ir._inter_num(a, NumA(lo=xlo, lo_x=True)) or a
+        if hi is not None:
+            a = ir._inter_num(a, NumA(hi=hi)) or a
+        if xhi is not None:
+            a = ir._inter_num(a, NumA(hi=xhi, hi_x=True)) or a
+        m = self._num_value(s, "multipleOf", ptr)
+        if m is not None:
+            if m <= 0:
+                raise UnsupportedSchemaError("multipleOf", pointer_join(ptr, "multipleOf"), "must be > 0")
+            if m.denominator != 1 or m > 10000:
+                self.unsupported("multipleOf", pointer_join(ptr, "multipleOf"),
+                                 "only integer divisors up to 10000 are expressible exactly")
+            else:
+                r = ir._inter_num(a, NumA(mult=int(m), residues=frozenset({0})))
+                a = r if r is not None else NumA(kind="int", lo=Fraction(1), hi=Fraction(0))
+        return a
+
+    def _string(self, s: dict[str, Any], ptr: str) -> StrA:
+        lang = StrLang()
+        lo, hi = self._count(s, "minLength", ptr), self._count(s, "maxLength", ptr)
+        if lo is not None or hi is not None:
+            lang = lang.inter(StrLang(lo or 0, hi))
+        if "pattern" in s:
+            p = s["pattern"]
+            kptr = pointer_join(ptr, "pattern")
+            if not isinstance(p, str):
+                raise UnsupportedSchemaError("pattern", kptr, "must be a string")
+            try:
+                pattern_ast(p)
+                lang = lang.inter(StrLang(patterns=frozenset({p})))
+            except PatternError as e:
+                self.unsupported("pattern", kptr, str(e))
+        if "format" in s and self.assert_format:
+            f = s["format"]
+            if f in ir.FORMAT_PATTERNS:
+                lang = lang.inter(StrLang(formats=frozenset({f})))
+            else:
+                self.unsupported("format", pointer_join(ptr, "format"),
+                                 f"format {f!r} cannot be expressed exactly (supported: {', '.join(FORMATS)})")
+        return StrA(lang)
+
+    def _array(self, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> ArrA:
+        prefix: tuple[Node, ...] = ()
+        if "prefixItems" in s:
+            items = s["prefixItems"]
+            if not isinstance(items, list):
+                raise UnsupportedSchemaError("prefixItems", pointer_join(ptr, "prefixItems"), "must be an array")
+            prefix = tuple(self.compile(x, pointer_join(ptr, "prefixItems", i), resolver, depth + 1)
+                           for i, x in enumerate(items))
+        rest: Node | None = None
+        if "items" in s:
+            if isinstance(s["items"], list):
+                raise UnsupportedSchemaError("items", pointer_join(ptr, "items"),
+                                             "an array of schemas is draft-07 syntax; use prefixItems")
+            r = self.compile(s["items"], pointer_join(ptr, "items"), resolver, depth + 1)
+            rest = None if r.is_any else r
+        lo = self._count(s, "minItems", ptr) or 0
+        hi = self._count(s, "maxItems", ptr)
+        contains: tuple[tuple[Node, int, int | None], ...] = ()
+        if "contains" in s:
+            c = self.compile(s["contains"], pointer_join(ptr, "contains"), resolver, depth + 1)
+            cmin = self._count(s, "minContains", ptr)
+            cmax = self._count(s, "maxContains", ptr)
+            cmin = 1 if cmin is None else cmin
+            if cmin > 0 or cmax is not None:
+                contains = ((c, cmin, cmax),)
+        unique = bool(s.get("uniqueItems", False))
+        a = ArrA(prefix, rest, lo, hi, contains, unique, len(prefix), "items" in s)
+        return ir._norm_arr(a)
+
+    def _object(self, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> ObjA:
+        props = s.get("properties", {})
+        if not isinstance(props, dict):
+            raise UnsupportedSchemaError("properties", pointer_join(ptr, "properties"), "must be an object")
+        pats = s.get("patternProperties", {})
+        if not isinstance(pats, dict):
+            raise UnsupportedSchemaError("patternProperties", pointer_join(ptr, "patternProperties"),
+                                         "must be an object")
+        pat_nodes: list[tuple[str, Node]] = []
+        for p, sub in pats.items():
+            kptr = pointer_join(ptr, "patternProperties", p)
+            try:
+                pattern_ast(p)
+            except PatternError as e:
+                self.unsupported("patternProperties", kptr, str(e))
+                continue
+            pat_nodes.append((p, self.compile(sub, kptr, resolver, depth + 1)))
+        extras: list[tuple[StrLang, Node]] = [(StrLang(patterns=frozenset({p})), n) for p, n in pat_nodes]
+        if "additionalProperties" in s:
+            kptr = pointer_join(ptr, "additionalProperties")
+            addn = self.compile(s["additionalProperties"], kptr, resolver, depth + 1)
+            negs = frozenset(StrLang(patterns=frozenset({p})) for p, _ in pat_nodes)
+            extras.append((StrLang(excluded=frozenset(props), negs=negs), addn))
+        keys: list[tuple[str, Node]] = []
+        for k, sub in props.items():
+            n = self.compile(sub, pointer_join(ptr, "properties", k), resolver, depth + 1)
+            for p, pn in pat_nodes:
+                if StrLang(patterns=frozenset({p})).accepts(k):
+                    n = intersect(n, pn)
+            keys.append((k, n))
+        req = s.get("required", [])
+        if not isinstance(req, list) or not all(isinstance(x, str) for x in req):
+            raise UnsupportedSchemaError("required", pointer_join(ptr, "required"), "must be an array of strings")
+        o = ObjA(keys=tuple(keys), extras=tuple(extras))
+        extra_keys = [k for k in dict.fromkeys(req) if k not in props]
+        if extra_keys:
+            o = replace(o, keys=o.keys + tuple((k, o.extra_value(k)) for k in extra_keys))
+        o = replace(o, required=frozenset(req))
+        names = None
+        if "propertyNames" in s:
+            names = self.compile(s["propertyNames"], pointer_join(ptr, "propertyNames"), resolver, depth + 1)
+            if names.is_any:
+                names = None
+        o = replace(o, names=names, min_p=self._count(s, "minProperties", ptr) or 0,
+                    max_p=self._count(s, "maxProperties", ptr), eval_names=frozenset(props),
+                    eval_pats=frozenset(p for p, _ in pat_nodes), eval_all="additionalProperties" in s)
+        return ir._norm_obj(o)
+
+    # -- unevaluated*
+    def _apply_uneval_props(self, a: ObjA, u: Node) -> ObjA:
+        if a.eval_all:
+            return a
+        pats = [StrLang(patterns=frozenset({p})) for p in a.eval_pats]
+
+        def evaluated(k: str) -> bool:
+            return k in a.eval_names or any(pl.accepts(k) for pl in pats)
+
+        keys = tuple((k, n if evaluated(k) else intersect(n, u)) for k, n in a.keys)
+        rule = (StrLang(excluded=a.eval_names, negs=frozenset(pats)), u)
+        return ir._norm_obj(replace(a, keys=keys, extras=a.extras + (rule,), eval_all=True))
+
+    def _apply_uneval_items(self, a: ArrA, u: Node) -> ArrA:
+        if a.eval_all:
+            return a
+        n = a.eval_n
+        prefix = list(a.prefix)
+        while len(prefix) < n:
+            prefix.append(a.item(len(prefix)))
+        prefix = [p if i < n else intersect(p, u) for i, p in enumerate(prefix)]
+        rest = a.rest if a.rest is not None else ANY
+        rest = intersect(rest, u)
+        return ir._norm_arr(replace(a, prefix=tuple(prefix), rest=None if rest.is_any else rest, eval_all=True))
+
+    # -- whole-IR post-processing (uniqueItems)
+    def finalize(self, root: Node) -> Node:
+        memo: dict[int, Node] = {}
+
+        def walk(n: Node) -> Node:
+            if id(n) in memo:
+                return memo[id(n)]
+            memo[id(n)] = n
+            out = []
+            for a in n.alts:
+                out.extend(walk_alt(a))
+            r = node(*out) if out != list(n.alts) else n
+            memo[id(n)] = r
+            return r
+
+        def walk_alt(a: ir.Alt) -> list[ir.Alt]:
+            if isinstance(a, ArrA):
+                a2 = replace(a, prefix=tuple(walk(p) for p in a.prefix),
+                             rest=walk(a.rest) if a.rest is not None else None,
+                             contains=tuple((walk(c), lo, hi) for c, lo, hi in a.contains))
+                if a2.unique:
+                    return self._unique(a2)
+                return [a2 if a2 != a else a]
+            if isinstance(a, ObjA):
+                a2 = replace(a, keys=tuple((k, walk(v)) for k, v in a.keys),
+                             extras=tuple((la, walk(v)) for la, v in a.extras))
+                return [a2 if a2 != a else a]
+            return [a]
+
+        for name in list(self.defs):
+            self.defs[name] = walk(self.defs[name])
+        return walk(root)
+
+    def _unique(self, a: ArrA) -> list[ir.Alt]:
+        if a.max is not None and a.max <= 1:
+            return [replace(a, unique=False)]
+        # enumerate when every position has a small finite domain
+        domains: list[list[Any]] = []
+        limit = a.max if a.max is not None else len(a.prefix) + 64
+        for i in range(limit):
+            vals = _finite_values(a.item(i))
+            if vals is None:
+                if i >= a.min and a.item(i).is_never:
+                    break
+                self.unsupported("uniqueItems", "", "uniqueItems over items that are not a small finite set")
+                return [replace(a, unique=False)]
+            if not vals:
+                break
+            domains.append(vals)
+            if i >= len(a.prefix) and a.rest is not None:
+                # remaining positions share the rest domain; uniqueness bounds the length
+                total = len(vals)
+                limit = min(limit, i + total)
+        seqs: list[list[Any]] = []
+        plain = replace(a, unique=False)
+
+        def go(prefix: list[Any], keys: set[Any]) -> None:
+            if len(seqs) > MAX_UNIQUE_ENUM:
+                return
+            if len(prefix) >= a.min and ir.accepts_alt(plain, prefix, self.defs):
+                seqs.append(list(prefix))
+            i = len(prefix)
+            if i >= len(domains) or (a.max is not None and i >= a.max):
+                return
+            for v in domains[i]:
+                k = ir.value_key(v)
+                if k in keys:
+                    continue
+                prefix.append(v)
+                keys.add(k)
+                go(prefix, keys)
+                keys.discard(k)
+                prefix.pop()
+
+        go([], set())
+        if len(seqs) > MAX_UNIQUE_ENUM:
+            self.unsupported("uniqueItems", "", "too many unique arrays to enumerate")
+            return [plain]
+        return [ConstA(sq) for sq in seqs]
+
+
+def _finite_values(n: Node) -> list[Any] | None:
+    out: list[Any] = []
+    for a in n.alts:
+        if isinstance(a, ConstA):
+            out.append(a.value)
+        elif isinstance(a, NullA):
+            out.append(None)
+        elif isinstance(a, BoolA):
+            out.extend(sorted(a.values))
+        else:
+            return None
+    uniq: dict[Any, Any] = {}
+    for v in out:
+        uniq.setdefault(ir.value_key(v), v)
+    return list(uniq.values())
+
+
+def _provably_empty(n: Node) -> bool:
+    for a in n.alts:
+        if isinstance(a, StrA):
+            if not a.lang.is_empty():
+                return False
+        elif isinstance(a, NumA):
+            if not ir._num_empty(a):
+                return False
+        else:
+            return False
+    return True
+
+
+def schema_types(n: Node) -> set[str]:
+    return n.types()
+
+
+__all__ = ["SchemaIR", "compile_schema", "strictify", "MODES", "ORDERS", "iproduct"]

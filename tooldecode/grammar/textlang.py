@@ -1,0 +1,520 @@
+"""Exact text languages for JSON scalars: string encodings (RFC 8259), integers and decimals in ranges.
+
+A string constraint is a language of *decoded* strings (a DFA or regex AST over code points). The
+JSON text of a string is obtained by substituting each decoded character class with all its
+encodings: the raw character (not ``"``, ``\\`` or U+0000..U+001F), a short escape (``\\" \\\\ \\/ \\b
+\\f \\n \\r \\t``), ``\\uXXXX`` (hex in either case) for a non-surrogate BMP character, or a
+``\\uD8xx\\uDCxx`` surrogate pair for a character above U+FFFF. Lone surrogate escapes are never
+produced (they decode to strings that cannot be written as UTF-8). Since every encoded string
+decodes to exactly one string, length bounds count characters, not escape sequences.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from fractions import Fraction
+from functools import lru_cache
+
+from tooldecode.grammar.automata import (
+    DFA,
+    EPS,
+    NOTHING,
+    UNIVERSE,
+    Charset,
+    Chars,
+    RNode,
+    Sym,
+    alt,
+    cat,
+    chars,
+    cs_diff,
+    cs_has,
+    cs_inter,
+    cs_norm,
+    cs_of,
+    eliminate,
+    lit,
+    opt,
+    rep,
+    star,
+    substitute,
+    to_dfa,
+)
+
+CONTROL: Charset = ((0, 0x1F),)
+_SHORT = {ord('"'): '"', ord("\\"): "\\", ord("/"): "/", 8: "b", 12: "f", 10: "n", 13: "r", 9: "t"}
+DIGIT = Chars(cs_of("0123456789"))
+DIGIT19 = Chars(cs_of("123456789"))
+
+
+def _hex_digit_class(lo: int, hi: int) -> RNode:
+    """Hex digits lo..hi (values), either case."""
+    ranges = []
+    for v in range(lo, hi + 1):
+        ranges.append(ord("0123456789abcdef"[v]))
+        if v >= 10:
+            ranges.append(ord("ABCDEF"[v - 10]))
+    return Chars(cs_norm((c, c) for c in ranges))
+
+
+def _hex_range(lo: int, hi: int, width: int) -> RNode:
+    """Hex texts of exactly ``width`` digits whose value is in [lo, hi]."""
+    if lo > hi:
+        return NOTHING
+    if width == 0:
+        return EPS
+    unit = 16 ** (width - 1)
+    a, b = divmod(lo, unit)
+    c, d = divmod(hi, unit)
+    if a == c:
+        return cat(_hex_digit_class(a, a), _hex_range(b, d, width - 1))
+    parts = []
+    start, end = a, c
+    if b != 0:
+        parts.append(cat(_hex_digit_class(a, a), _hex_range(b, unit - 1, width - 1)))
+        start = a + 1
+    tail = None
+    if d != unit - 1:
+        tail = cat(_hex_digit_class(c, c), _hex_range(0, d, width - 1))
+        end = c - 1
+    if start <= end:
+        parts.append(cat(_hex_digit_class(start, end), rep(_hex_digit_class(0, 15), width - 1, width - 1)))
+    if tail is not None:
+        parts.append(tail)
+    return alt(*parts)
+
+
+@lru_cache(maxsize=4096)
+def enc_json(cs: Charset) -> RNode:
+    """All JSON-string encodings of one character from ``cs``."""
+    raw = cs_diff(cs, cs_union_specials())
+    return alt(chars(raw), _escapes_only(cs))
+
+
+@lru_cache(maxsize=4096)
+def _escapes_only(cs: Charset) -> RNode:
+    """The escape-sequence encodings (no raw character) of one character from ``cs``."""
+    if cs == UNIVERSE:
+        return JSON_ESCAPE
+    return _escapes_raw(cs)
+
+
+def _escapes_raw(cs: Charset) -> RNode:
+    parts: list[RNode] = []
+    shorts = sorted(ch for cp, ch in _SHORT.items() if cs_has(cs, cp))
+    if shorts:
+        parts.append(cat(lit("\\"), Chars(cs_of("".join(shorts)))))
+    uparts: list[RNode] = []
+    bmp = cs_inter(cs, ((0, 0xD7FF), (0xE000, 0xFFFF)))
+    for lo, hi in bmp:
+        uparts.append(_hex_range(lo, hi, 4))
+    if uparts:
+        parts.append(cat(lit("\\u"), alt(*uparts)))
+    astral = cs_inter(cs, ((0x10000, 0x10FFFF),))
+    for lo, hi in astral:
+        parts.append(_pair_range(lo, hi))
+    return alt(*parts) if parts else NOTHING
+
+
+def cs_union_specials() -> Charset:
+    return cs_norm([(0, 0x1F), (ord('"'), ord('"')), (ord("\\"), ord("\\"))])
+
+
+def _pair_range(lo: int, hi: int) -> RNode:
+    """Surrogate-pair escapes for code points lo..hi (>= 0x10000)."""
+    out = []
+    lo -= 0x10000
+    hi -= 0x10000
+    hl, ll = divmod(lo, 0x400)
+    hh, lh = divmod(hi, 0x400)
+
+    def pair(h1: int, h2: int, l1: int, l2: int) -> RNode:
+        return cat(lit("\\u"), _hex_range(0xD800 + h1, 0xD800 + h2, 4), lit("\\u"),
+                   _hex_range(0xDC00 + l1, 0xDC00 + l2, 4))
+
+    if hl == hh:
+        return pair(hl, hl, ll, lh)
+    out.append(pair(hl, hl, ll, 0x3FF))
+    if hh - hl > 1:
+        out.append(pair(hl + 1, hh - 1, 0, 0x3FF))
+    out.append(pair(hh, hh, 0, lh))
+    return alt(*out)
+
+
+def enc_raw(cs: Charset) -> RNode:
+    return chars(cs)
+
+
+def encode(ast: RNode, mode: str) -> RNode:
+    """Encoded text of a decoded-string language given as an AST (no quotes)."""
+    return substitute(ast, enc_json if mode == "json" else enc_raw)
+
+
+JSON_ESCAPE = Sym("json-escape", _escapes_raw(UNIVERSE))
+
+
+# ---------------------------------------------------------------------------------------------
+# excluding a delimiter sequence from the encoded text
+
+
+def _kmp_table(word: str) -> list[dict[str, int]]:
+    """KMP automaton: state k (matched prefix length) -> {char: next} for chars of ``word``."""
+    n = len(word)
+    fail = [0] * (n + 1)
+    k = 0
+    for i in range(1, n):
+        while k and word[i] != word[k]:
+            k = fail[k]
+        if word[i] == word[k]:
+            k += 1
+        fail[i + 1] = k
+    table: list[dict[str, int]] = []
+    for state in range(n):
+        row = {}
+        for ch in set(word):
+            s = state
+            while s and word[s] != ch:
+                s = fail[s]
+            if word[s] == ch:
+                s += 1
+            row[ch] = s
+        table.append(row)
+    return table
+
+
+def encoded_without(d: DFA, mode: str, forbid: str) -> RNode:
+    """Encoded texts of the decoded language ``d`` in which the raw sequence ``forbid`` never occurs.
+
+    In JSON mode an escape sequence never takes part in an occurrence (``forbid`` must start with a
+    character that cannot appear inside an escape, e.g. ``<``), so only raw characters advance the
+    matcher and every escape resets it.
+    """
+    assert forbid and forbid[0] not in "\\u0123456789abcdefABCDEF\"/bfnrt"
+    table = _kmp_table(forbid)
+    n = len(forbid)
+    special = cs_of("".join(sorted(set(forbid))))
+    live = d.live_states()
+    g: dict[int, dict[int, RNode]] = {}
+
+    def sid(q: int, k: int) -> int:
+        return q * (n + 1) + k
+
+    todo = [(d.start, 0)]
+    seen = {(d.start, 0)}
+    accept: set[int] = set()
+    while todo:
+        q, k = todo.pop()
+        out: dict[int, list[RNode]] = {}
+        if q in d.accept:
+            accept.add(sid(q, k))
+        esc_to: dict[int, list[Charset]] = {}
+        for a, t in enumerate(d.delta[q]):
+            if t not in live:
+                continue
+            atom = d.atoms[a]
+            raw = atom if mode == "raw" else cs_diff(atom, cs_union_specials())
+            # raw characters that do not occur in forbid: reset to 0
+            plain = cs_diff(raw, special)
+            moves: list[tuple[int, RNode]] = []
+            if plain:
+                moves.append((0, Chars(plain)))
+            for ch in sorted(set(forbid)):
+                if cs_has(raw, ord(ch)):
+                    moves.append((table[k][ch], lit(ch)))
+            if mode == "json":
+                esc_to.setdefault(t, []).append(atom)
+            for k2, lab in moves:
+                if k2 >= n:
+                    continue
+                out.setdefault(sid(t, k2), []).append(lab)
+                if (t, k2) not in seen:
+                    seen.add((t, k2))
+                    todo.append((t, k2))
+        for t, atoms in esc_to.items():
+            esc = _escapes_only(cs_norm(r for at in atoms for r in at))
+            if esc != NOTHING:
+                out.setdefault(sid(t, 0), []).append(esc)
+                if (t, 0) not in seen:
+                    seen.add((t, 0))
+                    todo.append((t, 0))
+        g[sid(q, k)] = {tgt: alt(*labs) for tgt, labs in out.items()}
+    return eliminate(g, sid(d.start, 0), accept)
+
+
+# ---------------------------------------------------------------------------------------------
+# generic JSON pieces
+
+STRING_CONTENT_ANY = star(enc_json(UNIVERSE))
+
+
+def quoted(content: RNode) -> RNode:
+    return cat(lit('"'), content, lit('"'))
+
+
+@lru_cache(maxsize=64)
+def any_string_terminal(mode: str = "json", forbid: str | None = None) -> RNode:
+    if forbid:
+        content = encoded_without(to_dfa(star(Chars(UNIVERSE))), mode, forbid)
+    else:
+        content = STRING_CONTENT_ANY if mode == "json" else star(Chars(UNIVERSE))
+    return quoted(content) if mode == "json" else content
+
+
+INT_ANY = cat(opt(lit("-")), alt(lit("0"), cat(DIGIT19, star(DIGIT))))
+FRAC = cat(lit("."), rep(DIGIT, 1, None))
+EXP = cat(Chars(cs_of("eE")), opt(Chars(cs_of("+-"))), rep(DIGIT, 1, None))
+NUMBER_ANY = cat(INT_ANY, opt(FRAC), opt(EXP))
+
+
+# ---------------------------------------------------------------------------------------------
+# integers in a range
+
+
+def _digits_class(a: int, b: int) -> RNode:
+    return Chars(((48 + a, 48 + b),))
+
+
+def _same_len(x: str, y: str) -> RNode:
+    """Digit strings of len(x) == len(y) between x and y inclusive (leading zeros allowed)."""
+    if x == y:
+        return lit(x)
+    if len(x) == 1:
+        return _digits_class(int(x), int(y))
+    i = 0
+    while x[i] == y[i]:
+        i += 1
+    prefix = lit(x[:i])
+    x0, y0 = int(x[i]), int(y[i])
+    xr, yr = x[i + 1 :], y[i + 1 :]
+    n = len(xr)
+    parts = []
+    lo_first = x0
+    if xr and xr != "0" * n:
+        parts.append(cat(_digits_class(x0, x0), _same_len(xr, "9" * n)))
+        lo_first = x0 + 1
+    hi_last = y0
+    tail = None
+    if yr and yr != "9" * n:
+        tail = cat(_digits_class(y0, y0), _same_len("0" * n, yr))
+        hi_last = y0 - 1
+    if lo_first <= hi_last:
+        parts.append(cat(_digits_class(lo_first, hi_last), rep(DIGIT, n, n)))
+    if tail is not None:
+        parts.append(tail)
+    return cat(prefix, alt(*parts))
+
+
+def _nonneg_range(lo: int, hi: int | None) -> RNode:
+    """Canonical decimal texts (no leading zeros) of integers in [lo, hi], lo >= 0."""
+    if hi is not None and hi < lo:
+        return NOTHING
+    parts = []
+    ls = str(lo)
+    if hi is None:
+        top = 10 ** len(ls) - 1
+        parts.append(_nonneg_range(lo, top))
+        parts.append(cat(DIGIT19, rep(DIGIT, len(ls), None)))
+        return alt(*parts)
+    hs = str(hi)
+    for length in range(len(ls), len(hs) + 1):
+        a = lo if length == len(ls) else 10 ** (length - 1)
+        b = hi if length == len(hs) else 10**length - 1
+        if a > b:
+            continue
+        if length == 1:
+            parts.append(_digits_class(a, b))
+        else:
+            parts.append(_same_len(str(a), str(b)))
+    return alt(*parts)
+
+
+def int_range(lo: int | None, hi: int | None) -> RNode:
+    """JSON integer texts (``-?(0|[1-9][0-9]*)``) with value in [lo, hi] (None = unbounded)."""
+    if lo is None and hi is None:
+        return INT_ANY
+    if lo is not None and hi is not None and lo > hi:
+        return NOTHING
+    parts = []
+    # non-negative part
+    if hi is None or hi >= 0:
+        parts.append(_nonneg_range(max(lo, 0) if lo is not None else 0, hi))
+    # negative part: "-" + magnitude in [max(1, -hi), -lo]
+    if lo is None or lo < 0:
+        mlo = max(1, -hi) if hi is not None else 1
+        mhi = -lo if lo is not None else None
+        if mhi is None or mlo <= mhi:
+            parts.append(cat(lit("-"), _nonneg_range(mlo, mhi)))
+    if (lo is None or lo <= 0) and (hi is None or hi >= 0):
+        parts.append(lit("-0"))
+    return alt(*parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# decimals (texts with a fraction part and no exponent) in a range
+
+
+def _frac_cmp(fb: str, op: str) -> RNode:
+    """Fraction digit strings F (non-empty) with 0.F op 0.fb (fb without trailing zeros)."""
+    parts = []
+    if op in (">=", ">"):
+        for i, ch in enumerate(fb):
+            d = int(ch)
+            if d < 9:
+                parts.append(cat(lit(fb[:i]), _digits_class(d + 1, 9), star(DIGIT)))
+        if op == ">=":
+            parts.append(cat(lit(fb), star(DIGIT)) if fb else rep(DIGIT, 1, None))
+        else:
+            parts.append(cat(lit(fb), star(DIGIT), DIGIT19, star(DIGIT)))
+        return alt(*parts)
+    # <=, <
+    for i, ch in enumerate(fb):
+        d = int(ch)
+        if d > 0:
+            parts.append(cat(lit(fb[:i]), _digits_class(0, d - 1), star(DIGIT)))
+    # proper non-empty prefixes of fb (followed by nothing): smaller since fb has a non-zero tail
+    for j in range(1, len(fb)):
+        parts.append(lit(fb[:j]))
+    if op == "<=":
+        parts.append(cat(lit(fb), star(lit("0"))) if fb else rep(lit("0"), 1, None))
+    return alt(*parts)
+
+
+def _split(b: Decimal) -> tuple[int, str]:
+    """Non-negative decimal -> (integer part, fraction digits without trailing zeros)."""
+    s = format(b, "f")
+    if "." in s:
+        ip, fp = s.split(".")
+        fp = fp.rstrip("0")
+    else:
+        ip, fp = s, ""
+    return int(ip), fp
+
+
+def _mag_range(lo: Decimal | None, lo_incl: bool, hi: Decimal | None, hi_incl: bool) -> RNode:
+    """Texts ``(0|[1-9]d*).d+`` whose value m satisfies the bounds (bounds >= 0 or None)."""
+    lo_i, lo_f = _split(lo) if lo is not None else (0, "")
+    lo_op = ">=" if lo_incl or lo is None else ">"
+    if lo is None:
+        lo_incl = True
+    if hi is None:
+        parts = [cat(_nonneg_range(lo_i + 1, None), FRAC), cat(lit(str(lo_i)), lit("."), _frac_cmp(lo_f, lo_op))]
+        return alt(*parts)
+    hi_i, hi_f = _split(hi)
+    hi_op = "<=" if hi_incl else "<"
+    if lo_i == hi_i:
+        both = _intersect_ast(_frac_cmp(lo_f, lo_op), _frac_cmp(hi_f, hi_op))
+        return cat(lit(str(lo_i)), lit("."), both)
+    parts = [cat(lit(str(lo_i)), lit("."), _frac_cmp(lo_f, lo_op))]
+    if lo_i + 1 <= hi_i - 1:
+        parts.append(cat(_nonneg_range(lo_i + 1, hi_i - 1), FRAC))
+    parts.append(cat(lit(str(hi_i)), lit("."), _frac_cmp(hi_f, hi_op)))
+    return alt(*parts)
+
+
+def _intersect_ast(a: RNode, b: RNode) -> RNode:
+    from tooldecode.grammar.automata import product, to_regex
+
+    return to_regex(product([to_dfa(a), to_dfa(b)]))
+
+
+def decimal_range(lo: Decimal | None, lo_incl: bool, hi: Decimal | None, hi_incl: bool,
+                  nonzero_frac: bool = False) -> RNode:
+    """Texts ``-?(0|[1-9]d*).d+`` with decimal value in the range; ``nonzero_frac``: fraction not all 0."""
+    parts = []
+    zero = Decimal(0)
+    # non-negative texts: value m
+    if hi is None or hi > zero or (hi == zero and hi_incl):
+        plo, plo_incl = (lo, lo_incl) if lo is not None and lo > zero else (zero, True)
+        if lo is not None and lo == zero:
+            plo_incl = lo_incl
+        parts.append(_mag_range(plo, plo_incl, hi, hi_incl))
+    # negative texts "-m": value -m; -m >= lo <=> m <= -lo ; -m <= hi <=> m >= -hi
+    if lo is None or lo < zero or (lo == zero and lo_incl):
+        mlo, mlo_incl = (-hi, hi_incl) if hi is not None and hi < zero else (zero, True)
+        if hi is not None and hi == zero:
+            mlo_incl = hi_incl
+        mhi, mhi_incl = (-lo, lo_incl) if lo is not None else (None, True)
+        parts.append(cat(lit("-"), _mag_range(mlo, mlo_incl, mhi, mhi_incl)))
+    out = alt(*parts)
+    if nonzero_frac:
+        out = _intersect_ast(out, cat(opt(lit("-")), INT_UNSIGNED, lit("."), star(DIGIT), DIGIT19, star(DIGIT)))
+    return out
+
+
+INT_UNSIGNED = alt(lit("0"), cat(DIGIT19, star(DIGIT)))
+NONINT_ANY = cat(opt(lit("-")), INT_UNSIGNED, lit("."), star(DIGIT), DIGIT19, star(DIGIT))
+
+
+# ---------------------------------------------------------------------------------------------
+# float bounds -> exact decimals for texts that parse as floats
+
+
+def _next_double(x: float, up: bool) -> float:
+    import math
+
+    return math.nextafter(x, math.inf if up else -math.inf)
+
+
+def float_lower(b: Fraction, strict: bool) -> Decimal | None:
+    """Smallest double D with D >= b (> b if strict), as an exact Decimal; None if none exists."""
+    import math
+
+    try:
+        d = float(b)
+    except OverflowError:
+        return None
+    if math.isinf(d):
+        return None if d > 0 else Decimal(-1.7976931348623157e308)
+    while Fraction(d) < b or (strict and Fraction(d) == b):
+        d = _next_double(d, True)
+        if math.isinf(d):
+            return None
+    while True:
+        p = _next_double(d, False)
+        if Fraction(p) > b or (not strict and Fraction(p) == b):
+            d = p
+        else:
+            break
+    return Decimal(d)
+
+
+def float_upper(b: Fraction, strict: bool) -> Decimal | None:
+    r = float_lower(-b, strict)
+    return None if r is None else -r
+
+
+def ceil_frac(b: Fraction) -> int:
+    return -((-b.numerator) // b.denominator)
+
+
+def floor_frac(b: Fraction) -> int:
+    return b.numerator // b.denominator
+
+
+def multiple_dfa(k: int, residues: frozenset[int]) -> DFA:
+    """Integer texts whose value modulo k is in ``residues`` (value may be negative)."""
+    # states: 0 start, 1 after '-', 2 '0' read (value 0), 3 '-0', 4+r remainder r (positive magnitude)
+    #         4+k+r remainder r after '-', dead = 4+2k
+    neg_res = frozenset((-r) % k for r in residues)
+    dead = 4 + 2 * k
+    digits = [cs_of(str(i)) for i in range(10)]
+    minus = cs_of("-")
+    rest = cs_diff(UNIVERSE, cs_of("-0123456789"))
+    atoms = [minus] + digits + [rest]
+    delta = [[dead] * len(atoms) for _ in range(dead + 1)]
+    delta[0][0] = 1
+    delta[0][1] = 2
+    delta[1][1] = 3
+    for dg in range(1, 10):
+        delta[0][1 + dg] = 4 + dg % k
+        delta[1][1 + dg] = 4 + k + dg % k
+    for r in range(k):
+        for dg in range(10):
+            delta[4 + r][1 + dg] = 4 + (r * 10 + dg) % k
+            delta[4 + k + r][1 + dg] = 4 + k + (r * 10 + dg) % k
+    accept = set()
+    if 0 in residues:
+        accept |= {2, 3}
+    accept |= {4 + r for r in residues}
+    accept |= {4 + k + r for r in neg_res}
+    return DFA(atoms, delta, accept, 0).minimize()
