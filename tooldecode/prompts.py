@@ -32,7 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from tooldecode.errors import ModelError, ToolDecodeError
-from tooldecode.grammar import Tool, load_tool, serialize_call, strictify
+try:
+    from tooldecode.grammar import Tool, load_tool, serialize_call, strictify
+except ImportError:  # TEMPORARY: until tooldecode.grammar exports these
+    from tooldecode._grammar_fallback import Tool, load_tool, serialize_call, strictify  # type: ignore
 from tooldecode.models import REGISTRY, ModelRef, model_dir, resolve
 from tooldecode.scenarios import Scenario
 
@@ -377,8 +380,11 @@ def _marked_calls(calls: list[tuple[str, dict]], index: int, key: str, item: int
 def _cut_point(scenario: Scenario, options: TranscriptOptions, wire: str, kind: str) -> int:
     """Offset in the gold call text where a prefill ends.
 
-    ``kind`` is ``forced-tool`` (the call's opening, through ``{`` of the arguments object, or up to the
-    first parameter for antml) or a gold cut.
+    ``kind`` is ``forced-tool`` (the call's opening through the opening quote of the first argument key,
+    or up to the first ``<parameter`` for antml), ``before-edits`` (likewise for the first edit's first
+    key) or a gold cut at the end of an oldText / newText value (before its closing quote).
+    Cuts before a key name rather than after ``{``: ``{"`` and `` {"`` are single tokens for Qwen2.5 and
+    SmolLM2, so a prefill ending in ``{`` would end inside a natural token.
     """
     calls = _edit_calls(scenario, options.toolset)
     flat = options.toolset == "flat-edit"
@@ -404,12 +410,9 @@ def _cut_point(scenario: Scenario, options: TranscriptOptions, wire: str, kind: 
         raise PromptError(f"internal: the {wire} serializer changed the text around a cut marker")
     if where == "end":
         return pos
-    if kind == "before-edits" and not flat:
-        return text.rfind("{", 0, pos)  # the opening brace of the first edits item
-    if wire == "antml":
-        return text.rfind("<parameter", 0, pos)
-    start = text.rfind(f'"{key}"', 0, pos)
-    return len(text[:start].rstrip()) if kind == "forced-tool" else start
+    if wire == "antml" and item is None:
+        return text.rfind("<parameter", 0, pos)  # a top-level parameter: cut before its tag
+    return text.rfind(f'"{key}"', 0, pos) + 1  # a JSON key: cut after its opening quote
 
 
 # ---------------------------------------------------------------------------------------------- GGUF
@@ -699,7 +702,7 @@ def _smollm2_tool_block(tools: Sequence[Tool], wire: str) -> str:
     return SMOLLM2_SYSTEM.format(tools=json.dumps([_tool_json(t) for t in tools]), instruction=instruction)
 
 
-def _switch_text(tools: Sequence[Tool], family: str, wire: str) -> str:
+def _switch_text(tools: Sequence[Tool], family: str) -> str:
     if family == "smollm2":
         return f"{TOOL_SWITCH}\n<tools>{json.dumps([_tool_json(t) for t in tools])}</tools>"
     return f"{TOOL_SWITCH}\n<tools>{_tool_lines(tools)}\n</tools>"
@@ -727,79 +730,86 @@ def _lower_calls(messages: list[dict], wire: str, style: str, tool_role: bool) -
     return out
 
 
+@dataclass
+class _Rendered:
+    before: str  # prompt text up to where the model starts its call
+    messages: list[dict]
+    wire: str  # output wire
+    gold: str  # the full gold call in the output wire
+
+
+def _prepare(family: str, scenario: Scenario, options: TranscriptOptions, tools: tuple[Tool, ...],
+             prior_tools: tuple[Tool, ...] | None, history_wire: str, system_tools: bool) -> list[dict]:
+    """The conversation with the edit turn last (its calls structured), system prompt filled in
+    unless the chat template writes the tools itself (``system_tools`` False)."""
+    messages, before_call, switched = _conversation(scenario, options)
+    first_tools = prior_tools if switched else tools
+    messages.append(_call_msg(before_call, _edit_calls(scenario, options.toolset)))
+    if system_tools:
+        block = (_smollm2_tool_block(first_tools, history_wire) if family == "smollm2"
+                 else _qwen_tool_block(first_tools, history_wire))
+        messages[0]["content"] = f"{SYSTEM_TEXT}\n\n{block}"
+    for msg in messages:
+        if msg["content"] == "<tool-switch>":
+            msg["content"] = _switch_text(tools, family)
+    return messages
+
+
 def _render_chat(ref: ModelRef, scenario: Scenario, options: TranscriptOptions, tools: tuple[Tool, ...],
-                 prior_tools: tuple[Tool, ...] | None) -> tuple[str, list[dict], str, str]:
-    """Render through the model's chat template. Returns (text before the call, messages, wire, gold text)."""
+                 prior_tools: tuple[Tool, ...] | None) -> _Rendered:
+    """Render through the model's chat template, then cut where the edit call starts."""
     template, bos, eos = _template_info(ref)
     family = ref.family
     if not template:
         raise PromptError(
             f"model '{ref.id}' has no chat template in its metadata; it cannot be rendered as family {family}"
         )
-    wire = _model_wire(family, options, template)
-    messages, before_call, switched = _conversation(scenario, options)
-    first_tools = prior_tools if switched else tools
-    calls = _edit_calls(scenario, options.toolset)
-    gold = _calls_text(calls, wire, options.call_style)
-    messages.append(_call_msg(before_call, calls))
-
-    template_tools = family in ("qwen2.5", "generic") and options.call_format == "native" and wire == "hermes"
-    structured = template_tools and options.call_style == "compact"
-    if family == "smollm2":
-        messages[0]["content"] = f"{SYSTEM_TEXT}\n\n{_smollm2_tool_block(first_tools, wire)}"
-    elif not template_tools:
-        messages[0]["content"] = f"{SYSTEM_TEXT}\n\n{_qwen_tool_block(first_tools, wire)}"
-    for msg in messages:
-        if msg["content"] == "<tool-switch>":
-            msg["content"] = _switch_text(tools, family, wire)
+    history_wire, wire = _wires(family, options.call_format, template)
+    # Qwen2.5 and generic templates write the tools and hermes calls themselves.
+    template_tools = family in ("qwen2.5", "generic") and history_wire == "hermes"
+    messages = _prepare(family, scenario, options, tools, prior_tools, history_wire, not template_tools)
+    switched = options.prior and options.toolset != "flat-edit"
     report = [dict(m) for m in messages]
-    if not structured:
-        messages = _lower_calls(messages, wire, options.call_style, tool_role=family != "smollm2")
-    rendered = _apply_template(template, messages, [_tool_json(t) for t in first_tools] if template_tools else None,
-                               bos, eos)
-    start = rendered.rfind(gold)
+    if not (template_tools and options.call_style == "compact"):
+        messages = _lower_calls(messages, history_wire, options.call_style, tool_role=family != "smollm2")
+    rendered = _apply_template(
+        template, messages,
+        [_tool_json(t) for t in (prior_tools if switched else tools)] if template_tools else None, bos, eos,
+    )
+    calls = _edit_calls(scenario, options.toolset)
+    start = rendered.rfind(_calls_text(calls, history_wire, options.call_style))
     if start < 0:
         raise PromptError(
-            f"model '{ref.id}': its chat template does not write the edit call as the {wire} wire does; "
-            "choose a call format other than native (e.g. json)"
+            f"model '{ref.id}': its chat template does not write the edit call the way the {history_wire} wire "
+            "does; choose another call format (e.g. json)"
         )
-    return rendered[:start], report, wire, gold
+    return _Rendered(rendered[:start], report, wire, _calls_text(calls, wire, options.call_style))
 
 
 def _render_plain(scenario: Scenario, options: TranscriptOptions, tools: tuple[Tool, ...],
-                  prior_tools: tuple[Tool, ...] | None) -> tuple[str, list[dict], str, str]:
-    """Gemma 3 base: a plain transcript, "User:" / "Assistant:" / "Tool result (name):" turns."""
-    wire = _model_wire("gemma3-base", options)
-    messages, before_call, switched = _conversation(scenario, options)
-    first_tools = prior_tools if switched else tools
-    calls = _edit_calls(scenario, options.toolset)
-    gold = _calls_text(calls, wire, options.call_style)
-    messages.append(_call_msg(before_call, calls))
-    messages[0]["content"] = f"{SYSTEM_TEXT}\n\n{_qwen_tool_block(first_tools, wire)}"
-    for msg in messages:
-        if msg["content"] == "<tool-switch>":
-            msg["content"] = _switch_text(tools, "gemma3-base", wire)
-    report = [dict(m) for m in messages]
+                  prior_tools: tuple[Tool, ...] | None) -> _Rendered:
+    """Gemma 3 base: a plain transcript of "User:", "Assistant:" and "Tool result (name):" turns."""
+    history_wire, wire = _wires("gemma3-base", options.call_format)
+    messages = _prepare("gemma3-base", scenario, options, tools, prior_tools, history_wire, True)
     parts = ["<bos>"]
     for i, msg in enumerate(messages):
-        last = i == len(messages) - 1
         if msg["role"] == "system":
             block = msg["content"] if i == 0 else f"System: {msg['content']}"
         elif msg["role"] == "user":
             block = f"User: {msg['content']}"
         elif msg["role"] == "tool":
             block = f"Tool result ({msg['name']}):\n{msg['content']}"
+        elif i == len(messages) - 1:  # the edit turn: stop where the call starts
+            parts.append("Assistant: " + (msg["content"] + "\n" if msg["content"] else ""))
+            break
         else:
-            text = _calls_text([(c["function"]["name"], c["function"]["arguments"]) for c in msg["tool_calls"]],
-                               wire, options.call_style) if msg.get("tool_calls") else ""
+            calls = [(c["function"]["name"], c["function"]["arguments"]) for c in msg.get("tool_calls", [])]
+            text = _calls_text(calls, history_wire, options.call_style) if calls else ""
             block = "Assistant: " + "\n".join(p for p in (msg["content"], text) if p)
-            if last:
-                head = "Assistant: " + (msg["content"] + "\n" if msg["content"] else "")
-                parts.append(head)
-                break
         parts.append(block if block.endswith("\n") else block + "\n")
         parts.append("\n")
-    return "".join(parts), report, wire, gold
+    gold = _calls_text(_edit_calls(scenario, options.toolset), wire, options.call_style)
+    return _Rendered("".join(parts), messages, wire, gold)
 
 
 def _model_ref(model: ModelRef | str) -> ModelRef:
@@ -819,21 +829,21 @@ def render_prompt(scenario: Scenario, model: ModelRef | str, options: Transcript
     tools = _offered_tools(options)
     prior_tools = _offered_tools(options, "flat-edit") if options.prior and options.toolset != "flat-edit" else None
     if ref.family == "gemma3-base":
-        before, messages, wire, gold = _render_plain(scenario, options, tools, prior_tools)
+        r = _render_plain(scenario, options, tools, prior_tools)
     else:
-        before, messages, wire, gold = _render_chat(ref, scenario, options, tools, prior_tools)
+        r = _render_chat(ref, scenario, options, tools, prior_tools)
     if options.conditioning == "free":
         prefill = ""
     else:
         kind = "forced-tool" if options.conditioning == "forced-tool" else options.gold_cut
-        prefill = gold[: _cut_point(scenario, options, wire, kind)]
+        prefill = r.gold[: _cut_point(scenario, options, r.wire, kind)]
     return Prompt(
-        text=before + prefill,
+        text=r.before + prefill,
         prefill=prefill,
         family=ref.family,
-        wire=wire,
+        wire=r.wire,
         tools=tools,
         expected_tool=EDIT_TOOL[options.toolset],
-        messages=messages,
-        stop=_stop_strings(ref.family, wire),
+        messages=r.messages,
+        stop=_stop_strings(ref.family, r.wire),
     )

@@ -61,6 +61,35 @@ class Backend(ABC):
     def forward(self, ids: Sequence[int], positions: Sequence[int]) -> np.ndarray:
         """Teacher-forced logits: for each ``p`` in ``positions``, the logits after ``ids[: p + 1]``."""
 
+    def branch_logits(self, prefix_ids: Sequence[int], continuations: Sequence[Sequence[int]]) -> np.ndarray:
+        """Logits after ``prefix + c`` for each continuation ``c`` (each non-empty), shape ``(len(c), n_vocab)``.
+
+        The prefix is evaluated once; the continuations run as parallel sequences branched from it.
+        """
+        out = np.empty((len(continuations), self.n_vocab), dtype=np.float32)
+        group = int(getattr(self, "max_seqs", 16))
+        if len(continuations) > group:
+            for g in range(0, len(continuations), group):
+                out[g : g + group] = self.branch_logits(prefix_ids, continuations[g : g + group])
+            return out
+        if not continuations:
+            return out
+        self.begin(prefix_ids, len(continuations))
+        try:
+            step = 0
+            while True:
+                rows = [r for r, c in enumerate(continuations) if len(c) > step]
+                if not rows:
+                    break
+                logits = self.step([continuations[r][step] for r in rows], rows)
+                for k, r in enumerate(rows):
+                    if len(continuations[r]) == step + 1:
+                        out[r] = logits[k]
+                step += 1
+        finally:
+            self.end()
+        return out
+
     @abstractmethod
     def info(self) -> dict:
         """Backend name, library versions, device, dtype, threads and evaluation mode (for manifests)."""

@@ -1,0 +1,1 @@
+/tmp/devshim/_grammar_fallback.py

@@ -1,0 +1,254 @@
+"""Grammar IR: named rules over literals, regular terminals, sequences, alternations, repetitions.
+
+Terminals (``GTok``) are regular languages given as a regex AST; every JSON scalar and every piece
+of punctuation (with its whitespace) is one terminal, so engines with a greedy lexer (llguidance)
+see self-delimiting lexemes. Rules are shared: identical bodies get one name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tooldecode.grammar.automata import RNode, ast_literal
+
+
+class GExpr:
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GLit(GExpr):
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class GTok(GExpr):
+    ast: RNode
+    hint: str = "tok"
+
+
+@dataclass(frozen=True, slots=True)
+class GSeq(GExpr):
+    items: tuple[GExpr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GAlt(GExpr):
+    items: tuple[GExpr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GRep(GExpr):
+    item: GExpr
+    lo: int
+    hi: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GRef(GExpr):
+    name: str
+
+
+EMPTY = GSeq(())
+FAIL = GAlt(())
+
+
+def tok(ast: RNode, hint: str = "tok") -> GExpr:
+    s = ast_literal(ast)
+    if s is not None:
+        return GLit(s) if s else EMPTY
+    return GTok(ast, hint)
+
+
+def gseq(*items: GExpr) -> GExpr:
+    flat: list[GExpr] = []
+    for it in items:
+        if it == FAIL:
+            return FAIL
+        if isinstance(it, GSeq):
+            flat.extend(it.items)
+        elif isinstance(it, GLit) and not it.text:
+            continue
+        else:
+            flat.append(it)
+    # merge adjacent literals
+    merged: list[GExpr] = []
+    for it in flat:
+        if merged and isinstance(it, GLit) and isinstance(merged[-1], GLit):
+            merged[-1] = GLit(merged[-1].text + it.text)
+        else:
+            merged.append(it)
+    if len(merged) == 1:
+        return merged[0]
+    return GSeq(tuple(merged))
+
+
+def _as_list(e: GExpr) -> list[GExpr]:
+    return list(e.items) if isinstance(e, GSeq) else [e]
+
+
+def galt(*items: GExpr) -> GExpr:
+    flat: list[GExpr] = []
+    for it in items:
+        subs = it.items if isinstance(it, GAlt) else (it,)
+        for s in subs:
+            if s not in flat:
+                flat.append(s)
+    if not flat:
+        return FAIL
+    if len(flat) == 1:
+        return flat[0]
+    flat = _factor_suffix(flat)
+    flat = _factor_prefix(flat)
+    if len(flat) == 1:
+        return flat[0]
+    if EMPTY in flat:
+        rest = [f for f in flat if f != EMPTY]
+        return gopt(galt(*rest))
+    return GAlt(tuple(flat))
+
+
+def _factor_suffix(items: list[GExpr]) -> list[GExpr]:
+    groups: dict[GExpr, list[int]] = {}
+    for i, it in enumerate(items):
+        lst = _as_list(it)
+        if lst:
+            groups.setdefault(lst[-1], []).append(i)
+    best = max(groups.items(), key=lambda kv: len(kv[1]), default=None)
+    if best is None or len(best[1]) < 2:
+        return items
+    last, idx = best
+    heads = [gseq(*_as_list(items[i])[:-1]) for i in idx]
+    combined = gseq(galt(*heads), last)
+    out = []
+    for i, it in enumerate(items):
+        if i == idx[0]:
+            out.append(combined)
+        elif i not in idx:
+            out.append(it)
+    return out
+
+
+def _factor_prefix(items: list[GExpr]) -> list[GExpr]:
+    groups: dict[GExpr, list[int]] = {}
+    for i, it in enumerate(items):
+        lst = _as_list(it)
+        if lst:
+            groups.setdefault(lst[0], []).append(i)
+    best = max(groups.items(), key=lambda kv: len(kv[1]), default=None)
+    if best is None or len(best[1]) < 2:
+        return items
+    first, idx = best
+    tails = [gseq(*_as_list(items[i])[1:]) for i in idx]
+    combined = gseq(first, galt(*tails))
+    out = []
+    for i, it in enumerate(items):
+        if i == idx[0]:
+            out.append(combined)
+        elif i not in idx:
+            out.append(it)
+    return out
+
+
+def grep(item: GExpr, lo: int, hi: int | None) -> GExpr:
+    if hi is not None and hi < lo:
+        return FAIL
+    if item == EMPTY or hi == 0:
+        return EMPTY
+    if item == FAIL:
+        return EMPTY if lo == 0 else FAIL
+    if lo == 1 and hi == 1:
+        return item
+    if isinstance(item, GRep) and item.lo == 0 and item.hi == 1 and hi is None:
+        return GRep(item.item, 0, None)
+    return GRep(item, lo, hi)
+
+
+def gopt(item: GExpr) -> GExpr:
+    if isinstance(item, GRep) and item.lo == 0:
+        return item
+    return grep(item, 0, 1)
+
+
+@dataclass
+class Grammar:
+    """Rules in definition order; ``root`` names the start rule."""
+
+    rules: dict[str, GExpr]
+    root: str
+
+    def refs(self, e: GExpr) -> Iterable[str]:
+        if isinstance(e, GRef):
+            yield e.name
+        elif isinstance(e, (GSeq, GAlt)):
+            for it in e.items:
+                yield from self.refs(it)
+        elif isinstance(e, GRep):
+            yield from self.refs(e.item)
+
+    def is_recursive(self) -> bool:
+        color: dict[str, int] = {}
+
+        def dfs(n: str) -> bool:
+            color[n] = 1
+            for m in self.refs(self.rules[n]):
+                c = color.get(m, 0)
+                if c == 1 or (c == 0 and dfs(m)):
+                    return True
+            color[n] = 2
+            return False
+
+        return dfs(self.root)
+
+    def reachable(self) -> list[str]:
+        seen = [self.root]
+        i = 0
+        while i < len(seen):
+            for m in self.refs(self.rules[seen[i]]):
+                if m not in seen:
+                    seen.append(m)
+            i += 1
+        return seen
+
+
+def sanitize(hint: str) -> str:
+    """Rule name: lowercase letters, digits and single dashes, starting with a letter."""
+    s = re.sub(r"([a-z0-9])([A-Z])", r"\1-\2", hint)
+    s = re.sub(r"[^A-Za-z0-9]+", "-", s).strip("-").lower()
+    if not s:
+        s = "r"
+    if not s[0].isalpha():
+        s = "r-" + s
+    return s[:60].rstrip("-")
+
+
+class RuleBook:
+    """Collects rules with unique names; identical bodies share one rule."""
+
+    def __init__(self) -> None:
+        self.rules: dict[str, GExpr] = {}
+        self.by_body: dict[GExpr, str] = {}
+        self.reserved: set[str] = set()
+
+    def fresh(self, hint: str) -> str:
+        base = sanitize(hint)
+        name = base
+        i = 2
+        while name in self.rules or name in self.reserved:
+            name = f"{base}-{i}"
+            i += 1
+        self.reserved.add(name)
+        return name
+
+    def define(self, name: str, body: GExpr) -> None:
+        self.rules[name] = body
+        self.by_body.setdefault(body, name)
+
+    def add(self, hint: str, body: GExpr) -> GRef:
+        if body in self.by_body:
+            return GRef(self.by_body[body])
+        name = self.fresh(hint)
+        self.define(name, body)
+        return GRef(name)

@@ -1,0 +1,381 @@
+"""The close-brace probe: at each structural decision point of a call, how much probability goes to
+closing the container, to continuing it (``,`` → one more key or item), or to something else.
+
+The call text is teacher-forced in the model's *natural* tokenization (the call tokenized on its
+own, as the model would write it). For a decision after a value that ends at byte ``e`` (for a
+string, its closing quote is byte ``e-1``), the forced prefix stops at the last token boundary
+``b`` at or before the value's final character, so the model still has to write ``call[b:e]``
+(the "pending" bytes, e.g. the closing quote) and then its structural choice. Each candidate token
+is attributed by its bytes: a token that completes the pending bytes and carries ``,``/``}``/``]``
+(``",``, ``"}``, `` },``) is classified at once; a token that stops before the decision is
+determined (``"`` alone, or whitespace) is expanded with the model one more step, recursively to
+``depth`` levels (default 3). Mass left unexpanded (below ``min_mass`` or past ``depth``) is
+reported as undetermined, never guessed.
+
+All positions share one forward pass over the forced call; expansions branch from the cached
+prefix as parallel sequences.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from tooldecode.backends.base import Backend
+
+WS = b" \t\r\n"
+
+
+@dataclass(frozen=True)
+class ValueEnd:
+    """A value inside a container, found by scanning the call text (byte offsets)."""
+
+    path: str  # container path, e.g. "edits[0]" (relative to the JSON value that holds it)
+    key: str  # key of the value (objects) or "[i]" (arrays)
+    container: str  # "object" | "array"
+    start: int  # byte offset where the value starts
+    end: int  # byte offset just after the value
+    is_string: bool
+    next_char: str  # what the call does next: "," or the closing bracket
+
+
+@dataclass
+class DecisionPoint:
+    index: int
+    path: str
+    after: str
+    container: str
+    actual: str  # "close" | "continue": what the forced call does here
+    p_close: float
+    p_continue: float
+    p_other: float
+    p_undetermined: float
+    entropy: float
+    boundary: int  # byte offset of the forced prefix's end in the call text
+    pending: str  # call bytes the model still has to write before the decision
+    top: list[tuple[str, float, str]] = field(default_factory=list)
+    value_chars: int = 0
+    value_lines: int = 0
+    value_escapes: int = 0
+    continuations: dict[str, int] | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# scanning
+
+
+class _Scan:
+    def __init__(self, data: bytes) -> None:
+        self.d = data
+        self.points: list[ValueEnd] = []
+
+    def ws(self, i: int) -> int:
+        while i < len(self.d) and self.d[i] in WS:
+            i += 1
+        return i
+
+    def string(self, i: int) -> int:
+        assert self.d[i : i + 1] == b'"'
+        i += 1
+        while i < len(self.d):
+            c = self.d[i]
+            if c == 0x5C:  # backslash
+                i += 2
+                continue
+            if c == 0x22:
+                return i + 1
+            i += 1
+        raise ValueError("unterminated string")
+
+    def value(self, i: int, path: str) -> int:
+        i = self.ws(i)
+        c = self.d[i : i + 1]
+        if c == b'"':
+            return self.string(i)
+        if c == b"{":
+            return self.container(i, path, b"}")
+        if c == b"[":
+            return self.container(i, path, b"]")
+        m = re.compile(rb"-?\d+(\.\d+)?([eE][+-]?\d+)?|true|false|null").match(self.d, i)
+        if not m:
+            raise ValueError(f"bad JSON value at byte {i}")
+        return m.end()
+
+    def container(self, i: int, path: str, close: bytes) -> int:
+        kind = "object" if close == b"}" else "array"
+        i = self.ws(i + 1)
+        if self.d[i : i + 1] == close:
+            return i + 1
+        n = 0
+        while True:
+            if kind == "object":
+                i = self.ws(i)
+                kend = self.string(i)
+                key = self.d[i + 1 : kend - 1].decode("utf-8", "replace")
+                i = self.ws(kend)
+                if self.d[i : i + 1] != b":":
+                    raise ValueError(f"expected ':' at byte {i}")
+                i = self.ws(i + 1)
+                child = f"{path}.{key}" if path else key
+                label = key
+            else:
+                child = f"{path}[{n}]"
+                label = f"[{n}]"
+            vstart = self.ws(i)
+            vend = self.value(vstart, child)
+            j = self.ws(vend)
+            nxt = self.d[j : j + 1]
+            self.points.append(
+                ValueEnd(path or "$", label, kind, vstart, vend, self.d[vstart : vstart + 1] == b'"',
+                         nxt.decode("latin-1"))
+            )
+            if nxt == b",":
+                i = j + 1
+                n += 1
+                continue
+            if nxt == close:
+                return j + 1
+            raise ValueError(f"expected ',' or {close.decode()} at byte {j}")
+
+
+def find_value_ends(call: str, *, root_path: str = "") -> list[ValueEnd]:
+    """Every value inside every JSON object/array of ``call`` (wrappers like ``<tool_call>`` skipped).
+
+    In a ``{"name": …, "arguments": {…}}`` call the arguments' paths start with ``arguments``.
+    """
+    data = call.encode("utf-8")
+    out: list[ValueEnd] = []
+    i = 0
+    while i < len(data):
+        if data[i : i + 1] in (b"{", b"["):
+            sc = _Scan(data)
+            try:
+                end = sc.value(i, root_path)
+            except (ValueError, IndexError):
+                i += 1
+                continue
+            out.extend(sc.points)
+            i = end
+        else:
+            i += 1
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# classification
+
+
+def _classify(s: bytes, pending: bytes, closer: bytes) -> tuple[str, bytes]:
+    """Class of a generated byte string given the pending bytes: close/continue/other/more."""
+    if len(s) < len(pending):
+        return ("more", pending[len(s) :]) if pending.startswith(s) else ("other", b"")
+    if not s.startswith(pending):
+        return "other", b""
+    rest = s[len(pending) :].lstrip(WS)
+    if not rest:
+        return "more", b""
+    if rest[:1] == b",":
+        return "continue", b""
+    if rest[:1] == closer:
+        return "close", b""
+    return "other", b""
+
+
+@dataclass
+class ProbeConfig:
+    depth: int = 3  # expansion levels (1 = no expansion)
+    min_mass: float = 1e-4  # expand an undetermined branch only if its path probability is at least this
+    max_branches: int = 32  # expansions per level
+    tail: float = 1e-6  # tokens are classified until this much mass is left (the rest is undetermined)
+    top: int = 8
+
+
+def _level(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    x = logits.astype(np.float64)
+    x = x - x.max()
+    p = np.exp(x)
+    p /= p.sum()
+    order = np.argsort(-p)
+    return p, order
+
+
+def _decide(
+    backend: Backend,
+    prefix: list[int],
+    logits: np.ndarray,
+    pending: bytes,
+    closer: bytes,
+    cfg: ProbeConfig,
+) -> tuple[dict[str, float], float, list[tuple[str, float, str]]]:
+    totals = {"close": 0.0, "continue": 0.0, "other": 0.0, "undetermined": 0.0}
+    frontier: list[tuple[list[int], bytes, float, np.ndarray]] = [([], b"", 1.0, logits)]
+    entropy = float("nan")
+    top: list[tuple[str, float, str]] = []
+    for level in range(cfg.depth):
+        expand: list[tuple[list[int], bytes, float]] = []
+        for path, written, mass, lg in frontier:
+            p, order = _level(lg)
+            if level == 0:
+                nz = p[p > 0]
+                entropy = float(-(nz * np.log(nz)).sum())
+            cum = 0.0
+            for t in order:
+                pt = float(p[t])
+                if cum >= 1.0 - cfg.tail:
+                    break
+                cum += pt
+                tb = backend.token_bytes(int(t)) if int(t) not in backend.eog_ids else b"\x00<eog>"
+                cls, _ = _classify(written + tb, pending, closer)
+                if level == 0 and len(top) < cfg.top:
+                    top.append((tb.decode("utf-8", "replace"), round(pt, 6), cls))
+                if cls == "more":
+                    expand.append((path + [int(t)], written + tb, mass * pt))
+                else:
+                    totals[cls] += mass * pt
+            totals["undetermined"] += mass * max(0.0, 1.0 - cum)
+        if not expand:
+            frontier = []
+            break
+        expand.sort(key=lambda e: -e[2])
+        keep = [e for e in expand if e[2] >= cfg.min_mass][: cfg.max_branches] if level + 1 < cfg.depth else []
+        for e in expand[len(keep) :] if keep else expand:
+            if e not in keep:
+                totals["undetermined"] += e[2]
+        if not keep:
+            frontier = []
+            break
+        branch = backend.branch_logits(prefix, [e[0] for e in keep])
+        frontier = [(e[0], e[1], e[2], branch[k]) for k, e in enumerate(keep)]
+    return totals, entropy, top
+
+
+def _escapes(raw: bytes) -> int:
+    return len(re.findall(rb"\\.", raw))
+
+
+def probe_call(
+    backend: Backend,
+    prompt: str,
+    call: str,
+    *,
+    points: Sequence[ValueEnd] | None = None,
+    select: str | None = None,
+    config: ProbeConfig | None = None,
+    samples: int = 0,
+    sample_tokens: int = 24,
+    seed: int = 0,
+) -> list[DecisionPoint]:
+    """Probe every decision point of ``call`` (or those whose ``after`` key equals ``select``).
+
+    ``prompt`` ends exactly where the call starts; ``call`` is the whole call text as the model would
+    write it (wrapper included). With ``samples > 0``, that many continuations are sampled from each
+    decision point and what follows a ``,`` is tallied (key names, "next-item", …).
+    """
+    cfg = config or ProbeConfig()
+    prompt_ids = backend.tokenize(prompt)
+    call_ids = backend.tokenize(call, special=True)
+    data = call.encode("utf-8")
+    bounds = [0]
+    for t in call_ids:
+        bounds.append(bounds[-1] + len(backend.token_bytes(t)))
+    if bounds[-1] != len(data):
+        raise ValueError("call tokenization does not round-trip; cannot place token boundaries")
+    vals = list(points) if points is not None else find_value_ends(call)
+    if select is not None:
+        vals = [v for v in vals if v.key == select]
+    # boundary: last token boundary at or before the value's final byte (strings: before the closing quote)
+    chosen: list[tuple[ValueEnd, int]] = []
+    for v in vals:
+        limit = v.end - 1 if v.is_string else v.end
+        k = max(j for j, b in enumerate(bounds) if b <= limit)
+        chosen.append((v, k))
+    positions = sorted({len(prompt_ids) + k - 1 for _, k in chosen})
+    full = prompt_ids + call_ids
+    logits = backend.forward(full, positions) if positions else np.empty((0, backend.n_vocab))
+    row_of = {p: i for i, p in enumerate(positions)}
+    out: list[DecisionPoint] = []
+    for n, (v, k) in enumerate(chosen):
+        prefix = full[: len(prompt_ids) + k]
+        pending = data[bounds[k] : v.end]
+        closer = b"}" if v.container == "object" else b"]"
+        totals, ent, top = _decide(backend, prefix, logits[row_of[len(prefix) - 1]], pending, closer, cfg)
+        raw = data[v.start : v.end]
+        dp = DecisionPoint(
+            index=n,
+            path=v.path,
+            after=v.key,
+            container=v.container,
+            actual="continue" if v.next_char == "," else "close",
+            p_close=totals["close"],
+            p_continue=totals["continue"],
+            p_other=totals["other"],
+            p_undetermined=totals["undetermined"],
+            entropy=ent,
+            boundary=bounds[k],
+            pending=pending.decode("utf-8", "replace"),
+            top=top,
+            value_chars=len(raw.decode("utf-8", "replace")),
+            value_lines=raw.count(b"\\n") + 1 if v.is_string else raw.count(b"\n") + 1,
+            value_escapes=_escapes(raw) if v.is_string else 0,
+        )
+        if samples:
+            dp.continuations = _tally(backend, prefix, pending, closer, samples, sample_tokens, seed)
+        out.append(dp)
+    return out
+
+
+_KEY = re.compile(rb'^\s*,\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _tally(backend: Backend, prefix: list[int], pending: bytes, closer: bytes, n: int, max_tokens: int,
+           seed: int) -> dict[str, int]:
+    from tooldecode.sampling import SamplingParams, sample
+
+    counts: Counter[str] = Counter()
+    for s in sample(backend, prefix, n, SamplingParams(temperature=1.0, max_new_tokens=max_tokens, seed=seed,
+                                                        top_logprobs=0)):
+        b = s.text.encode("utf-8")
+        cls, _ = _classify(b, pending, closer)
+        if cls != "continue":
+            counts[cls if cls != "more" else "undetermined"] += 1
+            continue
+        rest = b[len(pending) :]
+        m = _KEY.match(rest)
+        if m:
+            counts["key:" + m.group(1).decode("utf-8", "replace")] += 1
+        elif re.match(rb"^\s*,\s*[{\[]", rest):
+            counts["next-item"] += 1
+        elif re.match(rb"^\s*,\s*[}\]]", rest):
+            counts["trailing-comma"] += 1
+        else:
+            counts["continue-other"] += 1
+    return dict(counts)
+
+
+def summarize(points: Sequence[DecisionPoint]) -> str:
+    """A fixed-width table of the probe, one row per decision point."""
+    lines = [f"{'#':>3} {'path':24s} {'after':10s} {'actual':8s} {'P(close)':>9s} {'P(cont)':>9s} "
+             f"{'P(other)':>9s} {'P(undet)':>9s} {'H':>6s}  pending"]
+    for d in points:
+        lines.append(
+            f"{d.index:>3} {d.path[-24:]:24s} {d.after[:10]:10s} {d.actual:8s} {d.p_close:9.4f} "
+            f"{d.p_continue:9.4f} {d.p_other:9.4f} {d.p_undetermined:9.4f} {d.entropy:6.3f}  {d.pending!r}"
+        )
+    return "\n".join(lines)
+
+
+def logit_gap(p_close: float, p_continue: float) -> float:
+    """log(P(continue) / P(close)), the probe's one-number summary (−inf when continue is 0)."""
+    if p_continue <= 0:
+        return float("-inf")
+    if p_close <= 0:
+        return float("inf")
+    return math.log(p_continue / p_close)
