@@ -195,7 +195,7 @@ class Prompt:
     wire: str  # wire format the model is expected to write its call in ("hermes", "antml", …)
     tools: tuple  # Tool objects offered (schemas as shown in the prompt)
     expected_tool: str  # "edit" | "Edit" | "MultiEdit"
-    messages: list[dict]  # the chat messages before rendering (for reports)
+    messages: list[dict]  # the chat messages as the template gets them, the edit turn last with its gold call
     stop: tuple[str, ...]  # stop strings for sampling
 
 
@@ -769,7 +769,6 @@ def _render_chat(ref: ModelRef, scenario: Scenario, options: TranscriptOptions, 
     template_tools = family in ("qwen2.5", "generic") and history_wire == "hermes"
     messages = _prepare(family, scenario, options, tools, prior_tools, history_wire, not template_tools)
     switched = options.prior and options.toolset != "flat-edit"
-    report = [dict(m) for m in messages]
     if not (template_tools and options.call_style == "compact"):
         messages = _lower_calls(messages, history_wire, options.call_style, tool_role=family != "smollm2")
     rendered = _apply_template(
@@ -783,7 +782,7 @@ def _render_chat(ref: ModelRef, scenario: Scenario, options: TranscriptOptions, 
             f"model '{ref.id}': its chat template does not write the edit call the way the {history_wire} wire "
             "does; choose another call format (e.g. json)"
         )
-    return _Rendered(rendered[:start], report, wire, _calls_text(calls, wire, options.call_style))
+    return _Rendered(rendered[:start], messages, wire, _calls_text(calls, wire, options.call_style))
 
 
 def _render_plain(scenario: Scenario, options: TranscriptOptions, tools: tuple[Tool, ...],

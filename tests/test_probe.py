@@ -1,0 +1,104 @@
+"""The close-brace probe: scanning, byte attribution, and agreement with brute-force enumeration."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tooldecode.probe import ProbeConfig, _classify, find_value_ends, probe_call
+
+ARGS = {"path": "src/a.py", "edits": [{"oldText": "x = 1", "newText": "for i in range(3):\n    print(i)"}]}
+CALL = json.dumps({"name": "edit", "arguments": ARGS})
+PROMPT = (
+    "<|im_start|>system\nYou edit files by writing one JSON tool call: "
+    '{"name": "edit", "arguments": {"path": ..., "edits": [{"oldText": ..., "newText": ...}]}}<|im_end|>\n'
+    "<|im_start|>user\nIn src/a.py replace `x = 1` with a loop printing 0..2.<|im_end|>\n<|im_start|>assistant\n"
+)
+
+
+def test_scanner_finds_every_value_with_its_path():
+    ends = [(v.path, v.key, v.next_char) for v in find_value_ends("<tool_call>\n" + CALL + "\n</tool_call>")]
+    assert ends == [
+        ("$", "name", ","),
+        ("arguments", "path", ","),
+        ("arguments.edits[0]", "oldText", ","),
+        ("arguments.edits[0]", "newText", "}"),
+        ("arguments.edits", "[0]", "]"),
+        ("arguments", "edits", "}"),
+        ("$", "arguments", "}"),
+    ]
+
+
+def test_scanner_handles_escapes_and_pretty_json():
+    text = json.dumps({"a": 'q"\\', "b": [1, {"c": None}]}, indent=2)
+    ends = find_value_ends(text)
+    assert [(v.key, v.next_char) for v in ends] == [("a", ","), ("[0]", ","), ("c", "}"), ("[1]", "]"), ("b", "}")]
+    a = ends[0]
+    assert text.encode()[a.start : a.end] == b'"q\\"\\\\"'
+
+
+@pytest.mark.parametrize(
+    "generated,expected",
+    [
+        (b'",', "continue"),
+        (b'"}', "close"),
+        (b'" }', "close"),
+        (b'"\n  }', "close"),
+        (b'"', "more"),
+        (b'"  ', "more"),
+        (b"", "more"),
+        (b'"]', "other"),
+        (b"x", "other"),
+        (b'"x', "other"),
+    ],
+)
+def test_classify_by_bytes(generated, expected):
+    assert _classify(generated, b'"', b"}")[0] == expected
+
+
+@pytest.mark.model
+def test_probe_agrees_with_brute_force(llama_smol):
+    be = llama_smol
+    cfg = ProbeConfig(depth=2, min_mass=0.0, max_branches=10_000, tail=0.0)
+    points = probe_call(be, PROMPT, CALL, select="newText", config=cfg)
+    assert len(points) == 1
+    dp = points[0]
+    total = dp.p_close + dp.p_continue + dp.p_other + dp.p_undetermined
+    assert total == pytest.approx(1.0, abs=1e-6)
+    # brute force: classify every token of the vocabulary, then every token after each undetermined one,
+    # each level computed with a plain teacher-forced forward pass (no branching, no thresholds)
+    prompt_ids = be.tokenize(PROMPT)
+    call_ids = be.tokenize(CALL, special=True)
+    data = CALL.encode()
+    bounds = np.cumsum([0] + [len(be.token_bytes(t)) for t in call_ids])
+    k = int(np.searchsorted(bounds, dp.boundary))
+    assert bounds[k] == dp.boundary
+    prefix = prompt_ids + call_ids[:k]
+    pending = data[dp.boundary : dp.boundary + len(dp.pending.encode())]
+
+    def dist(ids):
+        x = be.forward(ids, [len(ids) - 1])[0].astype(np.float64)
+        p = np.exp(x - x.max())
+        return p / p.sum()
+
+    sums = {"close": 0.0, "continue": 0.0, "other": 0.0, "more": 0.0}
+    p1 = dist(prefix)
+    for t in range(be.n_vocab):
+        tb = be.token_bytes(t) if t not in be.eog_ids else b"\x00<eog>"
+        cls, _ = _classify(tb, pending, b"}")
+        if cls != "more":
+            sums[cls] += p1[t]
+            continue
+        p2 = dist(prefix + [t])
+        for u in range(be.n_vocab):
+            ub = be.token_bytes(u) if u not in be.eog_ids else b"\x00<eog>"
+            cls2, _ = _classify(tb + ub, pending, b"}")
+            sums[cls2 if cls2 != "more" else "more"] += p1[t] * p2[u]
+    # Tolerance: the probe's expansions run as branched single-token steps, brute force as chunked
+    # forward passes; llama.cpp's numerics differ slightly between the two evaluation modes.
+    assert dp.p_close == pytest.approx(sums["close"], abs=0.02)
+    assert dp.p_continue == pytest.approx(sums["continue"], abs=0.02)
+    assert dp.p_other == pytest.approx(sums["other"], abs=0.02)
+    assert dp.p_undetermined == pytest.approx(sums["more"], abs=0.02)
