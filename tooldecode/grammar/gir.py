@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tooldecode.grammar.automata import RNode, ast_literal
+from tooldecode.grammar.automata import RNode, ast_literal, ast_nullable, cat, lit
 
 
 class GExpr:
@@ -73,16 +73,29 @@ def gseq(*items: GExpr) -> GExpr:
             continue
         else:
             flat.append(it)
-    # merge adjacent literals
+    # merge adjacent literals, and fold a terminal that can be empty (optional whitespace) into its
+    # neighbour: engines such as lark refuse zero-width terminals
     merged: list[GExpr] = []
     for it in flat:
-        if merged and isinstance(it, GLit) and isinstance(merged[-1], GLit):
-            merged[-1] = GLit(merged[-1].text + it.text)
+        prev = merged[-1] if merged else None
+        if isinstance(it, GLit) and isinstance(prev, GLit):
+            merged[-1] = GLit(prev.text + it.text)
+        elif isinstance(prev, GTok) and ast_nullable(prev.ast) and isinstance(it, (GLit, GTok)):
+            merged[-1] = _join_tok(prev, it, it.hint if isinstance(it, GTok) else prev.hint)
+        elif isinstance(it, GTok) and ast_nullable(it.ast) and isinstance(prev, (GLit, GTok)):
+            merged[-1] = _join_tok(prev, it, prev.hint if isinstance(prev, GTok) else it.hint)
         else:
             merged.append(it)
     if len(merged) == 1:
         return merged[0]
     return GSeq(tuple(merged))
+
+
+def _join_tok(a: GExpr, b: GExpr, hint: str) -> GExpr:
+    def ast(x: GExpr) -> RNode:
+        return lit(x.text) if isinstance(x, GLit) else x.ast  # type: ignore[attr-defined]
+
+    return tok(cat(ast(a), ast(b)), hint)
 
 
 def _as_list(e: GExpr) -> list[GExpr]:

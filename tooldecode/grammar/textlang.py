@@ -252,11 +252,15 @@ def quoted(content: RNode) -> RNode:
 
 
 @lru_cache(maxsize=64)
-def any_string_terminal(mode: str = "json", forbid: str | None = None) -> RNode:
+def any_string_content(mode: str = "json", forbid: str | None = None) -> RNode:
+    """Encoded text (no quotes) of any string; ``forbid`` never occurs raw in it."""
     if forbid:
-        content = encoded_without(to_dfa(star(Chars(UNIVERSE))), mode, forbid)
-    else:
-        content = STRING_CONTENT_ANY if mode == "json" else star(Chars(UNIVERSE))
+        return encoded_without(to_dfa(star(Chars(UNIVERSE))), mode, forbid)
+    return STRING_CONTENT_ANY if mode == "json" else star(Chars(UNIVERSE))
+
+
+def any_string_terminal(mode: str = "json", forbid: str | None = None) -> RNode:
+    content = any_string_content(mode, forbid)
     return quoted(content) if mode == "json" else content
 
 

@@ -1,0 +1,702 @@
+"""Schema IR -> grammar IR, under a whitespace policy and a string-delimiter policy."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any
+
+from tooldecode.grammar import automata as A
+from tooldecode.grammar import textlang as T
+from tooldecode.grammar.errors import GrammarError
+from tooldecode.grammar.gir import (
+    EMPTY,
+    FAIL,
+    GExpr,
+    GLit,
+    GRef,
+    RuleBook,
+    galt,
+    gopt,
+    grep,
+    gseq,
+    tok,
+)
+from tooldecode.grammar.ir import (
+    ALL_STRINGS,
+    ANY,
+    AnyA,
+    ArrA,
+    BoolA,
+    ConstA,
+    Inexact,
+    Node,
+    NullA,
+    NumA,
+    ObjA,
+    RefA,
+    StrA,
+    StrLang,
+    complement,
+    int_bounds,
+    intersect,
+    json_type,
+)
+from tooldecode.grammar.schema import SchemaIR
+
+WS_POLICIES = ("compact", "bounded", "pretty")
+WS_DEFAULT_MAX = {"compact": 0, "bounded": 2, "pretty": 16}
+ANY_ORDER_MAX_KEYS = 8
+MAX_EXTRA_RULES = 6
+
+
+def ws_max_for(ws: str, ws_max: int | None) -> int:
+    if ws not in WS_POLICIES:
+        raise GrammarError(f"unknown whitespace policy {ws!r}; use one of {', '.join(WS_POLICIES)}")
+    if ws_max is None:
+        return WS_DEFAULT_MAX[ws]
+    if not isinstance(ws_max, int) or ws_max < 0 or ws_max > 64:
+        raise GrammarError(f"ws_max must be an integer in 0..64, got {ws_max!r}")
+    return ws_max
+
+
+def gap_ast(ws: str, n: int) -> A.RNode:
+    """Whitespace allowed between two tokens."""
+    if ws == "compact" or n == 0:
+        return A.EPS
+    if ws == "bounded":
+        return A.rep(A.Chars(A.cs_of(" \t\n")), 0, n)
+    # pretty: nothing, one space, or a newline followed by up to n spaces/tabs of indentation
+    return A.opt(A.alt(A.lit(" "), A.cat(A.lit("\n"), A.rep(A.Chars(A.cs_of(" \t")), 0, n))))
+
+
+def json_str(s: str, forbid: str | None = None) -> str:
+    """Canonical JSON text of a string (UTF-8, short escapes) that never contains ``forbid`` raw."""
+    out = json.dumps(s, ensure_ascii=False)
+    if forbid and forbid in out:
+        out = out.replace(forbid, "\\u%04x" % ord(forbid[0]) + forbid[1:])
+    return out
+
+
+def number_text(v: Any) -> str:
+    """Canonical JSON text of a number: integers (and integral floats) without a fraction, other
+    floats as the shortest round-tripping decimal without an exponent."""
+    if isinstance(v, bool):
+        raise TypeError("bool is not a number")
+    if isinstance(v, int):
+        return str(v)
+    if v.is_integer():
+        return str(int(v))
+    s = repr(v)
+    if "e" in s or "E" in s:
+        s = format(Decimal(s), "f")
+    return s
+
+
+@lru_cache(maxsize=1024)
+def string_content(lang: StrLang, mode: str, forbid: str | None) -> A.RNode:
+    """Encoded text (without quotes) of the strings of ``lang``."""
+    if lang.is_all():
+        return T.any_string_content(mode, forbid)
+    simple = lang.simple_ast()
+    try:
+        if simple is not None and not forbid:
+            return T.encode(simple, mode)
+        d = lang.dfa
+        if forbid:
+            return T.encoded_without(d, mode, forbid)
+        return A.to_regex(d, T.enc_json if mode == "json" else T.enc_raw)
+    except A.TooComplex as e:
+        raise GrammarError(f"string constraint too complex to render ({e}); simplify the pattern or length bounds") from e
+
+
+def number_ast(a: NumA) -> A.RNode:
+    try:
+        return _number_ast(a)
+    except A.TooComplex as e:
+        raise GrammarError(f"number constraint too complex to render ({e})") from e
+
+
+def _number_ast(a: NumA) -> A.RNode:
+    if a.kind == "int" or a.mult is not None:
+        lo, hi = int_bounds(a)
+        ast = T.int_range(lo, hi)
+        if a.mult is not None:
+            assert a.residues is not None
+            d = A.product([A.to_dfa(ast), T.multiple_dfa(a.mult, a.residues)])
+            ast = A.to_regex(d)
+        return ast
+    bounded = a.lo is not None or a.hi is not None
+    if a.kind == "num" and not bounded:
+        return T.NUMBER_ANY
+    if a.kind == "nonint" and not bounded:
+        return T.NONINT_ANY
+    parts = []
+    if a.kind == "num":
+        lo, hi = int_bounds(a)
+        parts.append(T.int_range(lo, hi))
+    dlo = dhi = None
+    empty = False
+    if a.lo is not None:
+        dlo = T.float_lower(a.lo, a.lo_x)
+        empty = empty or dlo is None
+    if a.hi is not None:
+        dhi = T.float_upper(a.hi, a.hi_x)
+        empty = empty or dhi is None
+    if not empty and (dlo is None or dhi is None or dlo <= dhi):
+        parts.append(T.decimal_range(dlo, True, dhi, True, nonzero_frac=(a.kind == "nonint")))
+    return A.alt(*parts)
+
+
+@dataclass(frozen=True)
+class Punct:
+    lbrace: GExpr
+    rbrace: GExpr
+    empty_obj: GExpr
+    lbrack: GExpr
+    rbrack: GExpr
+    empty_arr: GExpr
+    comma: GExpr
+    colon: GExpr
+    gap: GExpr
+
+
+def make_punct(ws: str, n: int) -> Punct:
+    g = gap_ast(ws, n)
+
+    def p(ch: str, before: bool, after: bool, hint: str) -> GExpr:
+        return tok(A.cat(g if before else A.EPS, A.lit(ch), g if after else A.EPS), hint)
+
+    return Punct(
+        lbrace=p("{", False, True, "lbrace"),
+        rbrace=p("}", True, False, "rbrace"),
+        empty_obj=tok(A.cat(A.lit("{"), g, A.lit("}")), "empty-object"),
+        lbrack=p("[", False, True, "lbrack"),
+        rbrack=p("]", True, False, "rbrack"),
+        empty_arr=tok(A.cat(A.lit("["), g, A.lit("]")), "empty-array"),
+        comma=p(",", True, True, "comma"),
+        colon=p(":", True, True, "colon"),
+        gap=tok(g, "gap"),
+    )
+
+
+class Lowerer:
+    """Lowers schema IR nodes into rules of a ``RuleBook``."""
+
+    def __init__(self, book: RuleBook, *, ws: str, ws_max: int, forbid: str | None, order: str) -> None:
+        self.book = book
+        self.ws = ws
+        self.ws_max = ws_max
+        self.forbid = forbid
+        self.order = order
+        self.p = make_punct(ws, ws_max)
+        self.memo: dict[int, GExpr] = {}
+        self._keep: list[Any] = []
+        self.defs: dict[str, Node] = {}
+        self.def_rules: dict[str, str] = {}
+        self.prefix = ""
+
+    def set_ir(self, sir: SchemaIR, prefix: str = "") -> None:
+        self.defs = sir.defs
+        self.order = sir.order
+        self.prefix = prefix
+        self.def_rules = {}
+        for name in sir.defs:
+            self.def_rules[name] = self.book.fresh(self._hint(name))
+        for name, n in sir.defs.items():
+            body = self.value(n, name, inline=True)
+            self.book.define(self.def_rules[name], body)
+
+    def _hint(self, h: str) -> str:
+        if self.prefix:
+            return f"{self.prefix}-{h}" if h else self.prefix
+        return h or "value"
+
+    # -- values
+    def value(self, n: Node, hint: str, inline: bool = False) -> GExpr:
+        if n.is_any:
+            return self.json_value()
+        key = id(n)
+        if not inline and key in self.memo:
+            return self.memo[key]
+        parts = [self.alt_expr(a, hint) for a in n.alts]
+        body = galt(*parts) if parts else FAIL
+        if inline:
+            return body
+        if isinstance(body, (GLit,)) or _is_tok(body) or isinstance(body, GRef):
+            out = body
+        else:
+            out = self.book.add(self._hint(hint), body)
+        self._keep.append(n)
+        self.memo[key] = out
+        return out
+
+    def alt_expr(self, a: Any, hint: str) -> GExpr:
+        if isinstance(a, AnyA):
+            return self.json_value()
+        if isinstance(a, NullA):
+            return GLit("null")
+        if isinstance(a, BoolA):
+            return galt(*(GLit("true" if v else "false") for v in sorted(a.values, reverse=True)))
+        if isinstance(a, NumA):
+            hint2 = "number" if a == NumA() else ("integer" if a == NumA(kind="int") else f"{hint}-number")
+            return tok(number_ast(a), self._hint(hint2) if hint2.startswith(hint) else hint2)
+        if isinstance(a, StrA):
+            return self.string(a.lang, hint)
+        if isinstance(a, ConstA):
+            return self.const(a.value)
+        if isinstance(a, RefA):
+            if a.name not in self.def_rules:
+                raise GrammarError(f"reference to an unknown definition {a.name!r}")
+            return GRef(self.def_rules[a.name])
+        if isinstance(a, ObjA):
+            return self.object(a, hint)
+        if isinstance(a, ArrA):
+            return self.array(a, hint)
+        raise TypeError(a)
+
+    def string(self, lang: StrLang, hint: str) -> GExpr:
+        content = string_content(lang, "json", self.forbid)
+        name = "string" if lang.is_all() else self._hint(f"{hint}-string")
+        return tok(T.quoted(content), name)
+
+    def key_lit(self, k: str) -> GLit:
+        return GLit(json_str(k, self.forbid))
+
+    def const(self, v: Any) -> GExpr:
+        t = json_type(v)
+        if t == "null":
+            return GLit("null")
+        if t == "boolean":
+            return GLit("true" if v else "false")
+        if t == "number":
+            return GLit(number_text(v))
+        if t == "string":
+            return GLit(json_str(v, self.forbid))
+        p = self.p
+        if t == "array":
+            if not v:
+                return p.empty_arr
+            items: list[GExpr] = []
+            for i, x in enumerate(v):
+                if i:
+                    items.append(p.comma)
+                items.append(self.const(x))
+            return gseq(p.lbrack, *items, p.rbrack)
+        if not v:
+            return p.empty_obj
+        members: list[GExpr] = []
+        for i, (k, x) in enumerate(v.items()):
+            if i:
+                members.append(p.comma)
+            members.extend([self.key_lit(k), p.colon, self.const(x)])
+        return gseq(p.lbrace, *members, p.rbrace)
+
+    # -- generic JSON
+    def json_value(self) -> GExpr:
+        name = "json-value"
+        if name in self.book.rules or name in self.book.reserved:
+            return GRef(name)
+        self.book.reserved.add(name)
+        p = self.p
+        sref = self.string(ALL_STRINGS, "string")
+        obj_name, arr_name = self.book.fresh("json-object"), self.book.fresh("json-array")
+        member = gseq(sref, p.colon, GRef(name))
+        self.book.define(obj_name, galt(p.empty_obj, gseq(p.lbrace, member, grep(gseq(p.comma, member), 0, None),
+                                                          p.rbrace)))
+        self.book.define(arr_name, galt(p.empty_arr, gseq(p.lbrack, GRef(name), grep(gseq(p.comma, GRef(name)),
+                                                                                      0, None), p.rbrack)))
+        self.book.define(name, galt(GRef(obj_name), GRef(arr_name), sref, tok(T.NUMBER_ANY, "number"),
+                                    GLit("true"), GLit("false"), GLit("null")))
+        return GRef(name)
+
+    # -- objects
+    def object(self, a: ObjA, hint: str) -> GExpr:
+        members, empty_ok = self.members(a, hint, ctx="json")
+        p = self.p
+        alts = []
+        if empty_ok:
+            alts.append(p.empty_obj)
+        if members != FAIL:
+            alts.append(gseq(p.lbrace, members, p.rbrace))
+        return galt(*alts)
+
+    def members(self, a: ObjA, hint: str, ctx: str) -> tuple[GExpr, bool]:
+        """(expression for >= 1 members, whether zero members is valid)."""
+        p = self.p
+        keys = [(k, n) for k, n in a.keys if not n.is_never]
+        if self.order == "required-first":
+            keys = [kn for kn in keys if kn[0] in a.required] + [kn for kn in keys if kn[0] not in a.required]
+        regions = self.extra_regions(a, hint)
+        if ctx == "antml" and regions:
+            raise GrammarError("the antml wire needs a closed top-level object (extra parameters cannot be "
+                               "framed); use mode='strict' or additionalProperties: false")
+
+        def member(k: str, n: Node) -> GExpr:
+            if ctx == "antml":
+                if '"' in k or "<" in k:
+                    raise GrammarError(f"parameter name {k!r} cannot be written in the antml wire")
+                return gseq(GLit(f'<parameter name="{k}">'), self.antml_value(n, f"{hint}-{k}"))
+            return gseq(self.key_lit(k), p.colon, self.value(n, f"{hint}-{k}"))
+
+        extra = galt(*(gseq(kt, p.colon, self.value(vn, f"{hint}-extra")) for kt, vn in regions)) if regions else None
+        sep = p.comma if ctx == "json" else p.gap
+        counting = a.min_p > 0 or a.max_p is not None
+        cap = a.max_p if a.max_p is not None else a.min_p
+        n = len(keys)
+        mem = [member(k, v) for k, v in keys]
+
+        def lab(first: bool, body: GExpr) -> GExpr:
+            if ctx == "antml":
+                return gseq(sep, body)
+            return body if first else gseq(sep, body)
+
+        def inc(c: int) -> int | None:
+            if not counting:
+                return 0
+            c2 = c + 1
+            if a.max_p is not None:
+                return c2 if c2 <= a.max_p else None
+            return min(c2, cap)
+
+        def ok_count(c: int) -> bool:
+            return not counting or c >= a.min_p
+
+        if self.order == "any":
+            if n > ANY_ORDER_MAX_KEYS:
+                raise GrammarError(f"order='any' supports objects with at most {ANY_ORDER_MAX_KEYS} declared keys "
+                                   f"({n} at {hint}); use order='schema'")
+            names = [k for k, _ in keys]
+
+            def trans_any(s: Hashable) -> list[tuple[GExpr, Hashable]]:
+                seen, c, first = s  # type: ignore[misc]
+                out: list[tuple[GExpr, Hashable]] = []
+                c2 = inc(c)
+                if c2 is None:
+                    return out
+                for j in range(n):
+                    if names[j] not in seen:
+                        out.append((lab(first, mem[j]), (seen | {names[j]}, c2, False)))
+                if extra is not None:
+                    out.append((lab(first, extra), (seen, c2, False)))
+                return out
+
+            def acc_any(s: Hashable) -> bool:
+                seen, c, first = s  # type: ignore[misc]
+                return a.required <= seen and ok_count(c)
+
+            return self._emit_members((frozenset(), 0, True), trans_any, acc_any, hint)
+
+        def trans(s: Hashable) -> list[tuple[GExpr, Hashable]]:
+            phase = s[0]  # type: ignore[index]
+            out: list[tuple[GExpr, Hashable]] = []
+            if phase == "d":
+                _, i, c, first = s  # type: ignore[misc]
+                if i == n:
+                    return [(EMPTY, ("x", c, first))]
+                k = keys[i][0]
+                c2 = inc(c)
+                if c2 is not None:
+                    out.append((lab(first, mem[i]), ("d", i + 1, c2, False)))
+                if k not in a.required:
+                    out.append((EMPTY, ("d", i + 1, c, first)))
+                return out
+            _, c, first = s  # type: ignore[misc]
+            c2 = inc(c)
+            if extra is not None and c2 is not None:
+                out.append((lab(first, extra), ("x", c2, False)))
+            return out
+
+        def acc(s: Hashable) -> bool:
+            return s[0] == "x" and ok_count(s[1])  # type: ignore[index]
+
+        return self._emit_members(("d", 0, 0, True), trans, acc, hint)
+
+    def _emit_members(self, start: Hashable, trans: Callable[[Hashable], list[tuple[GExpr, Hashable]]],
+                      accept: Callable[[Hashable], bool], hint: str) -> tuple[GExpr, bool]:
+        # first-flag is the last component of every state
+        def nonempty_accept(s: Hashable) -> bool:
+            return accept(s) and not s[-1]  # type: ignore[index]
+
+        empty_ok = False
+        stack = [start]
+        seen = {start}
+        while stack:
+            s = stack.pop()
+            if accept(s):
+                empty_ok = True
+            for lab_, t in trans(s):
+                if lab_ == EMPTY and t not in seen:
+                    seen.add(t)
+                    stack.append(t)
+        return emit_automaton(self.book, start, trans, nonempty_accept, self._hint(hint)), empty_ok
+
+    def extra_regions(self, a: ObjA, hint: str) -> list[tuple[GExpr, Node]]:
+        declared = frozenset(k for k, _ in a.keys)
+        rules = list(a.extras)
+        # fast path: a rule forbidding every undeclared key closes the object
+        for la, n in rules:
+            if n.is_never and _covers_undeclared(la, declared):
+                return []
+        names_lang: list[StrLang] | None = None
+        if a.names is not None:
+            names_lang = []
+            for alt in a.names.alts:
+                if isinstance(alt, AnyA):
+                    names_lang = None
+                    break
+                if isinstance(alt, StrA):
+                    names_lang.append(alt.lang)
+                elif isinstance(alt, ConstA) and isinstance(alt.value, str):
+                    names_lang.append(StrLang(values=frozenset({alt.value})))
+        if len(rules) > MAX_EXTRA_RULES:
+            raise GrammarError(f"too many patternProperties/additionalProperties rules at {hint}")
+        out: list[tuple[GExpr, Node]] = []
+        for mask in range(1 << len(rules)):
+            value = ANY
+            try:
+                for i, (_la, n) in enumerate(rules):
+                    if mask >> i & 1:
+                        value = intersect(value, n)
+            except Inexact as e:
+                raise GrammarError(f"cannot combine property rules at {hint}: {e}") from e
+            if value.is_never:
+                continue
+            try:
+                dfas = [A.finite_dfa(declared).complement()] if declared else []
+                for i, (la, _n) in enumerate(rules):
+                    dfas.append(la.dfa if mask >> i & 1 else la.dfa.complement())
+                if names_lang is not None:
+                    if not names_lang:
+                        continue
+                    nd = [x.dfa for x in names_lang]
+                    dfas.append(nd[0] if len(nd) == 1 else A.product(nd, "or"))
+                d = A.product(dfas) if len(dfas) > 1 else (dfas[0] if dfas else A.to_dfa(A.star(A.Chars(A.UNIVERSE))))
+                if d.is_empty():
+                    continue
+                content = (T.encoded_without(d, "json", self.forbid) if self.forbid
+                           else A.to_regex(d, T.enc_json))
+            except A.TooComplex as e:
+                raise GrammarError(f"property-name constraints too complex to render at {hint} ({e})") from e
+            out.append((tok(T.quoted(content), self._hint(f"{hint}-key")), value))
+        return out
+
+    # -- arrays
+    def array(self, a: ArrA, hint: str) -> GExpr:
+        p = self.p
+        if a.unique:
+            raise GrammarError(f"uniqueItems cannot be rendered at {hint}")
+        items_hint = f"{hint}-item"
+        if a.contains:
+            body, empty_ok = self._array_contains(a, items_hint)
+        else:
+            body = self._array_items(a, 0, items_hint)
+            empty_ok = a.min == 0
+        alts = []
+        if empty_ok:
+            alts.append(p.empty_arr)
+        if body != FAIL:
+            alts.append(gseq(p.lbrack, body, p.rbrack))
+        return galt(*alts)
+
+    def _item(self, a: ArrA, i: int, hint: str) -> GExpr:
+        n = a.item(i)
+        if n.is_never:
+            return FAIL
+        return self.value(n, hint if i >= len(a.prefix) else f"{hint}-{i}")
+
+    def _array_items(self, a: ArrA, i: int, hint: str) -> GExpr:
+        """Items from position i (>= 1 item in total when i == 0)."""
+        p = self.p
+        if a.max is not None and i >= a.max:
+            return EMPTY if i > 0 else FAIL
+        sep = EMPTY if i == 0 else p.comma
+        if i >= len(a.prefix):
+            item = self._item(a, i, hint)
+            if item == FAIL:
+                return EMPTY if i >= a.min and i > 0 else FAIL
+            need = max(a.min - i, 1 if i == 0 else 0)
+            top = None if a.max is None else a.max - i
+            if i == 0:
+                return gseq(item, grep(gseq(p.comma, item), need - 1, None if top is None else top - 1))
+            return grep(gseq(sep, item), need, top)
+        item = self._item(a, i, hint)
+        part = gseq(sep, item, self._array_items(a, i + 1, hint))
+        if i == 0 or i < a.min:
+            return part
+        return gopt(part)
+
+    def _array_contains(self, a: ArrA, hint: str) -> tuple[GExpr, bool]:
+        p = self.p
+        cons = list(a.contains)
+        cap_i = a.max if a.max is not None else max(len(a.prefix), a.min)
+        choices_cache: dict[int, list[tuple[GExpr, tuple[int, ...]]]] = {}
+
+        def choices(i: int) -> list[tuple[GExpr, tuple[int, ...]]]:
+            key = min(i, len(a.prefix))
+            if key in choices_cache:
+                return choices_cache[key]
+            base = a.item(i)
+            out = []
+            for mask in range(1 << len(cons)):
+                n = base
+                try:
+                    for k, (c, _lo, hi) in enumerate(cons):
+                        if mask >> k & 1:
+                            n = intersect(n, c)
+                        elif hi is not None:
+                            n = intersect(n, complement(c))
+                except Inexact as e:
+                    raise GrammarError(f"contains/maxContains cannot be rendered at {hint}: {e}") from e
+                if n.is_never:
+                    continue
+                inc = tuple(mask >> k & 1 for k in range(len(cons)))
+                out.append((self.value(n, hint), inc))
+            choices_cache[key] = out
+            return out
+
+        def trans(s: Hashable) -> list[tuple[GExpr, Hashable]]:
+            i, counts = s  # type: ignore[misc]
+            if a.max is not None and i >= a.max:
+                return []
+            out = []
+            for item, inc in choices(i):
+                new = []
+                ok = True
+                for (c, lo, hi), x, d in zip(cons, counts, inc, strict=True):
+                    v = x + d
+                    if hi is not None:
+                        if v > hi:
+                            ok = False
+                            break
+                    else:
+                        v = min(v, lo)
+                    new.append(v)
+                if not ok:
+                    continue
+                ni = i + 1 if a.max is not None else min(i + 1, cap_i)
+                out.append((item if i == 0 else gseq(p.comma, item), (ni, tuple(new))))
+            return out
+
+        def accept(s: Hashable) -> bool:
+            i, counts = s  # type: ignore[misc]
+            if i < a.min:
+                return False
+            return all(x >= lo and (hi is None or x <= hi) for (c, lo, hi), x in zip(cons, counts, strict=True))
+
+        start = (0, tuple(0 for _ in cons))
+        empty_ok = accept(start)
+
+        def nonempty_accept(s: Hashable) -> bool:
+            return s[0] > 0 and accept(s)  # type: ignore[index]
+
+        return emit_automaton(self.book, start, trans, nonempty_accept, self._hint(hint + "s")), empty_ok
+
+    # -- antml parameter values
+    def antml_value(self, n: Node, hint: str) -> GExpr:
+        close = "</parameter>"
+        if n.alts and all(isinstance(x, StrA) or (isinstance(x, ConstA) and isinstance(x.value, str))
+                          for x in n.alts):
+            parts = []
+            for x in n.alts:
+                if isinstance(x, StrA):
+                    content = string_content(x.lang, "raw", close)
+                    name = "raw-text" if x.lang.is_all() else self._hint(f"{hint}-raw")
+                    parts.append(tok(A.cat(content, A.lit(close)), name))
+                elif close not in x.value:
+                    parts.append(GLit(x.value + close))
+            return galt(*parts)
+        return gseq(self.value(n, hint), GLit(close))
+
+
+def _is_tok(e: GExpr) -> bool:
+    from tooldecode.grammar.gir import GTok
+
+    return isinstance(e, GTok)
+
+
+def _covers_undeclared(la: StrLang, declared: frozenset[str]) -> bool:
+    """Whether ``la`` contains every string outside ``declared`` (checked syntactically)."""
+    return (la.min_len == 0 and la.max_len is None and not la.patterns and not la.formats and la.values is None
+            and not la.negs and la.excluded <= declared)
+
+
+def emit_automaton(book: RuleBook, start: Hashable, trans: Callable[[Hashable], list[tuple[GExpr, Hashable]]],
+                   accept: Callable[[Hashable], bool], hint: str) -> GExpr:
+    """Expression for the language of a small automaton whose edges are labelled by expressions.
+
+    The automaton must be a DAG apart from self-loops. States referenced from more than one place
+    become rules (named ``hint-sN``); the others are inlined.
+    """
+    edges: dict[Hashable, list[tuple[GExpr, Hashable]]] = {}
+    order = [start]
+    stack = [start]
+    seen = {start}
+    while stack:
+        s = stack.pop()
+        es = [(lab_, t) for lab_, t in trans(s) if lab_ != FAIL]
+        edges[s] = es
+        for _, t in es:
+            if t not in seen:
+                seen.add(t)
+                order.append(t)
+                stack.append(t)
+    # live states
+    live = {s for s in order if accept(s)}
+    changed = True
+    while changed:
+        changed = False
+        for s in order:
+            if s not in live and any(t in live for _, t in edges[s]):
+                live.add(s)
+                changed = True
+    if start not in live:
+        return FAIL
+    indeg: dict[Hashable, int] = {s: 0 for s in order}
+    for s in order:
+        if s not in live:
+            continue
+        for _, t in edges[s]:
+            if t != s and t in live:
+                indeg[t] += 1
+    names: dict[Hashable, str] = {}
+    bodies: dict[Hashable, GExpr] = {}
+
+    def ref(t: Hashable) -> GExpr:
+        if indeg[t] > 1 and _needs_rule(t, edges, live):
+            if t not in names:
+                names[t] = book.fresh(f"{hint}-s{len(names) + 1}")
+                book.define(names[t], body(t))
+            return GRef(names[t])
+        return body(t)
+
+    def body(s: Hashable) -> GExpr:
+        if s in bodies:
+            return bodies[s]
+        loops = [lab_ for lab_, t in edges[s] if t == s]
+        alts = [gseq(lab_, ref(t)) for lab_, t in edges[s] if t != s and t in live]
+        if accept(s):
+            alts.append(EMPTY)
+        core = galt(*alts)
+        if loops:
+            core = gseq(grep(galt(*loops), 0, None), core)
+        bodies[s] = core
+        return core
+
+    return body(start)
+
+
+def _needs_rule(t: Hashable, edges: dict[Hashable, list[tuple[GExpr, Hashable]]], live: set[Hashable]) -> bool:
+    # a state with no outgoing live edges is just EMPTY: inline it
+    return any(t2 in live for _, t2 in edges[t])
+
+
+def const_text(v: Any) -> str:
+    return json.dumps(v)
+
+
+__all__ = ["Lowerer", "WS_POLICIES", "WS_DEFAULT_MAX", "json_str", "number_text", "gap_ast", "emit_automaton",
+           "string_content", "number_ast", "ws_max_for"]
