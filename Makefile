@@ -40,7 +40,7 @@ bench: setup
 
 experiments: setup
 	$(PY) -m tooldecode models fetch --all
-	@for s in experiments/e*.toml; do $(PY) -m tooldecode run $$s || exit 1; done
+	@for s in experiments/e*.toml; do $(PY) -m tooldecode run $$s --report || exit 1; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

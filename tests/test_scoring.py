@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tooldecode.grammar import WIRES, serialize_call
 from tooldecode.scenarios import get_scenario
 from tooldecode.scoring import (
     PRECEDENCE,
@@ -156,6 +157,19 @@ def test_wrong_tool_ranks_below_json_syntax():
 
 
 # --------------------------------------------------------------------------------------------- wire formats
+
+
+@pytest.mark.parametrize("wire", WIRES)
+@pytest.mark.parametrize("ws", ["compact", "pretty"])
+def test_calls_serialized_by_the_grammar_score_valid_in_every_wire(wire, ws, scenario):
+    cases = [(NESTED, "edit", GOLD_ARGS),
+             (FLAT, "Edit", {"file_path": "src/paths.py", "old_string": OLD, "new_string": NEW}),
+             (MULTI, "MultiEdit", {"file_path": "src/paths.py", "edits": [{"old_string": OLD, "new_string": NEW}]})]
+    for tools, name, args in cases:
+        text = serialize_call(name, args, wire=wire, ws=ws)
+        v = score(text, tools=tools, wire=wire, expected=name, scenario=scenario)
+        assert (v.verdict, v.tool, v.flags, v.arguments) == ("valid", name, [], args), text
+        assert v.payload["file_correct"] and v.payload["path_equal"]
 
 
 def test_wire_json_bare_arguments_belong_to_the_expected_tool(scenario):

@@ -15,9 +15,12 @@ from tooldecode.grammar.errors import GrammarError
 from tooldecode.grammar.gir import (
     EMPTY,
     FAIL,
+    GAlt,
     GExpr,
     GLit,
     GRef,
+    GRep,
+    GSeq,
     RuleBook,
     galt,
     gopt,
@@ -212,8 +215,8 @@ class Lowerer:
 
     def _hint(self, h: str) -> str:
         if self.prefix:
-            return f"{self.prefix}-{h}" if h else self.prefix
-        return h or "value"
+            return f"{self.prefix}-{h}" if h else f"{self.prefix}-arguments"
+        return h or "arguments"
 
     # -- values
     def value(self, n: Node, hint: str, inline: bool = False) -> GExpr:
@@ -666,12 +669,13 @@ def emit_automaton(book: RuleBook, start: Hashable, trans: Callable[[Hashable], 
     bodies: dict[Hashable, GExpr] = {}
 
     def ref(t: Hashable) -> GExpr:
-        if indeg[t] > 1 and _needs_rule(t, edges, live):
+        b = body(t)
+        if indeg[t] > 1 and isinstance(b, (GSeq, GAlt, GRep)) and b != EMPTY:
             if t not in names:
                 names[t] = book.fresh(f"{hint}-s{len(names) + 1}")
-                book.define(names[t], body(t))
+                book.define(names[t], b)
             return GRef(names[t])
-        return body(t)
+        return b
 
     def body(s: Hashable) -> GExpr:
         if s in bodies:
@@ -687,11 +691,6 @@ def emit_automaton(book: RuleBook, start: Hashable, trans: Callable[[Hashable], 
         return core
 
     return body(start)
-
-
-def _needs_rule(t: Hashable, edges: dict[Hashable, list[tuple[GExpr, Hashable]]], live: set[Hashable]) -> bool:
-    # a state with no outgoing live edges is just EMPTY: inline it
-    return any(t2 in live for _, t2 in edges[t])
 
 
 def const_text(v: Any) -> str:

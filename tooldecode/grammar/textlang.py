@@ -134,10 +134,14 @@ def _pair_range(lo: int, hi: int) -> RNode:
 
     if hl == hh:
         return pair(hl, hl, ll, lh)
-    out.append(pair(hl, hl, ll, 0x3FF))
-    if hh - hl > 1:
-        out.append(pair(hl + 1, hh - 1, 0, 0x3FF))
-    out.append(pair(hh, hh, 0, lh))
+    first_full, last_full = ll == 0, lh == 0x3FF
+    if not first_full:
+        out.append(pair(hl, hl, ll, 0x3FF))
+    start, end = (hl if first_full else hl + 1), (hh if last_full else hh - 1)
+    if start <= end:
+        out.append(pair(start, end, 0, 0x3FF))
+    if not last_full:
+        out.append(pair(hh, hh, 0, lh))
     return alt(*out)
 
 
