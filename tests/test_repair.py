@@ -86,9 +86,13 @@ def test_fold_flat_edit_with_the_flat_tool_habit_of_another_harness():
     args = {"file_path": GOLD["path"], "old_string": OLD, "new_string": NEW, "replace_all": False}
     r = repair_arguments(args, EDIT)
     assert r.valid and r.arguments == GOLD
-    assert kinds_and_paths(r) == [("fold_flat_edit", "edits"), ("aliases", "file_path"),
-                                  ("aliases", "edits[0].old_string"), ("aliases", "edits[0].new_string"),
-                                  ("drop_unknown_keys", "replace_all")]
+    assert kinds_and_paths(r) == [
+        ("fold_flat_edit", "edits"),
+        ("aliases", "file_path"),
+        ("aliases", "edits[0].old_string"),
+        ("aliases", "edits[0].new_string"),
+        ("drop_unknown_keys", "replace_all"),
+    ]
 
 
 def test_fold_flat_edit_leaves_an_existing_edits_list_alone():
@@ -102,8 +106,11 @@ def test_aliases_from_the_catalog_in_items_and_at_top_level():
     args = {"filePath": GOLD["path"], "edits": [{"old_str": OLD, "new_str": NEW}]}
     r = repair_arguments(args, EDIT)
     assert r.valid and r.arguments == GOLD
-    assert kinds_and_paths(r) == [("aliases", "filePath"), ("aliases", "edits[0].old_str"),
-                                  ("aliases", "edits[0].new_str")]
+    assert kinds_and_paths(r) == [
+        ("aliases", "filePath"),
+        ("aliases", "edits[0].old_str"),
+        ("aliases", "edits[0].new_str"),
+    ]
     assert (r.changes[1].before, r.changes[1].after) == ("old_str", "oldText")
 
 
@@ -128,8 +135,9 @@ def test_aliases_by_spelling_case_and_underscores():
 
 
 def test_coerce_types_only_where_the_schema_asks():
-    r = repair_arguments({"file_path": "a.py", "old_string": "a", "new_string": "b", "replace_all": "true"},
-                         FLAT_EDIT)
+    r = repair_arguments(
+        {"file_path": "a.py", "old_string": "a", "new_string": "b", "replace_all": "true"}, FLAT_EDIT
+    )
     assert r.valid and r.arguments["replace_all"] is True
     assert kinds_and_paths(r) == [("coerce_types", "replace_all")]
     r = repair_arguments({"path": "a.py", "offset": "10", "limit": "20.0"}, READ)
@@ -142,8 +150,9 @@ def test_coerce_types_only_where_the_schema_asks():
 
 
 def test_coerce_types_refuses_what_is_not_that_type():
-    r = repair_arguments({"file_path": "a.py", "old_string": "a", "new_string": "b", "replace_all": "yes"},
-                         FLAT_EDIT)
+    r = repair_arguments(
+        {"file_path": "a.py", "old_string": "a", "new_string": "b", "replace_all": "yes"}, FLAT_EDIT
+    )
     assert not r.valid and r.arguments["replace_all"] == "yes"
     r = repair_arguments({"path": "a.py", "offset": "ten"}, READ)
     assert not r.valid and r.changes == []
@@ -151,38 +160,55 @@ def test_coerce_types_refuses_what_is_not_that_type():
 
 def test_fix_escapes_invalid_escapes_and_raw_control_characters_in_the_text():
     # A model writes the regex without doubling its backslashes and puts a raw newline and tab in a string.
-    text = ('<tool_call>{"name": "edit", "arguments": {"path": "calc/numbers.py", "edits": [{"oldText": '
-            '"NUMBER = re.compile(r\\"\\d\\")\n", "newText": "NUMBER = re.compile(r\\"-?\\d+(?:\\.\\d+)?\\")\n"}]}}'
-            "</tool_call>")
+    text = (
+        '<tool_call>{"name": "edit", "arguments": {"path": "calc/numbers.py", "edits": [{"oldText": '
+        '"NUMBER = re.compile(r\\"\\d\\")\n", "newText": "NUMBER = re.compile(r\\"-?\\d+(?:\\.\\d+)?\\")\n"}]}}'
+        "</tool_call>"
+    )
     with pytest.raises(json.JSONDecodeError):
-        json.loads(text[len("<tool_call>"):-len("</tool_call>")])
+        json.loads(text[len("<tool_call>") : -len("</tool_call>")])
     r = repair_text(text, NESTED, wire="hermes", expected_tool="edit")
     assert r.valid and r.arguments == GOLD
     assert kinds_and_paths(r) == [("fix_escapes", "edits[0].oldText"), ("fix_escapes", "edits[0].newText")]
 
 
 def test_fix_escapes_broken_unicode_escape_and_lone_surrogate():
-    text = hermes({"path": "a.py", "edits": [{"oldText": "caf\\u00e", "newText": "x"}]}).replace("\\\\u00e", "\\u00e")
+    text = hermes({"path": "a.py", "edits": [{"oldText": "caf\\u00e", "newText": "x"}]}).replace(
+        "\\\\u00e", "\\u00e"
+    )
     r = repair_text(text, NESTED, wire="hermes", expected_tool="edit")
     assert r.valid and r.arguments["edits"][0]["oldText"] == "caf\\u00e"
-    r = repair_text(hermes({"path": "a.py", "edits": [{"oldText": "a", "newText": "smile \ud83d"}]}),
-                    NESTED, wire="hermes", expected_tool="edit")
+    r = repair_text(
+        hermes({"path": "a.py", "edits": [{"oldText": "a", "newText": "smile \ud83d"}]}),
+        NESTED,
+        wire="hermes",
+        expected_tool="edit",
+    )
     assert r.arguments["edits"][0]["newText"] == "smile \ufffd"
     assert r.valid and kinds_and_paths(r) == [("fix_escapes", "edits[0].newText")]
-    r = repair_arguments({"path": "a.py", "edits": [{"oldText": "a", "newText": "\udc00"}]}, EDIT,
-                         enabled=["drop_unknown_keys"])
-    assert not r.valid and r.errors == ["edits[0].newText: lone surrogate; the text cannot be encoded as UTF-8"]
+    r = repair_arguments(
+        {"path": "a.py", "edits": [{"oldText": "a", "newText": "\udc00"}]},
+        EDIT,
+        enabled=["drop_unknown_keys"],
+    )
+    assert not r.valid and r.errors == [
+        "edits[0].newText: lone surrogate; the text cannot be encoded as UTF-8"
+    ]
 
 
 def test_drop_unknown_keys_at_any_depth_with_paths_and_values():
-    args = {"path": GOLD["path"], "notes": "fix regex",
-            "edits": [{"oldText": OLD, "newText": NEW, "requireUnique": True, "forceMatchCount": 1}]}
+    args = {
+        "path": GOLD["path"],
+        "notes": "fix regex",
+        "edits": [{"oldText": OLD, "newText": NEW, "requireUnique": True, "forceMatchCount": 1}],
+    }
     r = repair_arguments(args, EDIT)
     assert r.valid and r.arguments == GOLD
     assert [(c.kind, c.path, c.before) for c in r.changes] == [
         ("drop_unknown_keys", "notes", "fix regex"),
         ("drop_unknown_keys", "edits[0].requireUnique", True),
-        ("drop_unknown_keys", "edits[0].forceMatchCount", 1)]
+        ("drop_unknown_keys", "edits[0].forceMatchCount", 1),
+    ]
 
 
 def test_repairs_are_switchable():
@@ -196,8 +222,12 @@ def test_repairs_are_switchable():
 
 
 def test_unrepairable_calls_stay_invalid():
-    r = repair_text('{"name": "edit", "arguments": {"path": "a.py", "edits": [{"oldText": """a""", "newText": "b"}]}}',
-                    NESTED, wire="call-json", expected_tool="edit")
+    r = repair_text(
+        '{"name": "edit", "arguments": {"path": "a.py", "edits": [{"oldText": """a""", "newText": "b"}]}}',
+        NESTED,
+        wire="call-json",
+        expected_tool="edit",
+    )
     assert not r.valid and r.arguments is None and r.errors[0].startswith("invalid JSON")
     r = repair_text(hermes({"path": "a.py"}, name="read"), NESTED, wire="hermes", expected_tool="edit")
     assert not r.valid and r.tool == "read"
@@ -211,8 +241,10 @@ def test_unrepairable_calls_stay_invalid():
 def test_retry_signal_for_markup_leaked_into_visible_text():
     clean = hermes(GOLD)
     assert not repair_text(clean, NESTED, wire="hermes", expected_tool="edit").retry_signal
-    antml = ('<function_calls><invoke name="edit"><parameter name="path">calc/numbers.py</parameter>'
-             f'<parameter name="edits">{json.dumps(GOLD["edits"])}</parameter></invoke></function_calls>')
+    antml = (
+        '<function_calls><invoke name="edit"><parameter name="path">calc/numbers.py</parameter>'
+        f'<parameter name="edits">{json.dumps(GOLD["edits"])}</parameter></invoke></function_calls>'
+    )
     r = repair_text(antml, NESTED, wire="hermes", expected_tool="edit")
     assert r.valid and r.retry_signal  # a hermes server shows antml markup as text
     assert not repair_text(antml, NESTED, wire="antml", expected_tool="edit").retry_signal
@@ -226,18 +258,78 @@ def test_retry_signal_for_markup_leaked_into_visible_text():
 
 # ----------------------------------------------------------------------------------------- property tests
 
-KEYS = ["path", "edits", "oldText", "newText", "old_str", "new_string", "file_path", "filePath", "requireUnique",
-        "replace_all", "type", "additionalProperties", "command", "offset", "limit", "content", "Path", ""]
-SCALARS = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
-           | st.text(max_size=8)
-           | st.sampled_from(['[{"oldText": "a", "newText": "b"}]', '{"oldText": "a"}', "true", "3", "3.0",
-                              "\ud83d", '"[]"', "null", '{"x": "\\d"}']))
-JSON = st.recursive(SCALARS, lambda ch: st.lists(ch, max_size=4)
-                    | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=6), ch, max_size=5), max_leaves=25)
-FRAGMENTS = list('{}[]":,\\ \nab') + ["<tool_call>", "</tool_call>", '"name": "edit"', '"arguments"', "```json\n",
-                                     "to=functions.edit", "<|message|>", '<invoke name="edit">', "</invoke>",
-                                     '<parameter name="edits">', "</parameter>", '"edits"', '"oldText"', '"newText"',
-                                     "\\u12", "\\ud83d", "\\d", '"path"', '"file_path"', '"""', "true", "3"]
+KEYS = [
+    "path",
+    "edits",
+    "oldText",
+    "newText",
+    "old_str",
+    "new_string",
+    "file_path",
+    "filePath",
+    "requireUnique",
+    "replace_all",
+    "type",
+    "additionalProperties",
+    "command",
+    "offset",
+    "limit",
+    "content",
+    "Path",
+    "",
+]
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+    | st.sampled_from(
+        [
+            '[{"oldText": "a", "newText": "b"}]',
+            '{"oldText": "a"}',
+            "true",
+            "3",
+            "3.0",
+            "\ud83d",
+            '"[]"',
+            "null",
+            '{"x": "\\d"}',
+        ]
+    )
+)
+JSON = st.recursive(
+    SCALARS,
+    lambda ch: (
+        st.lists(ch, max_size=4)
+        | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=6), ch, max_size=5)
+    ),
+    max_leaves=25,
+)
+FRAGMENTS = list('{}[]":,\\ \nab') + [
+    "<tool_call>",
+    "</tool_call>",
+    '"name": "edit"',
+    '"arguments"',
+    "```json\n",
+    "to=functions.edit",
+    "<|message|>",
+    '<invoke name="edit">',
+    "</invoke>",
+    '<parameter name="edits">',
+    "</parameter>",
+    '"edits"',
+    '"oldText"',
+    '"newText"',
+    "\\u12",
+    "\\ud83d",
+    "\\d",
+    '"path"',
+    '"file_path"',
+    '"""',
+    "true",
+    "3",
+]
 TEXT = st.one_of(st.text(max_size=80), st.lists(st.sampled_from(FRAGMENTS), max_size=50).map("".join))
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -269,14 +361,21 @@ def test_property_never_raises_on_arbitrary_text_and_is_idempotent(text, wire):
 
 EDIT_ITEMS = st.fixed_dictionaries({"oldText": st.text(max_size=30), "newText": st.text(max_size=30)})
 VALID_EDIT = st.fixed_dictionaries({"path": st.text(max_size=20), "edits": st.lists(EDIT_ITEMS, max_size=3)})
-VALID_FLAT = st.fixed_dictionaries({"file_path": st.text(max_size=20), "old_string": st.text(max_size=20),
-                                    "new_string": st.text(max_size=20)},
-                                   optional={"replace_all": st.booleans()})
+VALID_FLAT = st.fixed_dictionaries(
+    {
+        "file_path": st.text(max_size=20),
+        "old_string": st.text(max_size=20),
+        "new_string": st.text(max_size=20),
+    },
+    optional={"replace_all": st.booleans()},
+)
 
 
 @PROPERTY
-@given(st.one_of(VALID_EDIT.map(lambda a: (a, EDIT)), VALID_FLAT.map(lambda a: (a, FLAT_EDIT))),
-       st.sampled_from(["hermes", "json", "antml"]))
+@given(
+    st.one_of(VALID_EDIT.map(lambda a: (a, EDIT)), VALID_FLAT.map(lambda a: (a, FLAT_EDIT))),
+    st.sampled_from(["hermes", "json", "antml"]),
+)
 def test_property_valid_calls_are_never_changed(case, wire):
     args, tool = case
     snapshot = dumps(args)
@@ -287,8 +386,10 @@ def test_property_valid_calls_are_never_changed(case, wire):
     elif wire == "json":
         text = json.dumps(args)
     else:
-        params = "".join(f'<parameter name="{k}">{v if isinstance(v, str) else json.dumps(v)}</parameter>'
-                         for k, v in args.items())
+        params = "".join(
+            f'<parameter name="{k}">{v if isinstance(v, str) else json.dumps(v)}</parameter>'
+            for k, v in args.items()
+        )
         text = f'<function_calls><invoke name="{tool.name}">{params}</invoke></function_calls>'
         if any(("<" in v or ">" in v) for v in args.values() if isinstance(v, str)):
             return  # raw markup inside a string parameter is ambiguous in antml
@@ -297,11 +398,13 @@ def test_property_valid_calls_are_never_changed(case, wire):
 
 
 def test_imports_without_model_libraries():
-    code = ("import sys\n"
-            "for name in ('torch', 'transformers', 'llama_cpp'):\n"
-            "    sys.modules[name] = None\n"
-            "import tooldecode.repair, tooldecode.scoring, tooldecode.repair_cli\n"
-            "assert not {'torch', 'transformers', 'llama_cpp'} & {k for k, v in sys.modules.items() if v}\n")
+    code = (
+        "import sys\n"
+        "for name in ('torch', 'transformers', 'llama_cpp'):\n"
+        "    sys.modules[name] = None\n"
+        "import tooldecode.repair, tooldecode.scoring, tooldecode.repair_cli\n"
+        "assert not {'torch', 'transformers', 'llama_cpp'} & {k for k, v in sys.modules.items() if v}\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -314,27 +417,43 @@ STRICT = {**LOOSE, "mode": "strict"}
 @pytest.fixture(scope="module")
 def scenario_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("scenarios")
-    doc = {"id": "t-number-regex", "language": "python", "title": "negative numbers are not parsed",
-           "path": "calc/numbers.py", "content": CONTENT, "task": "parse('-2.5') gives ['2', '5']",
-           "diagnosis": "The regex only matches single digits.", "edits": [{"oldText": OLD, "newText": NEW}],
-           "expected": EXPECTED}
+    doc = {
+        "id": "t-number-regex",
+        "language": "python",
+        "title": "negative numbers are not parsed",
+        "path": "calc/numbers.py",
+        "content": CONTENT,
+        "task": "parse('-2.5') gives ['2', '5']",
+        "diagnosis": "The regex only matches single digits.",
+        "edits": [{"oldText": OLD, "newText": NEW}],
+        "expected": EXPECTED,
+    }
     (d / "t-number-regex.json").write_text(json.dumps(doc))
     return d
 
 
 def record(arm, index, text, finish="stop"):
-    return {"key": f"{arm['mode']}/t-number-regex/0/{index}", "arm": arm, "scenario": "t-number-regex",
-            "seed": 0, "index": index, "prefill": "", "text": text, "finish_reason": finish, "error": None}
+    return {
+        "key": f"{arm['mode']}/t-number-regex/0/{index}",
+        "arm": arm,
+        "scenario": "t-number-regex",
+        "seed": 0,
+        "index": index,
+        "prefill": "",
+        "text": text,
+        "finish_reason": finish,
+        "error": None,
+    }
 
 
 def run_records():
     wrong_new = {"path": GOLD["path"], "edits": json.dumps([{"oldText": OLD, "newText": "NUMBER = None\n"}])}
     loose = [
-        hermes(GOLD),                                                                   # valid
+        hermes(GOLD),  # valid
         hermes({"path": GOLD["path"], "edits": [{"oldText": OLD, "newText": NEW, "requireUnique": True}]}),
-        hermes({"file_path": GOLD["path"], "old_string": OLD, "new_string": NEW}),      # another harness's shape
-        hermes(wrong_new),                                                              # rescued, payload wrong
-        "The regex only matches one digit; I'd use -?\\d+ instead.",                    # no call
+        hermes({"file_path": GOLD["path"], "old_string": OLD, "new_string": NEW}),  # another harness's shape
+        hermes(wrong_new),  # rescued, payload wrong
+        "The regex only matches one digit; I'd use -?\\d+ instead.",  # no call
         '<tool_call>{"name": "edit", "arguments": {"path": "calc/numbers.py", "edits": [{"oldText": """x"""}]}}',
     ]
     records = [record(LOOSE, i, t) for i, t in enumerate(loose)]
@@ -346,8 +465,13 @@ def run_records():
 def test_rescue_accounting(scenario_dir):
     manifest = {"config": {"scenario_dirs": [str(scenario_dir)]}}
     s = rescue_accounting(run_records(), manifest)
-    assert (s["n_loose"], s["n_strict"], s["n_failing_strict"], s["n_rescued"], s["n_rescued_payload"]) == \
-        (6, 4, 5, 3, 2)
+    assert (s["n_loose"], s["n_strict"], s["n_failing_strict"], s["n_rescued"], s["n_rescued_payload"]) == (
+        6,
+        4,
+        5,
+        3,
+        2,
+    )
     assert s["rescued_share"]["k"] == 3 and s["rescued_share"]["n"] == 5
     assert 0 < s["rescued_share"]["lo"] < 0.6 < s["rescued_share"]["hi"] < 1
     assert s["kinds"]["drop_unknown_keys"] == {"samples": 1, "changes": 1, "rescued": 1}
@@ -388,8 +512,9 @@ def test_cli_writes_repaired_file_beside_raw_samples(scenario_dir, tmp_path, cap
     assert len(rows) == 11 and (run_dir / "samples.jsonl").read_bytes() == raw
     row = next(r for r in rows if r["key"] == "loose/t-number-regex/0/1")
     assert row["strict_verdict"] == "invented_key" and row["valid"] and row["payload_ok"]
-    assert row["changes"] == [{"kind": "drop_unknown_keys", "path": "edits[0].requireUnique", "before": True,
-                               "after": None}]
+    assert row["changes"] == [
+        {"kind": "drop_unknown_keys", "path": "edits[0].requireUnique", "before": True, "after": None}
+    ]
     assert "rescued by repair: 0.600" in capsys.readouterr().out
 
     args = parser.parse_args(["repair", str(run_dir), "--disable", "drop_unknown_keys", "--json"])

@@ -353,3 +353,52 @@ def test_highlight_escapes_and_marks_only_quoted_keys():
     assert "<mark>&quot;id&quot;</mark>: 1" in out
     assert "&lt;b&gt;id&lt;/b&gt;" in out
     assert rp.highlight("a\ud800b", []) == "a\ufffdb"
+
+
+def test_probe_only_run_uses_the_points_after_new_text(tmp_path):
+    """A probe-only run (no samples): rows as the experiment runner writes them, one per decision point."""
+    store = RunStore.create(tmp_path / "e5", build_manifest({"spec": "e5"}))
+    store.close()
+    rows = []
+    for j, sc in enumerate(_scenarios()):
+        for after, p_cont, lines in (
+            ("path", 0.99, 1),
+            ("oldText", 0.98, 4),
+            ("newText", 0.01 + 0.02 * j, 12),
+        ):
+            rows.append(
+                {
+                    "index": len(rows),
+                    "path": "edits[0]" if after != "path" else "",
+                    "after": after,
+                    "container": "object",
+                    "actual": "close" if after == "newText" else "continue",
+                    "p_close": 1 - p_cont,
+                    "p_continue": p_cont,
+                    "p_other": 0.0,
+                    "p_undetermined": 0.0,
+                    "entropy": 0.2,
+                    "top": [],
+                    "value_lines": lines,
+                    "value_chars": 40 * lines,
+                    "model": MODEL,
+                    "variant": {"history": "agentic", "toolset": "nested"},
+                    "variant_label": "history=agentic,toolset=nested",
+                    "scenario": sc.id,
+                    "newtext_lines": lines,
+                    "newtext_chars": 40 * lines,
+                    "item_index": 0,
+                    "n_items": 1,
+                }
+            )
+    RunStore.open(tmp_path / "e5").write_derived("probe.jsonl", rows)
+    rp.report([tmp_path / "e5"])
+    md = (tmp_path / "e5/summary.md").read_text()
+    tables = _md_tables(md)
+    assert "Arms" not in tables and md.split("## Arms")[1].split("##")[0].strip() == "_none_"
+    (row,) = tables["Close-brace probe"]
+    assert row["arm"] == f"model={MODEL}, history=agentic, toolset=nested"
+    assert row["decision points"] == "2"  # only the points after newText
+    assert row["mean P(continue) [95%]"].startswith("2% [") and row["max P(continue)"] == "3%"
+    page = (tmp_path / "e5/report.html").read_text()
+    assert 'alt="P(continue) against newText length"' in page and 'alt="rates per arm' not in page

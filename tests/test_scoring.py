@@ -21,8 +21,7 @@ from tooldecode.scoring import (
 )
 
 CONTENT = (
-    'def greet(name):\n    return "Hello, %s" % name\n\n\n'
-    'def join_path(a, b):\n    return a + "/" + b\n'
+    'def greet(name):\n    return "Hello, %s" % name\n\n\ndef join_path(a, b):\n    return a + "/" + b\n'
 )
 OLD = '    return a + "/" + b\n'
 NEW = '    sep = "\\\\" if WINDOWS else "/"\n\treturn a + sep + b\n'
@@ -33,9 +32,17 @@ GOLD_ARGS = {"path": "src/paths.py", "edits": [{"oldText": OLD, "newText": NEW}]
 @pytest.fixture(scope="module")
 def scenario_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("scenarios")
-    doc = {"id": "t-join-path", "language": "python", "title": "join_path ignores Windows", "path": "src/paths.py",
-           "content": CONTENT, "task": "join_path breaks on Windows", "diagnosis": "It hard-codes '/'.",
-           "edits": [{"oldText": OLD, "newText": NEW}], "expected": EXPECTED}
+    doc = {
+        "id": "t-join-path",
+        "language": "python",
+        "title": "join_path ignores Windows",
+        "path": "src/paths.py",
+        "content": CONTENT,
+        "task": "join_path breaks on Windows",
+        "diagnosis": "It hard-codes '/'.",
+        "edits": [{"oldText": OLD, "newText": NEW}],
+        "expected": EXPECTED,
+    }
     (d / "t-join-path.json").write_text(json.dumps(doc))
     return d
 
@@ -73,8 +80,15 @@ def test_verdict_names_and_precedence_cover_the_same_classes():
 def test_valid_hermes_call_with_correct_payload(scenario):
     v = score(f"<tool_call>\n{call(GOLD_ARGS)}\n</tool_call>", scenario=scenario)
     assert (v.verdict, v.tool, v.wrapping, v.flags) == ("valid", "edit", "hermes", [])
-    assert v.payload == {"old_unique": True, "applies": True, "file_correct": True, "newtext_equal": True,
-                         "path_equal": True, "n_edits": 1, "n_gold": 1}
+    assert v.payload == {
+        "old_unique": True,
+        "applies": True,
+        "file_correct": True,
+        "newtext_equal": True,
+        "path_equal": True,
+        "n_edits": 1,
+        "n_gold": 1,
+    }
     assert v.arguments == GOLD_ARGS
 
 
@@ -87,8 +101,11 @@ def test_invented_key_recorded_with_path_and_value(scenario):
 
 
 def test_invented_keys_at_several_depths_in_path_order():
-    args = {"path": "a.py", "edits": [{"oldText": "a", "newText": "b"}, {"oldText": "c", "newText": "d", "id": 2}],
-            "kind": "replace"}
+    args = {
+        "path": "a.py",
+        "edits": [{"oldText": "a", "newText": "b"}, {"oldText": "c", "newText": "d", "id": 2}],
+        "kind": "replace",
+    }
     v = score(call(args))
     assert [k["path"] for k in v.invented_keys] == ["edits[1].id", "kind"]
 
@@ -133,7 +150,9 @@ def test_truncated_only_when_the_sample_hit_the_length_limit():
     text = '<tool_call>\n{"name": "edit", "arguments": {"path": "a.py", "edits": [{"oldText": "x = 1", "newT'
     assert score(text, finish="length").verdict == "truncated"
     assert score(text, finish="stop").verdict == "json_syntax"
-    assert score(text, finish=None).verdict == "truncated"  # unknown finish reason: an unbalanced end is a cut
+    assert (
+        score(text, finish=None).verdict == "truncated"
+    )  # unknown finish reason: an unbalanced end is a cut
 
 
 def test_no_call_for_prose_and_for_code_with_braces():
@@ -152,7 +171,9 @@ def test_wrong_tool_for_another_offered_tool_and_for_an_invented_tool():
 
 
 def test_wrong_tool_ranks_below_json_syntax():
-    text = call({"path": "a.py"}, name="read") + '\n{"name": "edit", "arguments": {"path": "a.py", "edits": [}'
+    text = (
+        call({"path": "a.py"}, name="read") + '\n{"name": "edit", "arguments": {"path": "a.py", "edits": [}'
+    )
     assert score(text).verdict == "json_syntax"
 
 
@@ -162,9 +183,15 @@ def test_wrong_tool_ranks_below_json_syntax():
 @pytest.mark.parametrize("wire", WIRES)
 @pytest.mark.parametrize("ws", ["compact", "pretty"])
 def test_calls_serialized_by_the_grammar_score_valid_in_every_wire(wire, ws, scenario):
-    cases = [(NESTED, "edit", GOLD_ARGS),
-             (FLAT, "Edit", {"file_path": "src/paths.py", "old_string": OLD, "new_string": NEW}),
-             (MULTI, "MultiEdit", {"file_path": "src/paths.py", "edits": [{"old_string": OLD, "new_string": NEW}]})]
+    cases = [
+        (NESTED, "edit", GOLD_ARGS),
+        (FLAT, "Edit", {"file_path": "src/paths.py", "old_string": OLD, "new_string": NEW}),
+        (
+            MULTI,
+            "MultiEdit",
+            {"file_path": "src/paths.py", "edits": [{"old_string": OLD, "new_string": NEW}]},
+        ),
+    ]
     for tools, name, args in cases:
         text = serialize_call(name, args, wire=wire, ws=ws)
         v = score(text, tools=tools, wire=wire, expected=name, scenario=scenario)
@@ -185,8 +212,10 @@ def test_wire_call_json():
 
 def test_wire_antml_types_parameters_by_schema(scenario):
     edits = json.dumps(GOLD_ARGS["edits"])
-    text = ('<function_calls>\n<invoke name="edit">\n<parameter name="path">src/paths.py</parameter>\n'
-            f'<parameter name="edits">{edits}</parameter>\n</invoke>\n</function_calls>')
+    text = (
+        '<function_calls>\n<invoke name="edit">\n<parameter name="path">src/paths.py</parameter>\n'
+        f'<parameter name="edits">{edits}</parameter>\n</invoke>\n</function_calls>'
+    )
     v = score(text, wire="antml", scenario=scenario)
     assert (v.verdict, v.tool, v.wrapping, v.flags) == ("valid", "edit", "antml", [])
     assert v.arguments == GOLD_ARGS
@@ -194,8 +223,10 @@ def test_wire_antml_types_parameters_by_schema(scenario):
 
 
 def test_wire_antml_string_parameter_that_looks_like_json_stays_a_string():
-    text = ('<function_calls><invoke name="write"><parameter name="path">a.json</parameter>'
-            '<parameter name="content">{"a": 1}</parameter></invoke></function_calls>')
+    text = (
+        '<function_calls><invoke name="write"><parameter name="path">a.json</parameter>'
+        '<parameter name="content">{"a": 1}</parameter></invoke></function_calls>'
+    )
     v = score(text, wire="antml", expected="write")
     assert v.verdict == "valid"
     assert v.arguments == {"path": "a.json", "content": '{"a": 1}'}
@@ -204,7 +235,9 @@ def test_wire_antml_string_parameter_that_looks_like_json_stays_a_string():
 def test_wire_antml_invented_parameter_and_broken_json_parameter():
     base = '<function_calls><invoke name="edit"><parameter name="path">a.py</parameter>'
     good = '<parameter name="edits">[{"oldText": "a", "newText": "b"}]</parameter>'
-    v = score(base + good + '<parameter name="unique">true</parameter></invoke></function_calls>', wire="antml")
+    v = score(
+        base + good + '<parameter name="unique">true</parameter></invoke></function_calls>', wire="antml"
+    )
     assert v.verdict == "invented_key"
     assert v.invented_keys == [{"path": "unique", "key": "unique", "value": True}]
     bad = '<parameter name="edits">[{"oldText": "a", "newText": "b"</parameter></invoke></function_calls>'
@@ -218,20 +251,29 @@ def test_wire_antml_cut_inside_a_parameter_is_truncated():
 
 def test_closing_tags_eaten_by_the_stop_string():
     edits = json.dumps(GOLD_ARGS["edits"])
-    antml = (f'<function_calls><invoke name="edit"><parameter name="path">src/paths.py</parameter>'
-             f'<parameter name="edits">{edits}</parameter>')
+    antml = (
+        f'<function_calls><invoke name="edit"><parameter name="path">src/paths.py</parameter>'
+        f'<parameter name="edits">{edits}</parameter>'
+    )
     assert score(antml + "</invoke>\n", wire="antml").verdict == "valid"
     assert score(antml + "\n", wire="antml", finish="stop").verdict == "valid"
     assert score(antml, wire="antml", finish="length").verdict == "truncated"
     assert score(f"<tool_call>\n{call(GOLD_ARGS)}\n").verdict == "valid"
-    assert score(f"<|channel|>commentary to=functions.edit <|constrain|>json<|message|>{json.dumps(GOLD_ARGS)}",
-                 wire="harmony").verdict == "valid"
+    assert (
+        score(
+            f"<|channel|>commentary to=functions.edit <|constrain|>json<|message|>{json.dumps(GOLD_ARGS)}",
+            wire="harmony",
+        ).verdict
+        == "valid"
+    )
 
 
 @pytest.mark.parametrize("prefix", ["<|start|>assistant", ""])
 def test_wire_harmony_with_and_without_start(prefix, scenario):
-    text = (f"{prefix}<|channel|>commentary to=functions.edit <|constrain|>json<|message|>"
-            f"{json.dumps(GOLD_ARGS)}<|call|>")
+    text = (
+        f"{prefix}<|channel|>commentary to=functions.edit <|constrain|>json<|message|>"
+        f"{json.dumps(GOLD_ARGS)}<|call|>"
+    )
     v = score(text, wire="harmony", scenario=scenario)
     assert (v.verdict, v.tool, v.wrapping, v.flags) == ("valid", "edit", "harmony", [])
     assert v.payload["file_correct"]
@@ -240,7 +282,9 @@ def test_wire_harmony_with_and_without_start(prefix, scenario):
 def test_wire_harmony_wrong_tool_and_truncation():
     text = '<|channel|>commentary to=functions.read <|constrain|>json<|message|>{"path": "a.py"}<|call|>'
     assert score(text, wire="harmony").verdict == "wrong_tool"
-    cut = '<|channel|>commentary to=functions.edit <|constrain|>json<|message|>{"path": "a.py", "edits": [{"old'
+    cut = (
+        '<|channel|>commentary to=functions.edit <|constrain|>json<|message|>{"path": "a.py", "edits": [{"old'
+    )
     assert score(cut, wire="harmony", finish="length").verdict == "truncated"
 
 
@@ -308,7 +352,7 @@ def test_python_call_inside_tool_call_tags_and_prose_before_json_inside_tags():
 
 
 def test_broken_dict_literal_in_code_is_not_a_call_attempt():
-    text = "Fixed version:\n```python\nopts = {\"path\": base + name}\nreturn opts\n```"
+    text = 'Fixed version:\n```python\nopts = {"path": base + name}\nreturn opts\n```'
     assert score(text).verdict == "no_call"
     text = '{"path": "a.py", "edits": [{"oldText": "a", "newText": b}]}'  # two keys of the tool: an attempt
     assert score(text).verdict == "json_syntax"
@@ -337,8 +381,10 @@ def test_multiple_calls_prefers_the_expected_tool():
 
 
 def test_duplicate_key_flag():
-    text = ('{"name": "edit", "arguments": {"path": "a.py", "edits": [{"oldText": "a", "newText": "b", '
-            '"newText": "c"}]}}')
+    text = (
+        '{"name": "edit", "arguments": {"path": "a.py", "edits": [{"oldText": "a", "newText": "b", '
+        '"newText": "c"}]}}'
+    )
     v = score(text)
     assert v.verdict == "valid" and "duplicate_key" in v.flags
     assert v.duplicate_keys == ["newText"]
@@ -351,8 +397,10 @@ def test_schema_echo_additional_properties_copied_from_the_schema():
 
 
 def test_schema_echo_description_copied_as_a_value():
-    args = {"path": "Path of the file to edit, relative to the workspace root.",
-            "edits": [{"oldText": "a", "newText": "b"}]}
+    args = {
+        "path": "Path of the file to edit, relative to the workspace root.",
+        "edits": [{"oldText": "a", "newText": "b"}],
+    }
     v = score(call(args))
     assert v.verdict == "valid" and "schema_echo" in v.flags
 
@@ -401,9 +449,17 @@ def test_payload_correct_but_old_text_key_misspelled_is_not_payload_correct(scen
 def test_score_record_uses_arm_and_prefill(scenario_dir):
     prefill = '<tool_call>\n{"name": "edit", "arguments": {'
     body = json.dumps(GOLD_ARGS)[1:] + "}\n</tool_call>"
-    record = {"key": "a/t-join-path/0/0", "arm": {"mode": "loose", "toolset": "nested", "wire": "hermes"},
-              "scenario": "t-join-path", "seed": 0, "index": 0, "prefill": prefill, "text": body,
-              "finish_reason": "stop", "error": None}
+    record = {
+        "key": "a/t-join-path/0/0",
+        "arm": {"mode": "loose", "toolset": "nested", "wire": "hermes"},
+        "scenario": "t-join-path",
+        "seed": 0,
+        "index": 0,
+        "prefill": prefill,
+        "text": body,
+        "finish_reason": "stop",
+        "error": None,
+    }
     out = score_record(record, {"config": {"scenario_dirs": [str(scenario_dir)]}})
     assert out["key"] == "a/t-join-path/0/0" and out["scorer"] == SCORER_VERSION
     assert out["verdict"] == "valid" and out["payload"]["file_correct"]
@@ -411,8 +467,15 @@ def test_score_record_uses_arm_and_prefill(scenario_dir):
 
 
 def test_score_record_flat_toolset_expects_edit_and_skips_errors(scenario_dir):
-    record = {"key": "k", "arm": {"toolset": "flat-edit", "wire": "call-json"}, "scenario": "t-join-path",
-              "prefill": "", "text": call({"path": "x"}, name="Read"), "finish_reason": "stop", "error": None}
+    record = {
+        "key": "k",
+        "arm": {"toolset": "flat-edit", "wire": "call-json"},
+        "scenario": "t-join-path",
+        "prefill": "",
+        "text": call({"path": "x"}, name="Read"),
+        "finish_reason": "stop",
+        "error": None,
+    }
     manifest = {"scenario_dirs": [str(scenario_dir)]}
     assert score_record(record, manifest)["verdict"] == "wrong_tool"
     skipped = score_record({**record, "error": "mask failed"}, manifest)
@@ -422,17 +485,34 @@ def test_score_record_flat_toolset_expects_edit_and_skips_errors(scenario_dir):
 def test_extract_calls_spans_and_raw():
     text = f"Here:\n<tool_call>{call(GOLD_ARGS)}</tool_call>"
     (c,) = extract_calls(text, tools=NESTED)
-    assert text[c.span[0]:c.span[1]] == c.raw and c.raw.startswith("<tool_call>")
+    assert text[c.span[0] : c.span[1]] == c.raw and c.raw.startswith("<tool_call>")
 
 
-FRAGMENTS = list('{}[]":,\\ \nab') + ["<tool_call>", "</tool_call>", '"name"', '"edit"', '"arguments"', "```json\n",
-                                         "to=functions.edit", "<|message|>", '<invoke name="edit">', "edit(",
-                                         '<parameter name="edits">', '"edits"', '"oldText"', "\\u12", "true"]
+FRAGMENTS = list('{}[]":,\\ \nab') + [
+    "<tool_call>",
+    "</tool_call>",
+    '"name"',
+    '"edit"',
+    '"arguments"',
+    "```json\n",
+    "to=functions.edit",
+    "<|message|>",
+    '<invoke name="edit">',
+    "edit(",
+    '<parameter name="edits">',
+    '"edits"',
+    '"oldText"',
+    "\\u12",
+    "true",
+]
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(st.text(max_size=60), st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join)),
-       st.sampled_from([None, "json", "hermes", "antml", "harmony"]), st.sampled_from([None, "stop", "length"]))
+@given(
+    st.one_of(st.text(max_size=60), st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join)),
+    st.sampled_from([None, "json", "hermes", "antml", "harmony"]),
+    st.sampled_from([None, "stop", "length"]),
+)
 def test_scoring_never_raises(text, wire, finish):
     v = score_text(text, NESTED, wire=wire, expected_tool="edit", finish_reason=finish)
     assert v.verdict in VERDICTS

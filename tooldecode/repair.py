@@ -41,8 +41,15 @@ from tooldecode.stats import wilson
 REPAIR_VERSION = "r1"
 
 # Order of application; each one can be switched off.
-REPAIRS = ("parse_string_container", "wrap_single_object", "fold_flat_edit", "aliases", "coerce_types",
-           "fix_escapes", "drop_unknown_keys")
+REPAIRS = (
+    "parse_string_container",
+    "wrap_single_object",
+    "fold_flat_edit",
+    "aliases",
+    "coerce_types",
+    "fix_escapes",
+    "drop_unknown_keys",
+)
 
 _MAX_PASSES = 8
 _MAX_DEPTH = 200
@@ -168,8 +175,11 @@ def _json_type(value: Any) -> str:
 
 def _type_ok(value: Any, types: set[str]) -> bool:
     t = _json_type(value)
-    return t in types or (t == "integer" and "number" in types) or (
-        t == "number" and "integer" in types and float(value).is_integer())
+    return (
+        t in types
+        or (t == "integer" and "number" in types)
+        or (t == "number" and "integer" in types and float(value).is_integer())
+    )
 
 
 # ------------------------------------------------------------------------------------------------ repairs
@@ -336,9 +346,14 @@ def _search(pattern: str, key: str) -> bool:
 def _step(kind: str) -> Callable[[Any, _Run], Any]:
     if kind == "fix_escapes":
         return lambda value, run: _fix_escapes(value, [], run)
-    fn = {"parse_string_container": _parse_string_container, "wrap_single_object": _wrap_single_object,
-          "fold_flat_edit": _fold_flat_edit, "aliases": _aliases, "coerce_types": _coerce_types,
-          "drop_unknown_keys": _drop_unknown_keys}[kind]
+    fn = {
+        "parse_string_container": _parse_string_container,
+        "wrap_single_object": _wrap_single_object,
+        "fold_flat_edit": _fold_flat_edit,
+        "aliases": _aliases,
+        "coerce_types": _coerce_types,
+        "drop_unknown_keys": _drop_unknown_keys,
+    }[kind]
     return lambda value, run: _transform(value, run.root, [], run, fn)
 
 
@@ -363,8 +378,9 @@ def repair_arguments(args: Any, tool: Tool, *, enabled: Collection[str] = REPAIR
             if len(run.changes) == before:
                 break
     except RecursionError:
-        return RepairResult(args, [], False, False, [*errors, "$: arguments nested too deep to repair"],
-                            tool=tool.name)
+        return RepairResult(
+            args, [], False, False, [*errors, "$: arguments nested too deep to repair"], tool=tool.name
+        )
     errors = _errors(value, tool)
     return RepairResult(value, run.changes, not errors, False, errors, tool=tool.name)
 
@@ -387,7 +403,9 @@ def _errors(args: Any, tool: Tool) -> list[str]:
         elif isinstance(v, dict):
             for k, x in v.items():
                 if _SURROGATE.search(k):
-                    bad.append(f"{render_path(path)}: key with a lone surrogate; it cannot be encoded as UTF-8")
+                    bad.append(
+                        f"{render_path(path)}: key with a lone surrogate; it cannot be encoded as UTF-8"
+                    )
                 walk(x, [*path, k], depth + 1)
 
     try:
@@ -416,13 +434,21 @@ def leaked_markup(text: str, calls: Sequence[ExtractedCall], wire: str | None) -
     return False
 
 
-def repair_text(text: str, tools: Sequence[Tool], *, wire: str | None = None, expected_tool: str | None = None,
-                enabled: Collection[str] = REPAIRS) -> RepairResult:
+def repair_text(
+    text: str,
+    tools: Sequence[Tool],
+    *,
+    wire: str | None = None,
+    expected_tool: str | None = None,
+    enabled: Collection[str] = REPAIRS,
+) -> RepairResult:
     """Extract the primary call from raw text (escapes repaired while parsing when ``fix_escapes`` is on)
     and repair its arguments."""
     kinds = _enabled(enabled)
     tools = list(tools)
-    calls = extract_calls(text, wire=wire, tools=tools, expected_tool=expected_tool, lenient="fix_escapes" in kinds)
+    calls = extract_calls(
+        text, wire=wire, tools=tools, expected_tool=expected_tool, lenient="fix_escapes" in kinds
+    )
     retry = leaked_markup(text, calls, wire)
     call = primary_call(calls, expected_tool)
     if call is None:
@@ -433,8 +459,15 @@ def repair_text(text: str, tools: Sequence[Tool], *, wire: str | None = None, ex
     name = call.name if call.name is not None else expected_tool
     tool = by_name.get(name) if name is not None else None
     if tool is None or (expected_tool is not None and name != expected_tool):
-        return RepairResult(call.arguments, [], False, retry, [f"tool {name!r} is not the expected tool"],
-                            tool=name, wrapping=call.wrapping)
+        return RepairResult(
+            call.arguments,
+            [],
+            False,
+            retry,
+            [f"tool {name!r} is not the expected tool"],
+            tool=name,
+            wrapping=call.wrapping,
+        )
     fixes = [Change("fix_escapes", path, before, after) for path, before, after in call.fixes]
     result = repair_arguments(call.arguments, tool, enabled=kinds)
     result.changes = fixes + result.changes
@@ -450,8 +483,15 @@ def repair_record(record: dict, manifest: dict, *, enabled: Collection[str] = RE
     """One line of ``repaired-<REPAIR_VERSION>.jsonl``: the strict verdict of a raw sample and what a
     lenient harness makes of it."""
     arm = record.get("arm") or {}
-    head = {"key": record.get("key"), "repair": REPAIR_VERSION, "scorer": SCORER_VERSION, "arm": arm,
-            "scenario": record.get("scenario"), "seed": record.get("seed"), "index": record.get("index")}
+    head = {
+        "key": record.get("key"),
+        "repair": REPAIR_VERSION,
+        "scorer": SCORER_VERSION,
+        "arm": arm,
+        "scenario": record.get("scenario"),
+        "seed": record.get("seed"),
+        "index": record.get("index"),
+    }
     if record.get("error"):
         return {**head, "skipped": str(record["error"])}
     verdict = score_record(record, manifest)
@@ -486,7 +526,9 @@ CONDITION_IGNORES = ("mode", "engine", "mask_engine", "masking", "grammar", "gra
 
 
 def _condition(arm: dict) -> str:
-    return json.dumps({k: v for k, v in arm.items() if k not in CONDITION_IGNORES}, sort_keys=True, default=str)
+    return json.dumps(
+        {k: v for k, v in arm.items() if k not in CONDITION_IGNORES}, sort_keys=True, default=str
+    )
 
 
 def _rate(k: int, n: int) -> dict:
@@ -520,17 +562,35 @@ def _table_rows(condition: str, strict: list[dict], loose: list[dict]) -> list[d
     out = []
 
     def row(method: str, k_valid: int, k_payload: int, n: int) -> None:
-        out.append({"condition": condition, "method": method, "valid": _rate(k_valid, n),
-                    "valid_payload": _rate(k_payload, n)})
+        out.append(
+            {
+                "condition": condition,
+                "method": method,
+                "valid": _rate(k_valid, n),
+                "valid_payload": _rate(k_payload, n),
+            }
+        )
 
     if strict:
-        row("strict", sum(r["strict_verdict"] == "valid" for r in strict),
-            sum(r["strict_verdict"] == "valid" and r["strict_payload_ok"] for r in strict), len(strict))
+        row(
+            "strict",
+            sum(r["strict_verdict"] == "valid" for r in strict),
+            sum(r["strict_verdict"] == "valid" and r["strict_payload_ok"] for r in strict),
+            len(strict),
+        )
     if loose:
-        row("loose", sum(r["strict_verdict"] == "valid" for r in loose),
-            sum(r["strict_verdict"] == "valid" and r["strict_payload_ok"] for r in loose), len(loose))
-        row("loose+repair", sum(r["valid"] for r in loose), sum(r["valid"] and r["payload_ok"] for r in loose),
-            len(loose))
+        row(
+            "loose",
+            sum(r["strict_verdict"] == "valid" for r in loose),
+            sum(r["strict_verdict"] == "valid" and r["strict_payload_ok"] for r in loose),
+            len(loose),
+        )
+        row(
+            "loose+repair",
+            sum(r["valid"] for r in loose),
+            sum(r["valid"] and r["payload_ok"] for r in loose),
+            len(loose),
+        )
         pairs = _retry_pairs(loose)
         k_valid = k_payload = 0
         for first, second in pairs:
@@ -621,6 +681,8 @@ def format_rescue(summary: dict) -> str:
             lines.append(f"| {verdict} | {c['n']} | {c['rescued']} | {c['rescued_payload']} |")
     lines += ["", "| condition | method | valid | valid + payload correct |", "|---|---|---|---|"]
     for row in summary["table"]:
-        lines.append(f"| {row['condition']} | {row['method']} | {_fmt_rate(row['valid'])} | "
-                     f"{_fmt_rate(row['valid_payload'])} |")
+        lines.append(
+            f"| {row['condition']} | {row['method']} | {_fmt_rate(row['valid'])} | "
+            f"{_fmt_rate(row['valid_payload'])} |"
+        )
     return "\n".join(lines)

@@ -13,11 +13,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "repair",
         help="repair a run's calls like a lenient harness; write repaired-<version>.jsonl beside the samples",
         description="Score every raw sample strictly, repair it as a tolerant client would, write "
-                    f"repaired-{REPAIR_VERSION}.jsonl beside samples.jsonl (raw files are never rewritten) "
-                    "and print the rescue accounting.")
+        f"repaired-{REPAIR_VERSION}.jsonl beside samples.jsonl (raw files are never rewritten) "
+        "and print the rescue accounting.",
+    )
     p.add_argument("run", help="run directory (runs/<name>)")
-    p.add_argument("--disable", action="append", default=[], choices=REPAIRS, metavar="REPAIR",
-                   help=f"switch a repair off (repeatable): {', '.join(REPAIRS)}")
+    p.add_argument(
+        "--disable",
+        action="append",
+        default=[],
+        choices=REPAIRS,
+        metavar="REPAIR",
+        help=f"switch a repair off (repeatable): {', '.join(REPAIRS)}",
+    )
     p.add_argument("--json", action="store_true", help="print the accounting as JSON instead of Markdown")
     p.set_defaults(func=_run)
 

@@ -70,6 +70,7 @@ MAX_SAMPLE_ROWS = 500  # per run in report.html
 FEW_CLUSTERS = 10  # below this many scenarios a cluster-bootstrap interval is too narrow
 N_BOOT = 2000
 PROBE_FILE = "probe.jsonl"
+NEW_TEXT_KEYS = ("newText", "new_string", "new_str", "newString")
 _FALLBACK_VERDICTS = (
     "no_call",
     "truncated",
@@ -466,15 +467,41 @@ def _zoo(arms: Sequence[Arm]) -> list[ZooKey]:
     return sorted(found.values(), key=lambda z: (-z.samples, z.key))
 
 
+def _probe_arm(row: dict) -> dict:
+    """The condition of a probe row: its ``arm`` dict, else its model and transcript variant."""
+    if isinstance(row.get("arm"), dict):
+        return row["arm"]
+    if row.get("arm") is not None:
+        return {"arm": row["arm"]}
+    arm = {"model": row.get("model")} if row.get("model") else {}
+    variant = row.get("variant")
+    if isinstance(variant, dict):
+        arm.update(variant)
+    elif row.get("variant_label"):
+        arm["variant"] = row["variant_label"]
+    return arm
+
+
+def probe_rows(rows: Iterable[dict]) -> list[dict]:
+    """The decision points the report shows: after a new-text key (the close of an edit item) when the
+    rows have any, else every point where the object closes, else all rows."""
+    rows = [r for r in rows if isinstance(r.get("p_continue"), int | float)]
+    after_new = [r for r in rows if r.get("after") in NEW_TEXT_KEYS]
+    if after_new:
+        return after_new
+    closes = [
+        r for r in rows if r.get("container", "object") == "object" and r.get("actual", "close") == "close"
+    ]
+    return closes or rows
+
+
 def _probe(runs: Sequence[RunData]) -> tuple[list[ProbeArm], list[str]]:
-    rows = [(run.name, r) for run in runs for r in run.probe if isinstance(r.get("p_continue"), int | float)]
-    if not rows:
-        return [], []
     groups: dict[tuple[str, str], list[dict]] = {}
-    for run, r in rows:
-        arm = r.get("arm")
-        arm = arm if isinstance(arm, dict) else {"arm": arm}
-        groups.setdefault((run, _freeze(arm)), []).append(r)
+    for run in runs:
+        for r in probe_rows(run.probe):
+            groups.setdefault((run.name, _freeze(_probe_arm(r))), []).append(r)
+    if not groups:
+        return [], []
     keys = list(groups)
     arm_dicts = [json.loads(k[1]) for k in keys]
     columns, labels, _ = _labels(arm_dicts, [k[0] for k in keys], len(runs) > 1, full_when_one=True)
@@ -667,6 +694,7 @@ def probe_table(s: Summary) -> Table:
         pc = [float(r["p_continue"]) for r in p.rows]
         pclose = [float(r["p_close"]) for r in p.rows if isinstance(r.get("p_close"), int | float)]
         ent = [float(r["entropy"]) for r in p.rows if isinstance(r.get("entropy"), int | float)]
+        und = [float(r["p_undetermined"]) for r in p.rows if isinstance(r.get("p_undetermined"), int | float)]
         mean, lo, hi = p.mean
         interval = f"{_pct(mean)} [{_pct(lo)}, {_pct(hi)}]"
         if p.n_scenarios < FEW_CLUSTERS:
@@ -680,12 +708,14 @@ def probe_table(s: Summary) -> Table:
                 interval,
                 _pct(max(pc)),
                 _pct(sum(pclose) / len(pclose)) if pclose else "n/a",
+                _pct(sum(und) / len(und)) if und else "n/a",
                 f"{sum(ent) / len(ent):.3f}" if ent else "n/a",
             ]
         )
     note = (
-        "Exact probabilities at each decision point (the end of an item's last string value): P(continue) "
-        "is the mass on continuing the object, P(close) on closing it. Interval: 95% cluster bootstrap "
+        "Exact probabilities at the decision point after each edit item's newText (where the gold call "
+        "closes the item): P(continue) is the mass on continuing the object (`,` and another key), P(close) "
+        "on closing it, P(undetermined) what the probe could not attribute. Interval: 95% cluster bootstrap "
         "over scenarios."
     )
     if few:
@@ -698,6 +728,7 @@ def probe_table(s: Summary) -> Table:
             "mean P(continue) [95%]",
             "max P(continue)",
             "mean P(close)",
+            "mean P(undetermined)",
             "mean entropy (nats)",
         ],
         rows,
@@ -826,7 +857,7 @@ def plot_probe(s: Summary):
     for p in s.probe:
         y = [max(float(r["p_continue"]), 1e-9) for r in p.rows]
         for ax, fld in zip(axes, ("newtext_lines", "newtext_chars"), strict=True):
-            x = [r.get(fld) if isinstance(r.get(fld), int | float) else math.nan for r in p.rows]
+            x = [_num(r, fld) for r in p.rows]
             ax.scatter(x, y, s=14, alpha=0.7, label=p.label)
     for ax, title in zip(axes, ("newText lines", "newText characters"), strict=True):
         ax.set_yscale("log")
@@ -836,6 +867,11 @@ def plot_probe(s: Summary):
     axes[1].legend(fontsize=8, loc="best")
     fig.tight_layout()
     return fig
+
+
+def _num(row: dict, fld: str) -> float:
+    v = row.get(fld, row.get(fld.replace("newtext_", "value_")))
+    return float(v) if isinstance(v, int | float) else math.nan
 
 
 def _png(fig) -> str:

@@ -24,14 +24,40 @@ from tooldecode.scenarios import Edit, Scenario, apply_edits, get_scenario
 
 SCORER_VERSION = "s1"
 
-VERDICTS = ("valid", "invented_key", "missing_required", "wrong_type", "json_syntax", "truncated", "no_call",
-            "wrong_tool")
+VERDICTS = (
+    "valid",
+    "invented_key",
+    "missing_required",
+    "wrong_type",
+    "json_syntax",
+    "truncated",
+    "no_call",
+    "wrong_tool",
+)
 # Precedence, worst first: a sample gets the first class whose condition holds.
-PRECEDENCE = ("no_call", "truncated", "json_syntax", "wrong_tool", "invented_key", "missing_required",
-              "wrong_type", "valid")
+PRECEDENCE = (
+    "no_call",
+    "truncated",
+    "json_syntax",
+    "wrong_tool",
+    "invented_key",
+    "missing_required",
+    "wrong_type",
+    "valid",
+)
 
-FLAGS = ("multiple_calls", "text_around_call", "duplicate_key", "schema_echo", "payload_correct_schema_invalid",
-         "unnamed_call", "name_key_variant", "arguments_key_variant", "arguments_as_string", "flat_envelope")
+FLAGS = (
+    "multiple_calls",
+    "text_around_call",
+    "duplicate_key",
+    "schema_echo",
+    "payload_correct_schema_invalid",
+    "unnamed_call",
+    "name_key_variant",
+    "arguments_key_variant",
+    "arguments_as_string",
+    "flat_envelope",
+)
 
 # Tools offered by each tool-set variant, and the tool an edit turn is expected to call.
 TOOLSETS: dict[str, tuple[str, ...]] = {
@@ -238,10 +264,10 @@ class _LenientParser:
                 elif e in "bfnrt":
                     parts.append({"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}[e])
                     self.i += 2
-                elif e == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", s[self.i + 2:self.i + 6]):
-                    code = int(s[self.i + 2:self.i + 6], 16)
+                elif e == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", s[self.i + 2 : self.i + 6]):
+                    code = int(s[self.i + 2 : self.i + 6], 16)
                     self.i += 6
-                    low = s[self.i:self.i + 6]
+                    low = s[self.i : self.i + 6]
                     if 0xD800 <= code < 0xDC00 and re.fullmatch(r"\\u[dD][c-fC-F][0-9a-fA-F]{2}", low):
                         code = 0x10000 + ((code - 0xD800) << 10) + (int(low[2:], 16) - 0xDC00)
                         self.i += 6
@@ -257,7 +283,7 @@ class _LenientParser:
                 self.i += 1
         value = "".join(parts)
         if fixed:
-            self.fixes.append((path, s[start:self.i], value))
+            self.fixes.append((path, s[start : self.i], value))
         return value
 
 
@@ -415,8 +441,14 @@ class _Ctx:
         return [exp] if exp is not None else self.tools
 
 
-def extract_calls(text: str, *, wire: str | None = None, tools: Sequence[Tool] | None = None,
-                  expected_tool: str | None = None, lenient: bool = False) -> list[ExtractedCall]:
+def extract_calls(
+    text: str,
+    *,
+    wire: str | None = None,
+    tools: Sequence[Tool] | None = None,
+    expected_tool: str | None = None,
+    lenient: bool = False,
+) -> list[ExtractedCall]:
     """Every tool call in ``text``, in order of position, whatever its wrapping.
 
     ``tools`` (default: the whole catalog) decides which bare objects count as arguments and how antml
@@ -438,16 +470,33 @@ def extract_calls(text: str, *, wire: str | None = None, tools: Sequence[Tool] |
         if not free(*m.span()):
             continue
         taken.append(m.span())
-        calls.extend(_from_region(m.group(1), m.start(1), m.span(), text, ctx, "hermes", must=True,
-                                  closed=m.group(2) is not None))
+        calls.extend(
+            _from_region(
+                m.group(1),
+                m.start(1),
+                m.span(),
+                text,
+                ctx,
+                "hermes",
+                must=True,
+                closed=m.group(2) is not None,
+            )
+        )
     for m in _FUNCTION_CALLS.finditer(text):
         if not free(*m.span()):
             continue
         taken.append(m.span())
         found = [_from_invoke(im, m.start(1), ctx) for im in _INVOKE.finditer(m.group(1))]
         if not found:
-            found = [_failed(text, m.span(), "antml", "no <invoke> inside <function_calls>",
-                             unbalanced=m.group(2) is None)]
+            found = [
+                _failed(
+                    text,
+                    m.span(),
+                    "antml",
+                    "no <invoke> inside <function_calls>",
+                    unbalanced=m.group(2) is None,
+                )
+            ]
         elif m.group(2) is None:  # the stop string may have eaten the closing tag
             for c in found:
                 c.flags.append("unclosed_wrapper")
@@ -466,8 +515,17 @@ def extract_calls(text: str, *, wire: str | None = None, tools: Sequence[Tool] |
         end = body.start() if body else len(text)
         span = (m.start(), body.end() if body else len(text))
         taken.append(span)
-        found = _from_region(text[m.end():end], m.end(), span, text, ctx, "harmony", must=True,
-                             closed=body is not None, force_args=True)
+        found = _from_region(
+            text[m.end() : end],
+            m.end(),
+            span,
+            text,
+            ctx,
+            "harmony",
+            must=True,
+            closed=body is not None,
+            force_args=True,
+        )
         for c in found:
             c.name = m.group("name")
             c.shape = "markup"
@@ -475,13 +533,29 @@ def extract_calls(text: str, *, wire: str | None = None, tools: Sequence[Tool] |
     for m in _HARMONY_HEADER_ONLY.finditer(text):
         if free(*m.span()):
             taken.append((m.start(), len(text)))
-            calls.append(_failed(text, (m.start(), len(text)), "harmony", "harmony call without <|message|>",
-                                 unbalanced=True, name=m.group("name")))
+            calls.append(
+                _failed(
+                    text,
+                    (m.start(), len(text)),
+                    "harmony",
+                    "harmony call without <|message|>",
+                    unbalanced=True,
+                    name=m.group("name"),
+                )
+            )
     for m in _FENCE.finditer(text):
         if not free(*m.span()):
             continue
-        found = _from_region(m.group(2), m.start(2), m.span(), text, ctx, "fenced-json", must=False,
-                             closed=m.group(3) is not None)
+        found = _from_region(
+            m.group(2),
+            m.start(2),
+            m.span(),
+            text,
+            ctx,
+            "fenced-json",
+            must=False,
+            closed=m.group(3) is not None,
+        )
         if found:
             taken.append(m.span())
             calls.extend(found)
@@ -499,16 +573,23 @@ def extract_calls(text: str, *, wire: str | None = None, tools: Sequence[Tool] |
 _SKIP_REGIONS = re.compile(r"<think>.*?</think>|<tool_response>.*?(?:</tool_response>|\Z)", re.S)
 _HERMES = re.compile(r"<tool_call>(.*?)(?:(</tool_call>)|(?=<tool_call>)|\Z)", re.S)
 _FUNCTION_CALLS = re.compile(r"<(?:antml:)?function_calls>(.*?)(?:(</(?:antml:)?function_calls>)|\Z)", re.S)
-_INVOKE = re.compile(r"<(?:antml:)?invoke\s+name\s*=\s*\"([^\"]*)\"\s*>(.*?)(?:(</(?:antml:)?invoke>)|\Z)", re.S)
+_INVOKE = re.compile(
+    r"<(?:antml:)?invoke\s+name\s*=\s*\"([^\"]*)\"\s*>(.*?)(?:(</(?:antml:)?invoke>)|\Z)", re.S
+)
 _PARAMETER = re.compile(
     r"<(?:antml:)?parameter\s+name\s*=\s*\"([^\"]*)\"\s*>(.*?)(?:(</(?:antml:)?parameter>)|(?=<(?:antml:)?parameter\b)|\Z)",
-    re.S)
+    re.S,
+)
 _HARMONY = re.compile(
     r"(?:<\|start\|>\s*assistant\s*)?(?:<\|channel\|>\s*\w+\s*)?to=functions\.(?P<name>[\w\-.]+)"
-    r"(?:(?!<\|message\|>|<\|start\|>|<\|end\|>|<\|call\|>).){0,200}?<\|message\|>", re.S)
+    r"(?:(?!<\|message\|>|<\|start\|>|<\|end\|>|<\|call\|>).){0,200}?<\|message\|>",
+    re.S,
+)
 _HARMONY_HEADER_ONLY = re.compile(
     r"(?:<\|start\|>\s*assistant\s*)?(?:<\|channel\|>\s*\w+\s*)?to=functions\.(?P<name>[\w\-.]+)"
-    r"(?:(?!<\|message\|>|<\|start\|>|<\|end\|>|<\|call\|>).){0,200}\Z", re.S)
+    r"(?:(?!<\|message\|>|<\|start\|>|<\|end\|>|<\|call\|>).){0,200}\Z",
+    re.S,
+)
 _HARMONY_END = re.compile(r"<\|(?:call|end|return|start)\|>")
 _FENCE = re.compile(r"```[ \t]*([\w+\-]*)[^\n]*\n(.*?)(?:(```)|\Z)", re.S)
 _SPECIAL = re.compile(r"<\|[^|<>\s]{1,40}\|>|</?s>|<eos>|<end_of_turn>|<start_of_turn>(?:model)?")
@@ -529,25 +610,50 @@ def _prose(text: str, spans: Sequence[tuple[int, int]]) -> str:
     return rest.strip()
 
 
-def _failed(text: str, span: tuple[int, int], wrapping: str, error: str, *, unbalanced: bool = False,
-            name: str | None = None) -> ExtractedCall:
-    raw = text[span[0]:span[1]]
+def _failed(
+    text: str,
+    span: tuple[int, int],
+    wrapping: str,
+    error: str,
+    *,
+    unbalanced: bool = False,
+    name: str | None = None,
+) -> ExtractedCall:
+    raw = text[span[0] : span[1]]
     if name is None:
         m = _NAME_VALUE.search(raw)
         name = m.group(1) if m else None
-    return ExtractedCall(name=name, arguments=None, raw=raw, wrapping=wrapping, span=span, shape="args",
-                         error=error, unbalanced=unbalanced)
+    return ExtractedCall(
+        name=name,
+        arguments=None,
+        raw=raw,
+        wrapping=wrapping,
+        span=span,
+        shape="args",
+        error=error,
+        unbalanced=unbalanced,
+    )
 
 
-def _from_region(content: str, offset: int, span: tuple[int, int], text: str, ctx: _Ctx, wrapping: str, *,
-                 must: bool, closed: bool, force_args: bool = False) -> list[ExtractedCall]:
+def _from_region(
+    content: str,
+    offset: int,
+    span: tuple[int, int],
+    text: str,
+    ctx: _Ctx,
+    wrapping: str,
+    *,
+    must: bool,
+    closed: bool,
+    force_args: bool = False,
+) -> list[ExtractedCall]:
     """Calls inside a delimited region (tag body, fenced block, harmony message)."""
     m = re.search(r"[\[{]", content)
     if not force_args and (m is None or re.match(r"\s*[A-Za-z_][\w.]*\s*\(", content)):
         found = _python_calls(content, ctx, lambda a, b: True, [], wrapping)
         for c in found:
             c.span = span
-            c.raw = text[span[0]:span[1]]
+            c.raw = text[span[0] : span[1]]
         if found:
             return found
     if m is None:
@@ -570,7 +676,7 @@ def _from_region(content: str, offset: int, span: tuple[int, int], text: str, ct
         return []
     found = _interpret(parsed, ctx, must=must, force_args=force_args)
     for c in found:
-        c.raw = text[span[0]:span[1]]
+        c.raw = text[span[0] : span[1]]
         c.wrapping = wrapping
         c.span = span
         if not closed and c.error is None and wrapping != "fenced-json":
@@ -661,7 +767,9 @@ def _interpret(parsed: _Parsed, ctx: _Ctx, *, must: bool, force_args: bool) -> l
     return []
 
 
-def _interpret_object(obj: dict, prefix: tuple, parsed: _Parsed, ctx: _Ctx, *, must: bool) -> list[ExtractedCall]:
+def _interpret_object(
+    obj: dict, prefix: tuple, parsed: _Parsed, ctx: _Ctx, *, must: bool
+) -> list[ExtractedCall]:
     env = _envelope(obj, ctx, strong=must)
     if env is not None:
         if env.args_path:
@@ -670,20 +778,38 @@ def _interpret_object(obj: dict, prefix: tuple, parsed: _Parsed, ctx: _Ctx, *, m
                 args = args[part]
         else:  # flat envelope: the arguments are the other keys
             args = {k: v for k, v in obj.items() if k != env.name_key}
-        return [_make_call(env.name, args, (*prefix, *env.args_path), parsed, env.shape, env.flags, ctx.lenient)]
+        return [
+            _make_call(env.name, args, (*prefix, *env.args_path), parsed, env.shape, env.flags, ctx.lenient)
+        ]
     if must or ctx.wire == "json" or _looks_like_args(obj, ctx):
         return [_make_call(None, obj, prefix, parsed, "args", [], ctx.lenient)]
     return []
 
 
-def _make_call(name: str | None, args: Any, args_path: tuple, parsed: _Parsed, shape: str,
-               flags: list[str], lenient: bool) -> ExtractedCall:
+def _make_call(
+    name: str | None,
+    args: Any,
+    args_path: tuple,
+    parsed: _Parsed,
+    shape: str,
+    flags: list[str],
+    lenient: bool,
+) -> ExtractedCall:
     fixes = []
     for path, before, after in parsed.fixes:
-        if tuple(path[:len(args_path)]) == tuple(args_path):
-            fixes.append((render_path(path[len(args_path):]), before, after))
-    call = ExtractedCall(name=name, arguments=args, raw="", wrapping="", span=(0, 0), shape=shape,
-                         duplicate_keys=list(parsed.dups), flags=list(flags), fixes=fixes)
+        if tuple(path[: len(args_path)]) == tuple(args_path):
+            fixes.append((render_path(path[len(args_path) :]), before, after))
+    call = ExtractedCall(
+        name=name,
+        arguments=args,
+        raw="",
+        wrapping="",
+        span=(0, 0),
+        shape=shape,
+        duplicate_keys=list(parsed.dups),
+        flags=list(flags),
+        fixes=fixes,
+    )
     if isinstance(args, str) and args.strip()[:1] in ("{", "["):
         try:
             inner = _loads(args.strip(), lenient=lenient)
@@ -761,8 +887,11 @@ def _nested_envelopes(parsed: _Parsed, ctx: _Ctx) -> list[ExtractedCall]:
                 args: Any = v
                 for part in env.args_path:
                     args = args[part]
-                out.append(_make_call(env.name, args, (*path, *env.args_path), parsed, "nested", env.flags,
-                                      ctx.lenient))
+                out.append(
+                    _make_call(
+                        env.name, args, (*path, *env.args_path), parsed, "nested", env.flags, ctx.lenient
+                    )
+                )
                 return
             for k, sub in v.items():
                 walk(sub, (*path, k), depth + 1)
@@ -815,15 +944,25 @@ def _from_invoke(m: re.Match, offset: int, ctx: _Ctx) -> ExtractedCall:
         error = error or "no <parameter> inside <invoke>"
     flags = []
     if m.group(3) is None:
-        tail = body[params[-1].end():] if params else body
+        tail = body[params[-1].end() :] if params else body
         if error is None and params and not tail.strip():
             flags.append("unclosed_wrapper")  # complete parameters, closing tag missing (a stop string?)
         else:
             error = error or "<invoke> is not closed"
     start = offset + m.start()
-    return ExtractedCall(name=name, arguments=args, raw=m.group(), wrapping="antml", span=(start, offset + m.end()),
-                         shape="markup", error=error, unbalanced=unbalanced or m.group(3) is None,
-                         duplicate_keys=dups, fixes=fixes, flags=flags)
+    return ExtractedCall(
+        name=name,
+        arguments=args,
+        raw=m.group(),
+        wrapping="antml",
+        span=(start, offset + m.end()),
+        shape="markup",
+        error=error,
+        unbalanced=unbalanced or m.group(3) is None,
+        duplicate_keys=dups,
+        fixes=fixes,
+        flags=flags,
+    )
 
 
 def _types(schema: Any) -> set[str] | None:
@@ -846,8 +985,9 @@ def _types(schema: Any) -> set[str] | None:
 _PY_MAX_TRIES = 64
 
 
-def _python_calls(text: str, ctx: _Ctx, free: Any, taken: list[tuple[int, int]],
-                  wrapping: str) -> list[ExtractedCall]:
+def _python_calls(
+    text: str, ctx: _Ctx, free: Any, taken: list[tuple[int, int]], wrapping: str
+) -> list[ExtractedCall]:
     names = sorted(ctx.names(), key=len, reverse=True)
     if not names:
         return []
@@ -863,7 +1003,7 @@ def _python_calls(text: str, ctx: _Ctx, free: Any, taken: list[tuple[int, int]],
             if close < 0:
                 break
             try:
-                tree = ast.parse(text[m.start():close + 1], mode="eval")
+                tree = ast.parse(text[m.start() : close + 1], mode="eval")
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 pos = close + 1
                 continue
@@ -890,8 +1030,18 @@ def _python_calls(text: str, ctx: _Ctx, free: Any, taken: list[tuple[int, int]],
             args[str(kw.arg)] = value
         span = (m.start(), end)
         taken.append(span)
-        out.append(ExtractedCall(name=m.group(1), arguments=args if error is None else None, raw=text[span[0]:end],
-                                 wrapping=wrapping, span=span, shape="python", error=error, duplicate_keys=dups))
+        out.append(
+            ExtractedCall(
+                name=m.group(1),
+                arguments=args if error is None else None,
+                raw=text[span[0] : end],
+                wrapping=wrapping,
+                span=span,
+                shape="python",
+                error=error,
+                duplicate_keys=dups,
+            )
+        )
     return out
 
 
@@ -911,8 +1061,13 @@ def _literal(node: ast.AST, depth: int) -> Any:
                 raise ValueError("dict keys must be strings")
             out[k.value] = _literal(v, depth + 1)
         return out
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
-            and isinstance(node.operand.value, int | float) and not isinstance(node.operand.value, bool):
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+        and isinstance(node.operand.value, int | float)
+        and not isinstance(node.operand.value, bool)
+    ):
         return -node.operand.value
     raise ValueError(type(node).__name__)
 
@@ -966,7 +1121,7 @@ class _Check:
 
 def _short(message: str, limit: int = 240) -> str:
     message = " ".join(message.split())
-    return message if len(message) <= limit else message[:limit - 1] + "…"
+    return message if len(message) <= limit else message[: limit - 1] + "…"
 
 
 def _path_key(path: Sequence[Any]) -> tuple:
@@ -992,18 +1147,25 @@ def _check(arguments: Any, tool: Tool) -> _Check:
             for k, v in err.instance.items():
                 if k in props or any(re.search(p, k) for p in patterns):
                     continue
-                invented.append((_path_key([*path, k]), {"path": render_path([*path, k]), "key": k, "value": v}))
+                invented.append(
+                    (_path_key([*path, k]), {"path": render_path([*path, k]), "key": k, "value": v})
+                )
             inv_err.append((_path_key(path), f"{where}: {_short(err.message)}"))
         elif err.validator == "unevaluatedProperties" and isinstance(err.instance, dict):
             for k in _unexpected_keys(err.message):
                 if k in err.instance:
-                    invented.append((_path_key([*path, k]),
-                                     {"path": render_path([*path, k]), "key": k, "value": err.instance[k]}))
+                    invented.append(
+                        (
+                            _path_key([*path, k]),
+                            {"path": render_path([*path, k]), "key": k, "value": err.instance[k]},
+                        )
+                    )
             inv_err.append((_path_key(path), f"{where}: {_short(err.message)}"))
         elif err.validator == "required":
             missing.append((_path_key(path), f"{where}: {_short(err.message)}"))
         else:
             other.append((_path_key(path), f"{where}: {_short(err.message)}"))
+
     def ordered(items: list[tuple[tuple, Any]]) -> list:
         return [x for _, x in sorted(items, key=lambda t: t[0])]
 
@@ -1035,9 +1197,28 @@ def validate_arguments(arguments: Any, tool: Tool) -> list[str]:
 
 # ----------------------------------------------------------------------------------------- schema echo
 
-_SCHEMA_WORDS = {"additionalProperties", "properties", "required", "items", "$schema", "$ref", "$defs",
-                 "minItems", "maxItems", "minLength", "maxLength", "prefixItems", "anyOf", "oneOf", "allOf",
-                 "const", "pattern", "enum", "patternProperties", "unevaluatedProperties"}
+_SCHEMA_WORDS = {
+    "additionalProperties",
+    "properties",
+    "required",
+    "items",
+    "$schema",
+    "$ref",
+    "$defs",
+    "minItems",
+    "maxItems",
+    "minLength",
+    "maxLength",
+    "prefixItems",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "const",
+    "pattern",
+    "enum",
+    "patternProperties",
+    "unevaluatedProperties",
+}
 _TYPE_NAMES = {"string", "object", "array", "boolean", "integer", "number", "null"}
 
 
@@ -1068,8 +1249,11 @@ def schema_echo(arguments: Any, tool: Tool, invented: Sequence[dict]) -> list[st
     descriptions = _descriptions(tool)
     for item in invented:
         key, value = item["key"], item["value"]
-        if key in _SCHEMA_WORDS or (key == "type" and (value in _TYPE_NAMES or isinstance(value, dict))) \
-                or (key in ("description", "title") and isinstance(value, str) and value.strip() in descriptions):
+        if (
+            key in _SCHEMA_WORDS
+            or (key == "type" and (value in _TYPE_NAMES or isinstance(value, dict)))
+            or (key in ("description", "title") and isinstance(value, str) and value.strip() in descriptions)
+        ):
             hits.append(item["path"])
 
     def walk(v: Any, path: list, depth: int) -> None:
@@ -1080,8 +1264,12 @@ def schema_echo(arguments: Any, tool: Tool, invented: Sequence[dict]) -> list[st
                 hits.append(render_path(path))
         elif isinstance(v, dict):
             t = v.get("type")
-            if isinstance(t, str) and t in _TYPE_NAMES and path and (len(v) == 1 or {"description", "properties",
-                                                                                      "items"} & set(v)):
+            if (
+                isinstance(t, str)
+                and t in _TYPE_NAMES
+                and path
+                and (len(v) == 1 or {"description", "properties", "items"} & set(v))
+            ):
                 hits.append(render_path(path))
                 return
             for k, sub in v.items():
@@ -1107,8 +1295,9 @@ def _edit_keys(tool: Tool) -> tuple[str | None, str | None, str | None]:
         return old, new
 
     for key, sub in props.items():
-        item_props = _schema_props(_resolve(sub, tool.parameters).get("items") if isinstance(sub, dict) else None,
-                                   tool.parameters)
+        item_props = _schema_props(
+            _resolve(sub, tool.parameters).get("items") if isinstance(sub, dict) else None, tool.parameters
+        )
         old, new = pick(list(item_props))
         if old and new:
             return key, old, new
@@ -1178,8 +1367,15 @@ def check_payload(arguments: Any, tool: Tool, scenario: Scenario) -> dict | None
 # --------------------------------------------------------------------------------------------- scoring
 
 
-def score_text(text: str, tools: Sequence[Tool], *, wire: str | None = None, expected_tool: str | None = None,
-               scenario: Scenario | None = None, finish_reason: str | None = None) -> Verdict:
+def score_text(
+    text: str,
+    tools: Sequence[Tool],
+    *,
+    wire: str | None = None,
+    expected_tool: str | None = None,
+    scenario: Scenario | None = None,
+    finish_reason: str | None = None,
+) -> Verdict:
     """The verdict of one raw model output (the call text, prefill included)."""
     tools = list(tools)
     calls = extract_calls(text, wire=wire, tools=tools, expected_tool=expected_tool)
@@ -1191,8 +1387,13 @@ def score_text(text: str, tools: Sequence[Tool], *, wire: str | None = None, exp
     call = primary_call(calls, expected_tool)
     if call is None:
         return Verdict("no_call", flags, None, None, [], [], None, None, None, 0)
-    base = dict(flags=flags, wrapping=call.wrapping, shape=call.shape, n_calls=len(calls),
-                duplicate_keys=list(call.duplicate_keys))
+    base = dict(
+        flags=flags,
+        wrapping=call.wrapping,
+        shape=call.shape,
+        n_calls=len(calls),
+        duplicate_keys=list(call.duplicate_keys),
+    )
     for f in call.flags:
         if f in FLAGS and f not in flags:
             flags.append(f)
@@ -1200,9 +1401,15 @@ def score_text(text: str, tools: Sequence[Tool], *, wire: str | None = None, exp
         flags.append("duplicate_key")
     if call.error is not None or (call.unbalanced and finish_reason == "length"):
         cut = finish_reason == "length" or (finish_reason is None and call.unbalanced)
-        return Verdict("truncated" if cut else "json_syntax", tool=call.name, invented_keys=[],
-                       errors=[call.error or "the sample ends inside the call"], payload=None, arguments=None,
-                       **base)
+        return Verdict(
+            "truncated" if cut else "json_syntax",
+            tool=call.name,
+            invented_keys=[],
+            errors=[call.error or "the sample ends inside the call"],
+            payload=None,
+            arguments=None,
+            **base,
+        )
 
     by_name = {t.name: t for t in tools}
     name = call.name
@@ -1212,9 +1419,20 @@ def score_text(text: str, tools: Sequence[Tool], *, wire: str | None = None, exp
         name = expected_tool if expected_tool is not None else _best_tool(call.arguments, tools)
     tool = by_name.get(name) if name is not None else None
     if tool is None or (expected_tool is not None and name != expected_tool):
-        why = f"called {name!r}, expected {expected_tool!r}" if tool is not None else f"tool {name!r} is not offered"
-        return Verdict("wrong_tool", tool=name, invented_keys=[], errors=[why], payload=None,
-                       arguments=call.arguments, **base)
+        why = (
+            f"called {name!r}, expected {expected_tool!r}"
+            if tool is not None
+            else f"tool {name!r} is not offered"
+        )
+        return Verdict(
+            "wrong_tool",
+            tool=name,
+            invented_keys=[],
+            errors=[why],
+            payload=None,
+            arguments=call.arguments,
+            **base,
+        )
 
     check = _check(call.arguments, tool)
     if check.invented:
@@ -1230,8 +1448,15 @@ def score_text(text: str, tools: Sequence[Tool], *, wire: str | None = None, exp
     payload = check_payload(call.arguments, tool, scenario) if scenario is not None else None
     if payload is not None and payload["file_correct"] and verdict != "valid":
         flags.append("payload_correct_schema_invalid")
-    return Verdict(verdict, tool=tool.name, invented_keys=check.invented, errors=check.errors, payload=payload,
-                   arguments=call.arguments, **base)
+    return Verdict(
+        verdict,
+        tool=tool.name,
+        invented_keys=check.invented,
+        errors=check.errors,
+        payload=payload,
+        arguments=call.arguments,
+        **base,
+    )
 
 
 def _best_tool(arguments: Any, tools: Sequence[Tool]) -> str | None:
@@ -1246,7 +1471,9 @@ def _best_tool(arguments: Any, tools: Sequence[Tool]) -> str | None:
 _SCENARIOS: dict[tuple[str, tuple[str, ...]], Scenario] = {}
 
 
-def record_context(record: dict, manifest: dict) -> tuple[list[Tool], str | None, str | None, Scenario | None]:
+def record_context(
+    record: dict, manifest: dict
+) -> tuple[list[Tool], str | None, str | None, Scenario | None]:
     """(tools offered, wire, expected tool, scenario) of a raw sample record."""
     arm = record.get("arm") or {}
     toolset = arm.get("toolset") or "nested"
@@ -1270,12 +1497,22 @@ def record_context(record: dict, manifest: dict) -> tuple[list[Tool], str | None
 
 def score_record(record: dict, manifest: dict) -> dict:
     """One line of ``verdicts-<SCORER_VERSION>.jsonl``: the verdict of a raw sample as a JSON-able dict."""
-    head = {"key": record.get("key"), "scorer": SCORER_VERSION, "arm": record.get("arm"),
-            "scenario": record.get("scenario")}
+    head = {
+        "key": record.get("key"),
+        "scorer": SCORER_VERSION,
+        "arm": record.get("arm"),
+        "scenario": record.get("scenario"),
+    }
     if record.get("error"):
         return {**head, "verdict": None, "skipped": str(record["error"])}
     tools, wire, expected, scenario = record_context(record, manifest)
     text = (record.get("prefill") or "") + (record.get("text") or "")
-    verdict = score_text(text, tools, wire=wire, expected_tool=expected, scenario=scenario,
-                         finish_reason=record.get("finish_reason"))
+    verdict = score_text(
+        text,
+        tools,
+        wire=wire,
+        expected_tool=expected,
+        scenario=scenario,
+        finish_reason=record.get("finish_reason"),
+    )
     return {**head, **asdict(verdict)}

@@ -55,7 +55,7 @@ class LlamaCppBackend(Backend):
 
         self._lc = llama_cpp
         self.model = model
-        self.n_threads = n_threads or os.cpu_count() or 1
+        self.n_threads = n_threads or int(os.environ.get("TOOLDECODE_THREADS", 0)) or os.cpu_count() or 1
         self.n_batch = n_batch
         self.max_seqs = max_seqs
         llama_cpp.llama_backend_init()

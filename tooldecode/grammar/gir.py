@@ -95,7 +95,18 @@ def _join_tok(a: GExpr, b: GExpr, hint: str) -> GExpr:
     def ast(x: GExpr) -> RNode:
         return lit(x.text) if isinstance(x, GLit) else x.ast  # type: ignore[attr-defined]
 
+    lits = [x.text for x in (a, b) if isinstance(x, GLit)]
+    if lits:
+        hint = sanitize(lits[0]) or hint
     return tok(cat(ast(a), ast(b)), hint)
+
+
+def expr_size(e: GExpr) -> int:
+    if isinstance(e, (GSeq, GAlt)):
+        return 1 + sum(expr_size(i) for i in e.items)
+    if isinstance(e, GRep):
+        return 1 + expr_size(e.item)
+    return 1
 
 
 def _as_list(e: GExpr) -> list[GExpr]:

@@ -22,6 +22,7 @@ from tooldecode.grammar.gir import (
     GRep,
     GSeq,
     RuleBook,
+    expr_size,
     galt,
     gopt,
     grep,
@@ -54,6 +55,7 @@ WS_POLICIES = ("compact", "bounded", "pretty")
 WS_DEFAULT_MAX = {"compact": 0, "bounded": 2, "pretty": 16}
 ANY_ORDER_MAX_KEYS = 8
 MAX_EXTRA_RULES = 6
+INLINE_MAX = 12  # automaton states with smaller bodies are inlined rather than named
 
 
 def ws_max_for(ws: str, ws_max: int | None) -> int:
@@ -670,7 +672,7 @@ def emit_automaton(book: RuleBook, start: Hashable, trans: Callable[[Hashable], 
 
     def ref(t: Hashable) -> GExpr:
         b = body(t)
-        if indeg[t] > 1 and isinstance(b, (GSeq, GAlt, GRep)) and b != EMPTY:
+        if indeg[t] > 1 and isinstance(b, (GSeq, GAlt, GRep)) and expr_size(b) > INLINE_MAX:
             if t not in names:
                 names[t] = book.fresh(f"{hint}-s{len(names) + 1}")
                 book.define(names[t], b)
