@@ -33,7 +33,7 @@ def channel_check(model: str, n_tokens: int = 16) -> None:
         s = sample(be, PROMPT, 1, SamplingParams(temperature=0, max_new_tokens=n_tokens, top_logprobs=5))[0]
         rows[name] = (be, s, load_s)
     print(f"\n== channel check: {ref.id}, greedy, {n_tokens} tokens")
-    for name, (be, s, load_s) in rows.items():
+    for name, (_be, s, load_s) in rows.items():
         print(f"{name:9s} (load {load_s:5.1f}s): {s.text!r}")
     same = rows["llamacpp"][1].token_ids == rows["hf"][1].token_ids
     print(f"identical greedy tokens: {same}")

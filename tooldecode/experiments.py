@@ -195,7 +195,14 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
     """Run every arm × scenario × seed of ``spec`` into ``out`` (resuming what is already there)."""
     import shutil
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from tooldecode.masking import compile_mask
     from tooldecode.models import resolve
@@ -266,8 +273,8 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
                     psha = hashlib.sha256(prompt.text.encode()).hexdigest()
 
                     def write(batch: list, arm_rec: dict = arm_rec, label: str = label, sc: Any = sc,
-                              seed: int = seed, psha: str = psha, be: Any = be) -> None:
-                        recs = [_record(s, arm_rec, label, sc.id, seed, psha, prompt.prefill, be) for s in batch]
+                              seed: int = seed, psha: str = psha, be: Any = be, prefill: str = prompt.prefill) -> None:
+                        recs = [_record(s, arm_rec, label, sc.id, seed, psha, prefill, be) for s in batch]
                         store.append(recs)
                         bar.advance(task, len(recs))
 

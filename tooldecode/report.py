@@ -497,13 +497,17 @@ def probe_rows(rows: Iterable[dict]) -> list[dict]:
 
 def _probe(runs: Sequence[RunData]) -> tuple[list[ProbeArm], list[str]]:
     groups: dict[tuple[str, str], list[dict]] = {}
+    first: dict[tuple[str, str], dict] = {}
     for run in runs:
         for r in probe_rows(run.probe):
-            groups.setdefault((run.name, _freeze(_probe_arm(r))), []).append(r)
+            arm = _probe_arm(r)
+            key = (run.name, _freeze(arm))
+            groups.setdefault(key, []).append(r)
+            first.setdefault(key, arm)
     if not groups:
         return [], []
     keys = list(groups)
-    arm_dicts = [json.loads(k[1]) for k in keys]
+    arm_dicts = [first[k] for k in keys]
     columns, labels, _ = _labels(arm_dicts, [k[0] for k in keys], len(runs) > 1, full_when_one=True)
     out = []
     for key, label in zip(keys, labels, strict=True):

@@ -907,6 +907,8 @@ def regex_str(n: RNode) -> str:
 
 
 def _esc_cp_gbnf(cp: int, in_class: bool) -> str:
+    """GBNF escapes use the fixed-width ``\\uHHHH`` form: xgrammar reads ``\\x`` greedily
+    (``\\x5cb`` would be U+5CB), llama.cpp reads exactly 2/4/8 hex digits."""
     c = chr(cp)
     if c.isascii() and c.isalnum():
         return c
@@ -914,7 +916,7 @@ def _esc_cp_gbnf(cp: int, in_class: bool) -> str:
         return " "
     if 0x20 < cp < 0x7F:
         if in_class:
-            return f"\\x{cp:02x}"
+            return f"\\u{cp:04x}"
         if c == '"':
             return '\\"'
         if c == "\\":
@@ -926,8 +928,6 @@ def _esc_cp_gbnf(cp: int, in_class: bool) -> str:
         return r"\n"
     if cp == 0x0D:
         return r"\r"
-    if cp < 0x100:
-        return f"\\x{cp:02x}"
     if cp < 0x10000:
         return f"\\u{cp:04x}"
     return f"\\U{cp:08x}"

@@ -1,0 +1,169 @@
+"""Sampling throughput, measured side by side in one run (ratios, not absolute timings, are the result).
+
+Prints `name: value` lines:
+- per-step decode time at batch 1, 4, 8, 16 (llama.cpp backend, qwen 0.5B);
+- throughput of tooldecode (batched, prompt evaluated once) over the loop a user would write by hand
+  (llama-cpp-python `create_completion` per sample, its prefix cache active), loose and strict;
+- strict ÷ loose decode speed for each mask engine, on qwen 0.5B and gemma 270M;
+- harness overhead: tooldecode loose at batch 1 ÷ the raw `create_completion` loop;
+- transformers: samples/s at batch 8 ÷ batch 1, and transformers ÷ llama.cpp.
+
+Usage: python benchmarks/bench_sampling.py [--quick] [--samples 32] [--tokens 120]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from tooldecode.backends import load_backend
+from tooldecode.grammar import render_toolset
+from tooldecode.masking import compile_mask
+from tooldecode.models import resolve
+from tooldecode.prompts import TranscriptOptions, render_prompt
+from tooldecode.sampling import SamplingParams, sample
+from tooldecode.scenarios import load_scenarios
+
+
+def _prompt(model: str, min_tokens: int):
+    """A forced-tool edit prompt of at least ``min_tokens`` tokens (the longest scenario prompts)."""
+    ref = resolve(model, fetch=True)
+    opts = TranscriptOptions(history="agentic", conditioning="forced-tool")
+    best = None
+    for sc in load_scenarios():
+        p = render_prompt(sc, ref, opts)
+        n = len(p.text) // 3
+        if best is None or abs(n - min_tokens) < abs(best[1] - min_tokens):
+            best = (p, n)
+    return ref, best[0]
+
+
+def _tok_s(out) -> float:
+    toks = sum(len(s.token_ids) for s in out)
+    secs = max(s.timing["batch_s"] for s in out) if out else 1.0
+    return toks / secs
+
+
+def bench_model(model: str, n: int, tokens: int, quick: bool, naive: bool) -> dict[str, float]:
+    res: dict[str, float] = {}
+    ref, prompt = _prompt(model, 1500)
+    short = model.replace("qwen2.5-coder-", "qwen").replace("-instruct", "").replace("gemma-3-", "gemma")
+    be = load_backend("llamacpp", ref, n_ctx=8192, max_seqs=33)
+    ids = be.tokenize(prompt.text)
+    res[f"prompt_tokens_{short}"] = len(ids)
+    params = SamplingParams(temperature=1.0, max_new_tokens=tokens, seed=0, top_logprobs=20)
+    grammar = render_toolset(list(prompt.tools), format="gbnf", wire=prompt.wire, mode="strict", ws="bounded")
+    sample(be, ids, 1, SamplingParams(max_new_tokens=2))  # prompt into the cache, warm-up
+    for b in (1, 4, 8, 16) if not quick else (1, 8):
+        t0 = time.perf_counter()
+        be.begin(ids, b)
+        rows = list(range(b))
+        toks = [int(be.tokenize(" ")[0])] * b
+        steps = 12
+        t1 = time.perf_counter()
+        for _ in range(steps):
+            be.step(toks, rows)
+        dt = (time.perf_counter() - t1) / steps
+        be.end()
+        del t0
+        res[f"step_ms_batch{b}_{short}"] = round(dt * 1000, 2)
+    batch = 16 if n >= 16 else n
+    t_loose = time.perf_counter()
+    loose = sample(be, ids, n, params, batch_size=batch, prefill=prompt.prefill)
+    loose_sps = n / (time.perf_counter() - t_loose)
+    res[f"tooldecode_loose_samples_s_{short}"] = round(loose_sps, 3)
+    res[f"tooldecode_loose_tok_s_{short}"] = round(_tok_s(loose), 2)
+    strict_sps = float("nan")
+    for engine in ("xgrammar", "llguidance", "llama-grammar"):
+        if quick and engine != "xgrammar":
+            continue
+        g = grammar
+        if engine == "llguidance":
+            g = render_toolset(list(prompt.tools), format="lark", wire=prompt.wire, mode="strict", ws="bounded")
+        mask = compile_mask(engine, g, be)
+        mask.matcher(prompt.prefill, be.tokenize(prompt.prefill, special=False))  # warm the engine once
+        t_strict = time.perf_counter()
+        strict = sample(be, ids, n, params, mask=mask, prefill=prompt.prefill, batch_size=batch)
+        if engine == "xgrammar":
+            strict_sps = n / (time.perf_counter() - t_strict)
+            res[f"tooldecode_strict_samples_s_{short}"] = round(strict_sps, 3)
+        errors = sum(1 for s in strict if s.error)
+        res[f"strict_{engine}_tok_s_{short}"] = round(_tok_s(strict), 2)
+        res[f"strict_over_loose_{engine}_{short}"] = round(_tok_s(strict) / _tok_s(loose), 3)
+        res[f"strict_{engine}_errors_{short}"] = errors
+    one = sample(be, ids, min(n, 8), params, batch_size=1, prefill=prompt.prefill)
+    tok_s_b1 = sum(len(s.token_ids) for s in one) / sum(s.timing["batch_s"] for s in one)
+    res[f"tooldecode_loose_b1_tok_s_{short}"] = round(tok_s_b1, 2)
+    if naive:
+        from llama_cpp import Llama, LlamaGrammar
+
+        be.close()
+        llm = Llama(str(ref.path), n_ctx=8192, verbose=False)
+        llm.create_completion(prompt.text, max_tokens=1)
+        def run(grammar_obj):
+            toks = 0
+            t0 = time.perf_counter()
+            for i in range(n):
+                r = llm.create_completion(prompt.text, max_tokens=tokens, temperature=1.0, seed=i,
+                                          grammar=grammar_obj)
+                toks += r["usage"]["completion_tokens"]
+            dt = time.perf_counter() - t0
+            return n / dt, toks / dt
+        sps, tps = run(None)
+        res[f"naive_loose_samples_s_{short}"] = round(sps, 3)
+        res[f"naive_loose_tok_s_{short}"] = round(tps, 2)
+        res[f"throughput_over_naive_loose_{short}"] = round(loose_sps / sps, 2)
+        res[f"loose_over_raw_llamacpp_{short}"] = round(tok_s_b1 / tps, 3)
+        if not quick:
+            sps_s, tps_s = run(LlamaGrammar.from_string(grammar, verbose=False))
+            res[f"naive_strict_samples_s_{short}"] = round(sps_s, 3)
+            res[f"naive_strict_over_naive_loose_{short}"] = round(tps_s / tps, 3)
+            res[f"throughput_over_naive_strict_{short}"] = round(strict_sps / sps_s, 2)
+    return res
+
+
+def bench_hf(model: str, tokens: int) -> dict[str, float]:
+    ref, prompt = _prompt(model, 600)
+    res: dict[str, float] = {}
+    be = load_backend("hf", ref)
+    params = SamplingParams(temperature=1.0, max_new_tokens=tokens, seed=0, top_logprobs=20)
+    ids = be.tokenize(prompt.text)
+    sample(be, ids, 1, SamplingParams(max_new_tokens=2))
+    t0 = time.perf_counter()
+    sample(be, ids, 8, params, batch_size=1)
+    b1 = 8 / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    sample(be, ids, 8, params, batch_size=8)
+    b8 = 8 / (time.perf_counter() - t0)
+    res["hf_samples_s_batch1"] = round(b1, 3)
+    res["hf_samples_s_batch8"] = round(b8, 3)
+    res["hf_batch8_over_batch1"] = round(b8 / b1, 2)
+    lb = load_backend("llamacpp", ref, n_ctx=8192, max_seqs=9)
+    t0 = time.perf_counter()
+    sample(lb, ids, 8, params, batch_size=8)
+    l8 = 8 / (time.perf_counter() - t0)
+    res["hf_over_llamacpp_batch8"] = round(b8 / l8, 3)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--samples", type=int, default=32)
+    ap.add_argument("--tokens", type=int, default=120)
+    ap.add_argument("--models", default="qwen2.5-coder-0.5b-instruct,gemma-3-270m")
+    ap.add_argument("--no-naive", action="store_true")
+    ap.add_argument("--no-hf", action="store_true")
+    args = ap.parse_args()
+    n = 8 if args.quick else args.samples
+    tokens = 40 if args.quick else args.tokens
+    for i, model in enumerate(args.models.split(",")):
+        for k, v in bench_model(model, n, tokens, args.quick, naive=(i == 0 and not args.no_naive)).items():
+            print(f"{k}: {v}", flush=True)
+    if not args.no_hf:
+        for k, v in bench_hf("qwen2.5-coder-0.5b-instruct", 24 if args.quick else 48).items():
+            print(f"{k}: {v}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
