@@ -26,9 +26,9 @@ from tooldecode.scenarios import load_scenarios
 
 
 def _prompt(model: str, min_tokens: int):
-    """A forced-tool edit prompt of at least ``min_tokens`` tokens (the longest scenario prompts)."""
+    """An agentic edit prompt (no prefill: the grammar applies from the first token) of about ``min_tokens`` tokens (the longest scenario prompts)."""
     ref = resolve(model, fetch=True)
-    opts = TranscriptOptions(history="agentic", conditioning="forced-tool")
+    opts = TranscriptOptions(history="agentic", conditioning="free")
     best = None
     for sc in load_scenarios():
         p = render_prompt(sc, ref, opts)
