@@ -128,6 +128,10 @@ def number_ast(a: NumA) -> A.RNode:
 def _number_ast(a: NumA) -> A.RNode:
     if a.kind == "int" or a.mult is not None:
         lo, hi = int_bounds(a)
+        if lo is not None or hi is not None:
+            lo, hi, empty = T.clamp_int_bounds(lo, hi)
+            if empty:
+                return A.NOTHING
         ast = T.int_range(lo, hi)
         if a.mult is not None:
             assert a.residues is not None
@@ -142,14 +146,18 @@ def _number_ast(a: NumA) -> A.RNode:
     parts = []
     if a.kind == "num":
         lo, hi = int_bounds(a)
-        parts.append(T.int_range(lo, hi))
+        lo, hi, empty = T.clamp_int_bounds(lo, hi)
+        if not empty:
+            parts.append(T.int_range(lo, hi))
     dlo = dhi = None
     empty = False
     if a.lo is not None:
-        dlo = T.float_lower(a.lo, a.lo_x)
+        d = T.float_lower(a.lo, a.lo_x)
+        dlo = T.safe_lower(d) if d is not None else None
         empty = empty or dlo is None
     if a.hi is not None:
-        dhi = T.float_upper(a.hi, a.hi_x)
+        d = T.float_upper(a.hi, a.hi_x)
+        dhi = T.safe_upper(d) if d is not None else None
         empty = empty or dhi is None
     if not empty and (dlo is None or dhi is None or dlo <= dhi):
         parts.append(T.decimal_range(dlo, True, dhi, True, nonzero_frac=(a.kind == "nonint")))

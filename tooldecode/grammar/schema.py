@@ -379,6 +379,14 @@ class _Compiler:
                 meet(union(intersect(cond, then), intersect(complement(cond), els)), "if", kptr)
             except Inexact as e:
                 self.unsupported("if", kptr, str(e))
+        elif "if" in s and ("unevaluatedProperties" in s or "unevaluatedItems" in s):
+            # no constraint, but the annotations of a successful 'if' count as evaluated
+            kptr = pointer_join(ptr, "if")
+            cond = self.compile(s["if"], kptr, resolver, depth)
+            try:
+                cur = intersect(cur, union(cond, complement(cond)))
+            except Inexact:
+                pass  # dropping the annotations only makes unevaluated* stricter (sound)
         elif "if" in s:
             self.compile(s["if"], pointer_join(ptr, "if"), resolver, depth)
         # dependentRequired / dependentSchemas
@@ -406,11 +414,11 @@ class _Compiler:
         if "unevaluatedProperties" in s:
             kptr = pointer_join(ptr, "unevaluatedProperties")
             u = self.compile(s["unevaluatedProperties"], kptr, resolver, depth + 1)
-            cur = node(*(self._apply_uneval_props(a, u) if isinstance(a, ObjA) else a for a in cur.alts))
+            cur = node(*(self._apply_uneval_props(a, u) if isinstance(a, ObjA) else a for a in _expand(cur).alts))
         if "unevaluatedItems" in s:
             kptr = pointer_join(ptr, "unevaluatedItems")
             u = self.compile(s["unevaluatedItems"], kptr, resolver, depth + 1)
-            cur = node(*(self._apply_uneval_items(a, u) if isinstance(a, ArrA) else a for a in cur.alts))
+            cur = node(*(self._apply_uneval_items(a, u) if isinstance(a, ArrA) else a for a in _expand(cur).alts))
         # enum / const
         vals: list[Any] | None = None
         if "enum" in s:
@@ -705,6 +713,11 @@ class _Compiler:
             self.unsupported("uniqueItems", "", "too many unique arrays to enumerate")
             return [plain]
         return [ConstA(sq) for sq in seqs]
+
+
+def _expand(n: Node) -> Node:
+    """ANY written as one unconstrained alternative per type."""
+    return node(*(TOP[t] for t in ir.TYPES)) if n.is_any else n
 
 
 def _finite_values(n: Node) -> list[Any] | None:

@@ -491,6 +491,54 @@ def float_upper(b: Fraction, strict: bool) -> Decimal | None:
     return None if r is None else -r
 
 
+MAG = Decimal(10) ** 30  # numeric bounds are exact for magnitudes in [1e-30, 1e30]
+SIG = 20
+
+
+def _round_sig(d: Decimal, up: bool) -> Decimal:
+    from decimal import ROUND_CEILING, ROUND_FLOOR, localcontext
+
+    if d == 0:
+        return d
+    with localcontext() as ctx:
+        ctx.prec = 60
+        exp = Decimal(1).scaleb(d.adjusted() - (SIG - 1))
+        return d.quantize(exp, rounding=ROUND_CEILING if up else ROUND_FLOOR)
+
+
+def safe_lower(d: Decimal) -> Decimal | None:
+    """A short decimal D' >= d (so x >= D' implies x >= d); None when no decimal text is kept."""
+    r = _round_sig(d, up=True)
+    if r > MAG:
+        return None
+    if r < -MAG:
+        return -MAG
+    if 0 < r < 1 / MAG:
+        return 1 / MAG
+    if -1 / MAG < r < 0:
+        return Decimal(0)
+    return r.normalize() if r != 0 else Decimal(0)
+
+
+def safe_upper(d: Decimal) -> Decimal | None:
+    r = safe_lower(-d)
+    return None if r is None else -r
+
+
+INT_MAG = 10**30
+
+
+def clamp_int_bounds(lo: int | None, hi: int | None) -> tuple[int | None, int | None, bool]:
+    """Finite integer bounds beyond 1e30 are tightened to 1e30 (a sound subset); (lo, hi, empty)."""
+    if lo is not None and lo > INT_MAG or hi is not None and hi < -INT_MAG:
+        return lo, hi, True
+    if lo is not None and lo < -INT_MAG:
+        lo = -INT_MAG
+    if hi is not None and hi > INT_MAG:
+        hi = INT_MAG
+    return lo, hi, False
+
+
 def ceil_frac(b: Fraction) -> int:
     return -((-b.numerator) // b.denominator)
 
