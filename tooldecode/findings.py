@@ -24,7 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from tooldecode.stats import Rate, cluster_bootstrap_diff, cluster_bootstrap_rate, mean_ci, newcombe_diff, wilson
+from tooldecode.stats import (
+    Rate,
+    cluster_bootstrap_diff,
+    cluster_bootstrap_rate,
+    mean_ci,
+    newcombe_diff,
+    wilson,
+)
 
 _KEY = re.compile(r'^\s*,\s*"((?:[^"\\]|\\.)*)"')
 

@@ -32,10 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tooldecode.errors import ModelError, ToolDecodeError
-try:
-    from tooldecode.grammar import Tool, load_tool, serialize_call, strictify
-except ImportError:  # TEMPORARY: until tooldecode.grammar exports these
-    from tooldecode._grammar_fallback import Tool, load_tool, serialize_call, strictify  # type: ignore
+from tooldecode.grammar import Tool, load_tool, serialize_call, strictify
 from tooldecode.models import REGISTRY, ModelRef, model_dir, resolve
 from tooldecode.scenarios import Scenario
 
@@ -231,7 +228,8 @@ def native_wire(family: str, template: str | None = None) -> str:
     return _wires(family, "native", template)[1]
 
 
-_WS = {"compact": "compact", "tight": "tight", "pretty": "pretty"}
+# call_style → the grammar's whitespace policy: ", " / ": " is its "bounded" policy, no spaces its "compact"
+_WS = {"compact": "bounded", "tight": "compact", "pretty": "pretty"}
 
 
 def _calls_text(calls: Sequence[tuple[str, dict]], wire: str, style: str) -> str:
@@ -289,6 +287,19 @@ def _closed(schema: dict) -> dict:
     return out
 
 
+def _strictified(schema: dict) -> dict:
+    """``grammar.strictify`` (every object closed) plus every property required, as a provider's strict
+    mode presents a schema (OpenAI's also makes the optional ones nullable; this view does not)."""
+    out = strictify(schema)
+
+    def require_all(obj: dict) -> None:
+        if isinstance(obj.get("properties"), dict) and obj["properties"]:
+            obj["required"] = list(obj["properties"])
+
+    _walk_objects(out, require_all)
+    return out
+
+
 def _with_extra(schema: dict, extra: dict[str, dict], tool: str) -> dict:
     out = json.loads(json.dumps(schema))
     found: set[str] = set()
@@ -315,7 +326,7 @@ def _offered_tools(options: TranscriptOptions, toolset: str | None = None) -> tu
         if options.schema_view == "closed":
             params = _closed(params)
         elif options.schema_view == "strictified":
-            params = strictify(params)
+            params = _strictified(params)
         if name == EDIT_TOOL[toolset or options.toolset] and options.schema_extra:
             params = _with_extra(params, options.schema_extra, name)
         tools.append(dataclasses.replace(tool, parameters=params) if params is not tool.parameters else tool)

@@ -42,6 +42,7 @@ class HFBackend(Backend):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         transformers.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
         self.model = model
         self.device = device or default_device()
         dtype = dtype or ("bfloat16" if self.device.startswith("cuda") else "float32")

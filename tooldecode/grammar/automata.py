@@ -259,6 +259,8 @@ def rep(item: RNode, lo: int, hi: int | None) -> RNode:
             return Rep(item.item, 0, None)
         if item.lo == 1 and item.hi is None and lo == 0 and hi == 1:
             return Rep(item.item, 0, None)
+        if item.lo <= 1 and lo == 0 and hi == 1:
+            return Rep(item.item, 0, item.hi)
     return Rep(item, lo, hi)
 
 
@@ -778,6 +780,55 @@ def to_regex(d: DFA, label: Callable[[Charset], RNode] | None = None) -> RNode:
     return eliminate(g, d.start, set(q for q in d.accept if q in live))
 
 
+def to_regex_longest(d: DFA, fallback: RNode | None = None, limit: int = 4000) -> RNode:
+    """A regex for ``d`` shaped like the DFA (each state: its self-loop, then its transitions, then
+    stop), so that a backtracking matcher's first match is the longest one. Python's ``re.match``
+    (used by the lark package's lexer) returns the first match, which for an arbitrary regex may be a
+    shorter one. Needs a DFA whose live part is acyclic apart from self-loops; otherwise returns
+    ``fallback`` (or the state-elimination regex)."""
+    live = d.live_states()
+    if d.start not in live:
+        return NOTHING
+    color: dict[int, int] = {}
+    order: list[int] = []
+
+    def acyclic(q: int) -> bool:
+        color[q] = 1
+        for t in set(d.delta[q]):
+            if t == q or t not in live:
+                continue
+            c = color.get(t, 0)
+            if c == 1 or (c == 0 and not acyclic(t)):
+                return False
+        color[q] = 2
+        order.append(q)
+        return True
+
+    if not acyclic(d.start):
+        return fallback if fallback is not None else to_regex(d)
+    memo: dict[int, RNode] = {}
+    for q in order:  # post-order: successors first
+        loop: list[Charset] = []
+        outs: dict[int, list[Charset]] = {}
+        for a, t in enumerate(d.delta[q]):
+            if t not in live:
+                continue
+            if t == q:
+                loop.append(d.atoms[a])
+            else:
+                outs.setdefault(t, []).append(d.atoms[a])
+        alts = [cat(Chars(cs_union(*cs)), memo[t]) for t, cs in outs.items()]
+        if q in d.accept:
+            alts.append(EPS)
+        body = alt(*alts)
+        if loop:
+            body = cat(star(Chars(cs_union(*loop))), body)
+        memo[q] = body
+        if ast_size(body) > limit:
+            return fallback if fallback is not None else to_regex(d)
+    return memo[d.start]
+
+
 def eliminate(g: dict[int, dict[int, RNode]], start: int, accept: set[int]) -> RNode:
     """State elimination over a generalized NFA ``g[p][q] = label``."""
     S, F = -1, -2
@@ -853,6 +904,7 @@ def _class_body(cs: Charset, esc: Callable[[int, bool], str]) -> str:
     return "".join(parts)
 
 
+@lru_cache(maxsize=8192)
 def _class_regex(cs: Charset) -> str:
     if len(cs) == 1 and cs[0][0] == cs[0][1]:
         return _esc_cp_regex(cs[0][0], False)
@@ -878,10 +930,19 @@ def _rep_suffix(lo: int, hi: int | None) -> str:
     return "{%d,%d}" % (lo, hi)
 
 
+@lru_cache(maxsize=1024)
 def regex_str(n: RNode) -> str:
     """Print in the common subset of Python ``re`` and Rust ``regex`` syntax."""
+    memo: dict[tuple[int, int], str] = {}
 
     def go(x: RNode, prec: int) -> str:
+        key = (id(x), prec)
+        r = memo.get(key)
+        if r is None:
+            r = memo[key] = go1(x, prec)
+        return r
+
+    def go1(x: RNode, prec: int) -> str:
         # prec: 0 = alternation ok, 1 = inside concatenation, 2 = operand of a quantifier
         if isinstance(x, Chars):
             if not x.cs:
@@ -898,7 +959,10 @@ def regex_str(n: RNode) -> str:
             s = "|".join(go(i, 0) for i in x.items)
             return f"(?:{s})" if prec >= 1 else s
         if isinstance(x, Rep):
-            return go(x.item, 2) + _rep_suffix(x.lo, x.hi)
+            inner = go(x.item, 2)
+            if isinstance(x.item, Rep):
+                inner = f"(?:{inner})"
+            return inner + _rep_suffix(x.lo, x.hi)
         if isinstance(x, Sym):
             return go(x.node, prec)
         raise TypeError(x)
@@ -942,13 +1006,17 @@ def gbnf_str(n: RNode, sym_name: Callable[[Sym], str] | None = None) -> str:
     ``sym_name`` maps a ``Sym`` to the rule name that stands for it (the caller defines that rule).
     """
 
-    def cls(cs: Charset) -> str:
-        neg = cs_neg(cs)
-        if len(neg) < len(cs) and neg:
-            return "[^" + _class_body(neg, _esc_cp_gbnf) + "]"
-        return "[" + _class_body(cs, _esc_cp_gbnf) + "]"
+    cls = _gbnf_class
+    memo: dict[tuple[int, int], str] = {}
 
     def go(x: RNode, prec: int) -> str:
+        key = (id(x), prec)
+        r = memo.get(key)
+        if r is None:
+            r = memo[key] = go1(x, prec)
+        return r
+
+    def go1(x: RNode, prec: int) -> str:
         s = ast_literal(x)
         if s is not None and s and not (isinstance(x, Rep)):
             return '"' + "".join(_esc_cp_gbnf(ord(c), False) for c in s) + '"'
@@ -979,12 +1047,23 @@ def gbnf_str(n: RNode, sym_name: Callable[[Sym], str] | None = None) -> str:
             s = " | ".join(go(i, 0) for i in x.items)
             return f"( {s} )" if prec >= 1 and len(x.items) > 1 else s
         if isinstance(x, Rep):
-            return gbnf_rep(go(x.item, 2), x.lo, x.hi)
+            inner = go(x.item, 2)
+            if isinstance(x.item, Rep):
+                inner = f"( {inner} )"
+            return gbnf_rep(inner, x.lo, x.hi)
         if isinstance(x, Sym):
             return sym_name(x) if sym_name is not None else go(x.node, prec)
         raise TypeError(x)
 
     return go(n, 0)
+
+
+@lru_cache(maxsize=8192)
+def _gbnf_class(cs: Charset) -> str:
+    neg = cs_neg(cs)
+    if len(neg) < len(cs) and neg:
+        return "[^" + _class_body(neg, _esc_cp_gbnf) + "]"
+    return "[" + _class_body(cs, _esc_cp_gbnf) + "]"
 
 
 def gbnf_rep(item: str, lo: int, hi: int | None) -> str:

@@ -33,7 +33,9 @@ def _lark_parser(text: str) -> Any:
     import lark
 
     try:
-        return lark.Lark(text, start="start", parser="earley", lexer="dynamic")
+        # dynamic_complete: every length of every terminal match is considered (exact CFG semantics);
+        # the default "dynamic" lexer keeps only Python's first regex match, which may be too short
+        return lark.Lark(text, start="start", parser="earley", lexer="dynamic_complete")
     except Exception as e:  # lark.exceptions.GrammarError and friends
         raise EngineError(f"lark: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
 

@@ -45,7 +45,10 @@ def emit_gbnf(g: Grammar, header: str = "") -> str:
             s = " | ".join(expr(i, 0) for i in e.items)
             return f"( {s} )" if prec >= 1 and len(e.items) > 1 else s
         if isinstance(e, GRep):
-            return gbnf_rep(expr(e.item, 2), e.lo, e.hi)
+            inner = expr(e.item, 2)
+            if isinstance(e.item, GRep):
+                inner = f"( {inner} )"
+            return gbnf_rep(inner, e.lo, e.hi)
         raise TypeError(e)
 
     lines = [header] if header else []

@@ -73,14 +73,14 @@ def gseq(*items: GExpr) -> GExpr:
             continue
         else:
             flat.append(it)
-    # merge adjacent literals, and fold a terminal that can be empty (optional whitespace) into its
-    # neighbour: engines such as lark refuse zero-width terminals
+    # Fold a terminal that can be empty (optional whitespace) into its neighbour: engines such as
+    # lark refuse zero-width terminals. Adjacent literals are NOT merged: each JSON token stays its
+    # own lexeme, so that no lexeme is a proper prefix of a competing one (``{`` vs ``{"a":``),
+    # which a greedy lexer (llguidance) could not undo.
     merged: list[GExpr] = []
     for it in flat:
         prev = merged[-1] if merged else None
-        if isinstance(it, GLit) and isinstance(prev, GLit):
-            merged[-1] = GLit(prev.text + it.text)
-        elif isinstance(prev, GTok) and ast_nullable(prev.ast) and isinstance(it, (GLit, GTok)):
+        if isinstance(prev, GTok) and ast_nullable(prev.ast) and isinstance(it, (GLit, GTok)):
             merged[-1] = _join_tok(prev, it, it.hint if isinstance(it, GTok) else prev.hint)
         elif isinstance(it, GTok) and ast_nullable(it.ast) and isinstance(prev, (GLit, GTok)):
             merged[-1] = _join_tok(prev, it, prev.hint if isinstance(prev, GTok) else it.hint)

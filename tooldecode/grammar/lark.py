@@ -65,7 +65,10 @@ def emit_lark(g: Grammar, header: str = "") -> str:
             s = " | ".join(expr(i, 0) for i in e.items)
             return f"({s})" if prec >= 1 and len(e.items) > 1 else s
         if isinstance(e, GRep):
-            return rep(expr(e.item, 2), e.lo, e.hi, prec)
+            inner = expr(e.item, 2)
+            if isinstance(e.item, GRep):
+                inner = f"({inner})"
+            return rep(inner, e.lo, e.hi, prec)
         raise TypeError(e)
 
     def rep(item: str, lo: int, hi: int | None, prec: int) -> str:

@@ -118,9 +118,14 @@ def string_content(lang: StrLang, mode: str, forbid: str | None) -> A.RNode:
         raise GrammarError(f"string constraint too complex to render ({e}); simplify the pattern or length bounds") from e
 
 
+@lru_cache(maxsize=512)
 def number_ast(a: NumA) -> A.RNode:
+    """Texts of the numbers of ``a``; bounded ones in longest-match form (see ``to_regex_longest``)."""
     try:
-        return _number_ast(a)
+        ast = _number_ast(a)
+        if ast in (T.NUMBER_ANY, T.INT_ANY, T.NONINT_ANY) or A.is_nothing(ast):
+            return ast
+        return A.to_regex_longest(A.to_dfa(ast), fallback=ast)
     except A.TooComplex as e:
         raise GrammarError(f"number constraint too complex to render ({e})") from e
 
@@ -152,12 +157,10 @@ def _number_ast(a: NumA) -> A.RNode:
     dlo = dhi = None
     empty = False
     if a.lo is not None:
-        d = T.float_lower(a.lo, a.lo_x)
-        dlo = T.safe_lower(d) if d is not None else None
+        dlo = T.frac_lower(a.lo, a.lo_x)
         empty = empty or dlo is None
     if a.hi is not None:
-        d = T.float_upper(a.hi, a.hi_x)
-        dhi = T.safe_upper(d) if d is not None else None
+        dhi = T.frac_upper(a.hi, a.hi_x)
         empty = empty or dhi is None
     if not empty and (dlo is None or dhi is None or dlo <= dhi):
         parts.append(T.decimal_range(dlo, True, dhi, True, nonzero_frac=(a.kind == "nonint")))
@@ -545,7 +548,7 @@ class Lowerer:
     def _array_contains(self, a: ArrA, hint: str) -> tuple[GExpr, bool]:
         p = self.p
         cons = list(a.contains)
-        cap_i = a.max if a.max is not None else max(len(a.prefix), a.min)
+        cap_i = a.max if a.max is not None else max(len(a.prefix), a.min, 1)
         choices_cache: dict[int, list[tuple[GExpr, tuple[int, ...]]]] = {}
 
         def choices(i: int) -> list[tuple[GExpr, tuple[int, ...]]]:

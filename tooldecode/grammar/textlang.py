@@ -324,15 +324,33 @@ def _nonneg_range(lo: int, hi: int | None) -> RNode:
         parts.append(cat(DIGIT19, rep(DIGIT, len(ls), None)))
         return alt(*parts)
     hs = str(hi)
+    full_run: list[int] = []  # consecutive lengths whose whole range is included
+
+    def flush() -> None:
+        if full_run:
+            a, b = full_run[0], full_run[-1]
+            if a == 1:
+                parts.append(_digits_class(0, 9) if b == 1 else alt(_digits_class(0, 9),
+                                                                      cat(DIGIT19, rep(DIGIT, 1, b - 1))))
+            else:
+                parts.append(cat(DIGIT19, rep(DIGIT, a - 1, b - 1)))
+            full_run.clear()
+
     for length in range(len(ls), len(hs) + 1):
         a = lo if length == len(ls) else 10 ** (length - 1)
         b = hi if length == len(hs) else 10**length - 1
         if a > b:
             continue
+        lo_full = a == (0 if length == 1 else 10 ** (length - 1))
+        if lo_full and b == 10**length - 1:
+            full_run.append(length)
+            continue
+        flush()
         if length == 1:
             parts.append(_digits_class(a, b))
         else:
             parts.append(_same_len(str(a), str(b)))
+    flush()
     return alt(*parts)
 
 
@@ -518,6 +536,34 @@ def safe_lower(d: Decimal) -> Decimal | None:
     if -1 / MAG < r < 0:
         return Decimal(0)
     return r.normalize() if r != 0 else Decimal(0)
+
+
+def _exact(f: Fraction) -> Decimal:
+    from decimal import localcontext
+
+    with localcontext() as ctx:
+        ctx.prec = 1200
+        return Decimal(f.numerator) / Decimal(f.denominator)
+
+
+def frac_lower(b: Fraction, strict: bool) -> Decimal | None:
+    """A short decimal L such that every decimal text x >= L parses to a float satisfying ``x >= b``
+    (``x > b`` if strict); None when no decimal text is kept.
+
+    D is the smallest double that satisfies the bound and L = repr(D), the shortest decimal that
+    parses to D: rounding is monotone, so x >= L implies float(x) >= D. (Decimals below L that still
+    round to D are left out: a sound subset.) L is then clamped to [-1e30, 1e30] and away from tiny
+    magnitudes.
+    """
+    d = float_lower(b, strict)
+    if d is None:
+        return None
+    return safe_lower(Decimal(repr(float(d))))
+
+
+def frac_upper(b: Fraction, strict: bool) -> Decimal | None:
+    r = frac_lower(-b, strict)
+    return None if r is None else -r
 
 
 def safe_upper(d: Decimal) -> Decimal | None:

@@ -1,1 +1,0 @@
-/tmp/devshim/_grammar_fallback.py
