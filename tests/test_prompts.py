@@ -87,8 +87,9 @@ SCENARIO = Scenario(
     expected=apply_edits(CONTENT, EDITS),
     tags=("multi-edit",),
 )
-ONE_EDIT = dataclasses.replace(SCENARIO, id="test-one-edit", edits=EDITS[:1],
-                               expected=apply_edits(CONTENT, EDITS[:1]), reasoning={})
+ONE_EDIT = dataclasses.replace(
+    SCENARIO, id="test-one-edit", edits=EDITS[:1], expected=apply_edits(CONTENT, EDITS[:1]), reasoning={}
+)
 
 GEMMA = ModelRef("gemma-3-270m", Path("not-needed.gguf"), "gemma3-base", False)
 
@@ -145,8 +146,17 @@ def test_golden(models, family, spec):
     assert path.exists(), f"missing golden file {path}; run with TOOLDECODE_UPDATE_GOLDEN=1"
     want = path.read_bytes().decode("utf-8")
     if prompt.text != want:
-        diff = "".join(itertools.islice(difflib.unified_diff(
-            want.splitlines(keepends=True), prompt.text.splitlines(keepends=True), "golden", "rendered"), 60))
+        diff = "".join(
+            itertools.islice(
+                difflib.unified_diff(
+                    want.splitlines(keepends=True),
+                    prompt.text.splitlines(keepends=True),
+                    "golden",
+                    "rendered",
+                ),
+                60,
+            )
+        )
         pytest.fail(f"{path.name} differs (TOOLDECODE_UPDATE_GOLDEN=1 regenerates):\n{diff}")
 
 
@@ -159,10 +169,13 @@ def _vocab(ref: ModelRef):
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("family,specials", [
-    ("qwen2.5", ["<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]),
-    ("smollm2", ["<|im_start|>", "<|im_end|>"]),
-])
+@pytest.mark.parametrize(
+    "family,specials",
+    [
+        ("qwen2.5", ["<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]),
+        ("smollm2", ["<|im_start|>", "<|im_end|>"]),
+    ],
+)
 def test_special_tokens_are_single_tokens(models, family, specials):
     ref = models[family]
     vocab = _vocab(ref)
@@ -214,8 +227,10 @@ def test_rendering_matches_transformers(models):
         tools = [_tool_json(t) for t in prompt.tools] if options.call_format == "native" else None
         full = tok.apply_chat_template(prompt.messages, tools=tools, tokenize=False)
         assert full.startswith(prompt.text)
-        history_call = full[len(prompt.text):]
-        assert history_call.startswith("<tool_call>\n" if options.call_format == "native" else "<function_calls>")
+        history_call = full[len(prompt.text) :]
+        assert history_call.startswith(
+            "<tool_call>\n" if options.call_format == "native" else "<function_calls>"
+        )
 
 
 @pytest.mark.model
@@ -234,7 +249,9 @@ def test_qwen_expects_bare_json_after_its_template_history(models):
     prompt = render_prompt(SCENARIO, models["qwen2.5"], parse_variant("agentic,forced-tool"))
     assert prompt.wire == "call-json"
     assert prompt.prefill == '{"name": "edit", "arguments": {"'
-    assert '<tool_call>\n{"name": "read", "arguments": {"path": "app/config.py"}}\n</tool_call>' in prompt.text
+    assert (
+        '<tool_call>\n{"name": "read", "arguments": {"path": "app/config.py"}}\n</tool_call>' in prompt.text
+    )
     assert prompt.text.endswith("<|im_start|>assistant\n" + SCENARIO.diagnosis + "\n" + prompt.prefill)
     hermes = render_prompt(SCENARIO, models["qwen2.5"], parse_variant("agentic,hermes,forced-tool"))
     assert hermes.wire == "hermes" and hermes.prefill == '<tool_call>\n{"name": "edit", "arguments": {"'
@@ -243,15 +260,25 @@ def test_qwen_expects_bare_json_after_its_template_history(models):
 
 @pytest.mark.model
 @pytest.mark.parametrize("family", ["qwen2.5", "smollm2"])
-@pytest.mark.parametrize("spec", ["forced-tool", "forced-tool,tight", "forced-tool,pretty", "before-edits",
-                                  "forced-tool,antml", "after-newtext:0", "after-newtext"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "forced-tool",
+        "forced-tool,tight",
+        "forced-tool,pretty",
+        "before-edits",
+        "forced-tool,antml",
+        "after-newtext:0",
+        "after-newtext",
+    ],
+)
 def test_prefill_ends_on_a_token_boundary(models, family, spec):
     """Tokenizing the prompt gives a prefix of the tokens of the prompt continued by the gold call."""
     ref = models[family]
     vocab = _vocab(ref)
     options = parse_variant(spec)
     prompt = render_prompt(SCENARIO, ref, options)
-    rest = gold_call_text(SCENARIO, options, family)[len(prompt.prefill):]
+    rest = gold_call_text(SCENARIO, options, family)[len(prompt.prefill) :]
     ids = vocab.tokenize(prompt.text.encode(), add_bos=False, special=True)
     full = vocab.tokenize((prompt.text + rest).encode(), add_bos=False, special=True)
     assert full[: len(ids)] == ids
@@ -266,12 +293,26 @@ def _all_options():
     full product of the transcript options."""
     cycle = itertools.cycle
     cuts = cycle(["after-newtext", "after-newtext:0", "after-oldtext", "after-oldtext:1", "before-edits"])
-    history, thinking, prior, view = cycle(("fresh", "agentic")), cycle((False, True, True)), \
-        cycle((False, False, True)), cycle(SCHEMA_VIEWS * 2 + ("closed",))
-    for toolset, fmt, style, conditioning in itertools.product(TOOLSETS, CALL_FORMATS, CALL_STYLES, CONDITIONINGS):
-        yield TranscriptOptions(history=next(history), thinking=next(thinking), prior=next(prior),
-                                toolset=toolset, schema_view=next(view), call_format=fmt, call_style=style,
-                                conditioning=conditioning, gold_cut=next(cuts))
+    history, thinking, prior, view = (
+        cycle(("fresh", "agentic")),
+        cycle((False, True, True)),
+        cycle((False, False, True)),
+        cycle(SCHEMA_VIEWS * 2 + ("closed",)),
+    )
+    for toolset, fmt, style, conditioning in itertools.product(
+        TOOLSETS, CALL_FORMATS, CALL_STYLES, CONDITIONINGS
+    ):
+        yield TranscriptOptions(
+            history=next(history),
+            thinking=next(thinking),
+            prior=next(prior),
+            toolset=toolset,
+            schema_view=next(view),
+            call_format=fmt,
+            call_style=style,
+            conditioning=conditioning,
+            gold_cut=next(cuts),
+        )
     for h, t, p, v in itertools.product(("fresh", "agentic"), (False, True), (False, True), SCHEMA_VIEWS):
         yield TranscriptOptions(history=h, thinking=t, prior=p, schema_view=v, conditioning="gold-prefix")
 
@@ -280,7 +321,10 @@ def _check_invariants(prompt: Prompt, options: TranscriptOptions, family: str) -
     gold = gold_call_text(SCENARIO, options, family)
     assert prompt.text.endswith(prompt.prefill)
     assert gold.startswith(prompt.prefill)
-    assert prompt.expected_tool == {"nested": "edit", "flat-edit": "Edit", "multiedit": "MultiEdit"}[options.toolset]
+    assert (
+        prompt.expected_tool
+        == {"nested": "edit", "flat-edit": "Edit", "multiedit": "MultiEdit"}[options.toolset]
+    )
     assert prompt.stop and all(prompt.stop)
     if options.conditioning == "free":
         assert prompt.prefill == ""
@@ -301,7 +345,9 @@ def _check_invariants(prompt: Prompt, options: TranscriptOptions, family: str) -
 def test_every_variant_renders(models):
     for family in ("smollm2", "gemma3-base", "qwen2.5", "generic-qwen"):
         for options in _all_options():
-            _check_invariants(render_prompt(SCENARIO, models[family], options), options, models[family].family)
+            _check_invariants(
+                render_prompt(SCENARIO, models[family], options), options, models[family].family
+            )
 
 
 def _unescaped_tail(prefill: str, value: str, wire: str, toolset: str) -> bool:
@@ -316,19 +362,23 @@ def _unescaped_tail(prefill: str, value: str, wire: str, toolset: str) -> bool:
 def test_gold_cuts(toolset, fmt, style):
     base = dict(toolset=toolset, call_format=fmt, call_style=style, conditioning="gold-prefix")
     gold = gold_call_text(SCENARIO, TranscriptOptions(**base), "gemma3-base")
-    for cut, value in [("after-newtext", EDITS[1].new_text), ("after-newtext:0", EDITS[0].new_text),
-                       ("after-newtext:1", EDITS[1].new_text), ("after-oldtext", EDITS[1].old_text),
-                       ("after-oldtext:0", EDITS[0].old_text)]:
+    for cut, value in [
+        ("after-newtext", EDITS[1].new_text),
+        ("after-newtext:0", EDITS[0].new_text),
+        ("after-newtext:1", EDITS[1].new_text),
+        ("after-oldtext", EDITS[1].old_text),
+        ("after-oldtext:0", EDITS[0].old_text),
+    ]:
         options = TranscriptOptions(**base, gold_cut=cut)
         prefill = render_prompt(SCENARIO, GEMMA, options).prefill
         assert _unescaped_tail(prefill, value, options.call_format if fmt != "native" else "", toolset), cut
-        after = gold[len(prefill):]
+        after = gold[len(prefill) :]
         closing = "</parameter>" if fmt == "antml" and toolset == "flat-edit" else '"'
         assert after.startswith(closing), (cut, after[:20])
     before = render_prompt(SCENARIO, GEMMA, TranscriptOptions(**base, gold_cut="before-edits")).prefill
     key = "oldText" if toolset == "nested" else "old_string"
-    rest = gold[len(before):]
-    assert rest.startswith(f"{key}\"") or rest.startswith(f'<parameter name="{key}">'), rest[:30]
+    rest = gold[len(before) :]
+    assert rest.startswith(f'{key}"') or rest.startswith(f'<parameter name="{key}">'), rest[:30]
     assert EDITS[0].old_text[:10] not in before
 
 
@@ -343,7 +393,7 @@ def test_flat_edit_gold_is_one_call_per_edit():
     assert [json.loads(line)["arguments"]["new_string"] for line in lines] == [e.new_text for e in EDITS]
     smol = gold_call_text(SCENARIO, parse_variant("flat-edit"), "smollm2")
     assert smol.startswith("<tool_call>[") and smol.endswith("]</tool_call>")
-    assert len(json.loads(smol[len("<tool_call>"):-len("</tool_call>")])) == 2
+    assert len(json.loads(smol[len("<tool_call>") : -len("</tool_call>")])) == 2
 
 
 # ---------------------------------------------------------------------------------------------- variant contents
@@ -358,13 +408,15 @@ def test_prior_episode_and_tool_switch():
     flat = render_prompt(SCENARIO, GEMMA, parse_variant("agentic,prior,flat-edit"))
     assert "The tool set has changed" not in flat.text and '"replace_all": true' in flat.text
     plain = render_prompt(SCENARIO, GEMMA, parse_variant("agentic"))
-    assert "replace_all\": true" not in plain.text and "colour" not in plain.text
+    assert 'replace_all": true' not in plain.text and "colour" not in plain.text
 
 
 def test_thinking_and_history():
     thinking = render_prompt(SCENARIO, GEMMA, parse_variant("agentic,thinking"))
     assert "<think>\nI need to see the parser first.\n</think>" in thinking.text
-    assert thinking.text.endswith("<think>\nTwo edits: split once; filter lines.\n</think>\n\n" + SCENARIO.diagnosis + "\n")
+    assert thinking.text.endswith(
+        "<think>\nTwo edits: split once; filter lines.\n</think>\n\n" + SCENARIO.diagnosis + "\n"
+    )
     stripped = render_prompt(SCENARIO, GEMMA, parse_variant("agentic,stripped"))
     assert "<think>" not in stripped.text and "I need to see the parser" not in stripped.text
     no_reasoning = render_prompt(ONE_EDIT, GEMMA, parse_variant("agentic,thinking"))
@@ -386,7 +438,10 @@ def test_schema_views_and_extra():
     written = edit_schema("as-written")
     assert "additionalProperties" not in json.dumps(written)
     closed = edit_schema("closed")
-    assert closed["additionalProperties"] is False and closed["properties"]["edits"]["items"]["additionalProperties"] is False
+    assert (
+        closed["additionalProperties"] is False
+        and closed["properties"]["edits"]["items"]["additionalProperties"] is False
+    )
     read = render_prompt(SCENARIO, GEMMA, parse_variant("closed")).tools[1].parameters
     assert read["additionalProperties"] is False and "offset" not in read["required"]
     strict = render_prompt(SCENARIO, GEMMA, parse_variant("strictified")).tools[1].parameters
@@ -402,8 +457,14 @@ def test_schema_views_and_extra():
 
 def test_parse_variant_round_trip():
     options = parse_variant("agentic, thinking,prior,flat-edit,closed,antml,gold-prefix")
-    assert options == TranscriptOptions(thinking=True, prior=True, toolset="flat-edit", schema_view="closed",
-                                        call_format="antml", conditioning="gold-prefix")
+    assert options == TranscriptOptions(
+        thinking=True,
+        prior=True,
+        toolset="flat-edit",
+        schema_view="closed",
+        call_format="antml",
+        conditioning="gold-prefix",
+    )
     assert parse_variant("after-oldtext:2").conditioning == "gold-prefix"
     assert parse_variant("") == TranscriptOptions()
     for options in _all_options():
@@ -412,12 +473,15 @@ def test_parse_variant_round_trip():
         assert parse_variant(format_variant(options)) == options
 
 
-@pytest.mark.parametrize("spec,message", [
-    ("agentic,bogus", "unknown word 'bogus'"),
-    ("fresh,agentic", "both set history"),
-    ("forced-tool,after-newtext", "both set conditioning"),
-    ("after-newtext:x", "unknown word"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("agentic,bogus", "unknown word 'bogus'"),
+        ("fresh,agentic", "both set history"),
+        ("forced-tool,after-newtext", "both set conditioning"),
+        ("after-newtext:x", "unknown word"),
+    ],
+)
 def test_parse_variant_errors(spec, message):
     with pytest.raises(ToolDecodeError, match=message) as err:
         parse_variant(spec)
@@ -447,7 +511,9 @@ def test_cli_show(smol_ref, capsys):
     scenario = load_scenarios()[0]
     parser = argparse.ArgumentParser()
     register_show(parser.add_subparsers())
-    args = parser.parse_args(["show", scenario.id, "--variant", "agentic,forced-tool", "--model", smol_ref.id])
+    args = parser.parse_args(
+        ["show", scenario.id, "--variant", "agentic,forced-tool", "--model", smol_ref.id]
+    )
     assert args.func(args) == 0
     out, err = capsys.readouterr()
     expected = render_prompt(scenario, smol_ref, parse_variant("agentic,forced-tool"))

@@ -28,7 +28,6 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from tooldecode.errors import ModelError, ToolDecodeError
@@ -111,7 +110,8 @@ class TranscriptOptions:
                 "after-oldtext, after-oldtext:K or before-edits"
             )
         if self.schema_extra is not None and not (
-            isinstance(self.schema_extra, dict) and all(isinstance(v, dict) for v in self.schema_extra.values())
+            isinstance(self.schema_extra, dict)
+            and all(isinstance(v, dict) for v in self.schema_extra.values())
         ):
             raise PromptError(
                 'TranscriptOptions.schema_extra must map property names to keyword dicts, e.g. {"oldText": {"minLength": 1}}'
@@ -245,13 +245,18 @@ def _calls_text(calls: Sequence[tuple[str, dict]], wire: str, style: str) -> str
     return "\n".join(serialize_call(name, args, wire=wire, ws=_WS[style]) for name, args in calls)
 
 
-def _stop_strings(family: str, wire: str) -> tuple[str, ...]:
-    close = {"hermes": ("</tool_call>",), SMOLLM2_WIRE: ("</tool_call>",), "antml": ("</function_calls>",),
-             "harmony": ("<|call|>",), "call-json": ()}[wire]
+def _stop_strings(family: str, wire: str, eos: str | None = None) -> tuple[str, ...]:
+    close = {
+        "hermes": ("</tool_call>",),
+        SMOLLM2_WIRE: ("</tool_call>",),
+        "antml": ("</function_calls>",),
+        "harmony": ("<|call|>",),
+        "call-json": (),
+    }[wire]
     if family == "gemma3-base":
         turn_end: tuple[str, ...] = ("\nUser:", "\nTool result", "<eos>")
     elif family == "generic":
-        turn_end = ()
+        turn_end = (eos,) if eos else ()
     else:
         turn_end = ("<|im_end|>", "<|endoftext|>")
     return close + turn_end
@@ -313,7 +318,9 @@ def _with_extra(schema: dict, extra: dict[str, dict], tool: str) -> dict:
     _walk_objects(out, add)
     missing = sorted(set(extra) - found)
     if missing:
-        raise PromptError(f"schema_extra names {', '.join(missing)}, which the {tool} tool's schema has no property for")
+        raise PromptError(
+            f"schema_extra names {', '.join(missing)}, which the {tool} tool's schema has no property for"
+        )
     return out
 
 
@@ -341,10 +348,17 @@ def _tool_json(tool: Tool) -> dict:
     }
 
 
-def _tojson(value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
-            sort_keys: bool = False) -> str:
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: Any = None,
+    separators: Any = None,
+    sort_keys: bool = False,
+) -> str:
     """transformers' ``tojson`` filter (no HTML escaping, unlike Jinja's own)."""
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
 
 # ---------------------------------------------------------------------------------------------- gold call
@@ -358,8 +372,10 @@ def _edit_calls(scenario: Scenario, toolset: str) -> list[tuple[str, dict]]:
     if toolset == "multiedit":
         edits = [{"old_string": e.old_text, "new_string": e.new_text} for e in scenario.edits]
         return [("MultiEdit", {"file_path": scenario.path, "edits": edits})]
-    return [("Edit", {"file_path": scenario.path, "old_string": e.old_text, "new_string": e.new_text})
-            for e in scenario.edits]
+    return [
+        ("Edit", {"file_path": scenario.path, "old_string": e.old_text, "new_string": e.new_text})
+        for e in scenario.edits
+    ]
 
 
 def _read_call(scenario: Scenario, toolset: str) -> tuple[str, dict]:
@@ -413,7 +429,12 @@ def _cut_point(scenario: Scenario, options: TranscriptOptions, wire: str, kind: 
         k = int(m.group(2)) if m.group(2) is not None else n - 1
         if not 0 <= k < n:
             raise PromptError(f"gold cut '{kind}': scenario {scenario.id} has {n} edit(s) (items 0..{n - 1})")
-        spot = ("end", new_key if which == "after-newtext" else old_key, k if flat else 0, None if flat else k)
+        spot = (
+            "end",
+            new_key if which == "after-newtext" else old_key,
+            k if flat else 0,
+            None if flat else k,
+        )
     where, key, index, item = spot
     text = _calls_text(_marked_calls(calls, index, key, item, where), wire, options.call_style)
     pos = text.index(_SENTINEL)
@@ -429,7 +450,19 @@ def _cut_point(scenario: Scenario, options: TranscriptOptions, wire: str, kind: 
 # ---------------------------------------------------------------------------------------------- GGUF
 
 
-_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_GGUF_SCALARS = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
 
 
 @functools.lru_cache(maxsize=16)
@@ -480,15 +513,20 @@ def _gguf_chat_info(path: str, mtime_ns: int) -> tuple[str | None, str | None, s
                 else:
                     raise ModelError(f"{path}: unknown GGUF value type {vtype} for key {key}")
     except (OSError, struct.error, ValueError) as err:
-        raise ModelError(f"{path}: cannot read GGUF metadata ({err}); run `tooldecode models verify`") from None
+        raise ModelError(
+            f"{path}: cannot read GGUF metadata ({err}); run `tooldecode models verify`"
+        ) from None
 
     def token(key: str) -> str | None:
         idx = values.get(key)
         return tokens[idx] if tokens is not None and isinstance(idx, int) and 0 <= idx < len(tokens) else None
 
     template = values.get("tokenizer.chat_template")
-    return (template if isinstance(template, str) else None, token("tokenizer.ggml.bos_token_id"),
-            token("tokenizer.ggml.eos_token_id"))
+    return (
+        template if isinstance(template, str) else None,
+        token("tokenizer.ggml.bos_token_id"),
+        token("tokenizer.ggml.eos_token_id"),
+    )
 
 
 def chat_template(model: ModelRef | str) -> str | None:
@@ -507,7 +545,11 @@ def _template_info(ref: ModelRef) -> tuple[str | None, str | None, str | None]:
         template = data.get("chat_template")
         if isinstance(template, list):  # named templates: take "default"
             template = next((t["template"] for t in template if t.get("name") == "default"), None)
-        tok = {k: (v.get("content") if isinstance(v, dict) else v) for k, v in data.items() if k.endswith("_token")}
+        tok = {
+            k: (v.get("content") if isinstance(v, dict) else v)
+            for k, v in data.items()
+            if k.endswith("_token")
+        }
         return template, tok.get("bos_token"), tok.get("eos_token")
     return _gguf_chat_info(str(path), path.stat().st_mtime_ns)
 
@@ -547,14 +589,24 @@ def _compile(template: str):
     return env.from_string(template)
 
 
-def _apply_template(template: str, messages: list[dict], tools: list[dict] | None, bos: str | None,
-                    eos: str | None, add_generation_prompt: bool = False) -> str:
+def _apply_template(
+    template: str,
+    messages: list[dict],
+    tools: list[dict] | None,
+    bos: str | None,
+    eos: str | None,
+    add_generation_prompt: bool = False,
+) -> str:
     import jinja2
 
     try:
         return _compile(template).render(
-            messages=messages, tools=tools, documents=None, add_generation_prompt=add_generation_prompt,
-            bos_token=bos or "", eos_token=eos or "",
+            messages=messages,
+            tools=tools,
+            documents=None,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=bos or "",
+            eos_token=eos or "",
         )
     except jinja2.TemplateError as err:
         raise PromptError(f"the model's chat template failed: {err}") from None
@@ -578,13 +630,13 @@ PRIOR_CONTENT = (
     "- Remove the old build script.\n"
 )
 PRIOR_TASK = (
-    f"First a small one: in {PRIOR_PATH} the heading \"## Todo\" should be \"## TODO\", "
-    "and we use American spelling, so every \"colour\" should be \"color\"."
+    f'First a small one: in {PRIOR_PATH} the heading "## Todo" should be "## TODO", '
+    'and we use American spelling, so every "colour" should be "color".'
 )
 PRIOR_REASONING = {
     "read": "I should look at the notes file before changing it.",
     "edit1": "The heading occurs once, so a plain replacement works.",
-    "edit2": "\"colour\" occurs twice; replace_all changes both.",
+    "edit2": '"colour" occurs twice; replace_all changes both.',
 }
 PRIOR_EDITS = (
     {"file_path": PRIOR_PATH, "old_string": "## Todo", "new_string": "## TODO", "replace_all": False},
@@ -594,7 +646,7 @@ PRIOR_RESULTS = (
     f"The file {PRIOR_PATH} has been updated.",
     f"The file {PRIOR_PATH} has been updated. All 2 occurrences of 'colour' were replaced with 'color'.",
 )
-PRIOR_DONE = "Done: the heading now reads \"## TODO\" and both \"colour\" are now \"color\"."
+PRIOR_DONE = 'Done: the heading now reads "## TODO" and both "colour" are now "color".'
 
 
 def _think(text: str | None, options: TranscriptOptions) -> str:
@@ -647,7 +699,9 @@ def _conversation(scenario: Scenario, options: TranscriptOptions) -> tuple[list[
     else:
         messages += [
             {"role": "user", "content": scenario.task},
-            _call_msg(_think(scenario.reasoning.get("read"), options), [_read_call(scenario, options.toolset)]),
+            _call_msg(
+                _think(scenario.reasoning.get("read"), options), [_read_call(scenario, options.toolset)]
+            ),
             _tool_msg(READ_TOOL[options.toolset], scenario.content),
         ]
         before_call = _join(_think(scenario.reasoning.get("edit"), options), scenario.diagnosis.strip())
@@ -663,17 +717,17 @@ QWEN_TOOLS_HEADER = (
 FORMAT_INSTRUCTIONS = {
     "hermes": (
         "For each function call, return a json object with function name and arguments within "
-        "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+        '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
         "<args-json-object>}\n</tool_call>"
     ),
     "call-json": (
         "For each function call, reply with only a json object with function name and arguments, "
-        "nothing before or after it:\n{\"name\": <function-name>, \"arguments\": <args-json-object>}"
+        'nothing before or after it:\n{"name": <function-name>, "arguments": <args-json-object>}'
     ),
     "antml": (
         "For each function call, write a <function_calls> block. String parameters are written as they "
-        "are; arrays and objects as JSON:\n<function_calls>\n<invoke name=\"<function-name>\">\n"
-        "<parameter name=\"<parameter-name>\"><parameter-value></parameter>\n</invoke>\n</function_calls>"
+        'are; arrays and objects as JSON:\n<function_calls>\n<invoke name="<function-name>">\n'
+        '<parameter name="<parameter-name>"><parameter-value></parameter>\n</invoke>\n</function_calls>'
     ),
     "harmony": (
         "For each function call, write a message to the function on the commentary channel with the "
@@ -693,8 +747,8 @@ SMOLLM2_FORMAT = (
     "The output MUST strictly adhere to the following format, and NO other text MUST be included.\n"
     "The example format is as follows. Please make sure the parameter type is correct. If no function call "
     "is needed, please make the tool calls an empty list '[]'.\n"
-    "<tool_call>[\n{\"name\": \"func_name1\", \"arguments\": {\"argument1\": \"value1\", \"argument2\": "
-    "\"value2\"}},\n... (more tool calls as required)\n]</tool_call>"
+    '<tool_call>[\n{"name": "func_name1", "arguments": {"argument1": "value1", "argument2": '
+    '"value2"}},\n... (more tool calls as required)\n]</tool_call>'
 )
 TOOL_SWITCH = "The tool set has changed. The earlier tools are no longer available; use only these."
 
@@ -747,18 +801,29 @@ class _Rendered:
     messages: list[dict]
     wire: str  # output wire
     gold: str  # the full gold call in the output wire
+    eos: str | None = None  # the model's end-of-sequence token text, when known
 
 
-def _prepare(family: str, scenario: Scenario, options: TranscriptOptions, tools: tuple[Tool, ...],
-             prior_tools: tuple[Tool, ...] | None, history_wire: str, system_tools: bool) -> list[dict]:
+def _prepare(
+    family: str,
+    scenario: Scenario,
+    options: TranscriptOptions,
+    tools: tuple[Tool, ...],
+    prior_tools: tuple[Tool, ...] | None,
+    history_wire: str,
+    system_tools: bool,
+) -> list[dict]:
     """The conversation with the edit turn last (its calls structured), system prompt filled in
     unless the chat template writes the tools itself (``system_tools`` False)."""
     messages, before_call, switched = _conversation(scenario, options)
     first_tools = prior_tools if switched else tools
     messages.append(_call_msg(before_call, _edit_calls(scenario, options.toolset)))
     if system_tools:
-        block = (_smollm2_tool_block(first_tools, history_wire) if family == "smollm2"
-                 else _qwen_tool_block(first_tools, history_wire))
+        block = (
+            _smollm2_tool_block(first_tools, history_wire)
+            if family == "smollm2"
+            else _qwen_tool_block(first_tools, history_wire)
+        )
         messages[0]["content"] = f"{SYSTEM_TEXT}\n\n{block}"
     for msg in messages:
         if msg["content"] == "<tool-switch>":
@@ -766,8 +831,13 @@ def _prepare(family: str, scenario: Scenario, options: TranscriptOptions, tools:
     return messages
 
 
-def _render_chat(ref: ModelRef, scenario: Scenario, options: TranscriptOptions, tools: tuple[Tool, ...],
-                 prior_tools: tuple[Tool, ...] | None) -> _Rendered:
+def _render_chat(
+    ref: ModelRef,
+    scenario: Scenario,
+    options: TranscriptOptions,
+    tools: tuple[Tool, ...],
+    prior_tools: tuple[Tool, ...] | None,
+) -> _Rendered:
     """Render through the model's chat template, then cut where the edit call starts."""
     template, bos, eos = _template_info(ref)
     family = ref.family
@@ -783,8 +853,11 @@ def _render_chat(ref: ModelRef, scenario: Scenario, options: TranscriptOptions, 
     if not (template_tools and options.call_style == "compact"):
         messages = _lower_calls(messages, history_wire, options.call_style, tool_role=family != "smollm2")
     rendered = _apply_template(
-        template, messages,
-        [_tool_json(t) for t in (prior_tools if switched else tools)] if template_tools else None, bos, eos,
+        template,
+        messages,
+        [_tool_json(t) for t in (prior_tools if switched else tools)] if template_tools else None,
+        bos,
+        eos,
     )
     calls = _edit_calls(scenario, options.toolset)
     start = rendered.rfind(_calls_text(calls, history_wire, options.call_style))
@@ -793,11 +866,15 @@ def _render_chat(ref: ModelRef, scenario: Scenario, options: TranscriptOptions, 
             f"model '{ref.id}': its chat template does not write the edit call the way the {history_wire} wire "
             "does; choose another call format (e.g. json)"
         )
-    return _Rendered(rendered[:start], messages, wire, _calls_text(calls, wire, options.call_style))
+    return _Rendered(rendered[:start], messages, wire, _calls_text(calls, wire, options.call_style), eos)
 
 
-def _render_plain(scenario: Scenario, options: TranscriptOptions, tools: tuple[Tool, ...],
-                  prior_tools: tuple[Tool, ...] | None) -> _Rendered:
+def _render_plain(
+    scenario: Scenario,
+    options: TranscriptOptions,
+    tools: tuple[Tool, ...],
+    prior_tools: tuple[Tool, ...] | None,
+) -> _Rendered:
     """Gemma 3 base: a plain transcript of "User:", "Assistant:" and "Tool result (name):" turns."""
     history_wire, wire = _wires("gemma3-base", options.call_format)
     messages = _prepare("gemma3-base", scenario, options, tools, prior_tools, history_wire, True)
@@ -831,13 +908,17 @@ def _model_ref(model: ModelRef | str) -> ModelRef:
     return resolve(model)
 
 
-def render_prompt(scenario: Scenario, model: ModelRef | str, options: TranscriptOptions = TranscriptOptions()) -> Prompt:
+def render_prompt(
+    scenario: Scenario, model: ModelRef | str, options: TranscriptOptions = TranscriptOptions()
+) -> Prompt:
     """The exact prompt ``model`` sees for ``scenario`` in variant ``options``, ending where its edit call starts."""
     ref = _model_ref(model)
     if ref.family not in FAMILIES:
         raise PromptError(f"model '{ref.id}' has family '{ref.family}'; known: {', '.join(FAMILIES)}")
     tools = _offered_tools(options)
-    prior_tools = _offered_tools(options, "flat-edit") if options.prior and options.toolset != "flat-edit" else None
+    prior_tools = (
+        _offered_tools(options, "flat-edit") if options.prior and options.toolset != "flat-edit" else None
+    )
     if ref.family == "gemma3-base":
         r = _render_plain(scenario, options, tools, prior_tools)
     else:
@@ -855,5 +936,5 @@ def render_prompt(scenario: Scenario, model: ModelRef | str, options: Transcript
         tools=tools,
         expected_tool=EDIT_TOOL[options.toolset],
         messages=r.messages,
-        stop=_stop_strings(ref.family, r.wire),
+        stop=_stop_strings(ref.family, r.wire, r.eos),
     )

@@ -35,7 +35,9 @@ def _quiet_stderr():
 def count_tokens(ref: ModelRef, text: str) -> int:
     """Tokens in ``text`` for ``ref``'s tokenizer, special tokens parsed, no BOS added."""
     if not ref.path.exists():
-        raise ModelError(f"model '{ref.id}' is not fetched; run `tooldecode models fetch {ref.id}` to count tokens")
+        raise ModelError(
+            f"model '{ref.id}' is not fetched; run `tooldecode models fetch {ref.id}` to count tokens"
+        )
     if ref.is_gguf:
         import llama_cpp
 
@@ -87,12 +89,22 @@ def register_show(scenarios_subparsers: argparse._SubParsersAction) -> None:
     )
     q.add_argument("id", help="scenario id (see `tooldecode scenarios list`)")
     q.add_argument(
-        "--variant", default="agentic",
+        "--variant",
+        default="agentic",
         help="comma-separated variant words, e.g. agentic,thinking,prior,flat-edit,closed,antml,gold-prefix "
-             "(docs/prompts.md lists them)",
+        "(docs/prompts.md lists them)",
     )
-    q.add_argument("--model", default="qwen2.5-coder-0.5b-instruct", help="model id, .gguf file or model folder")
-    q.add_argument("--dir", dest="dirs", action="append", type=Path, default=[], metavar="DIR",
-                   help="scenario folder to look in (repeatable; default: the built-in corpus)")
+    q.add_argument(
+        "--model", default="qwen2.5-coder-0.5b-instruct", help="model id, .gguf file or model folder"
+    )
+    q.add_argument(
+        "--dir",
+        dest="dirs",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="scenario folder to look in (repeatable; default: the built-in corpus)",
+    )
     q.add_argument("--json", action="store_true", help="print every Prompt field as JSON instead")
     q.set_defaults(func=_cmd_show)

@@ -39,8 +39,11 @@ def _check(format: str, wire: str, ws: str, ws_max: int | None) -> int:
 
 
 def build_grammar(items: list[tuple[str, SchemaIR]], *, wire: str = "json", ws: str = "compact",
-                  ws_max: int | None = None) -> Grammar:
-    """The grammar IR of one call of any of ``items`` (tool name, compiled arguments schema)."""
+                  ws_max: int | None = None, allow_empty: bool = False) -> Grammar:
+    """The grammar IR of one call of any of ``items`` (tool name, compiled arguments schema).
+
+    A schema that admits no value raises GrammarError, unless ``allow_empty`` (then the grammar
+    matches nothing)."""
     check_wire(wire)
     n = ws_max_for(ws, ws_max)
     if wire == "json" and len(items) != 1:
@@ -56,8 +59,9 @@ def build_grammar(items: list[tuple[str, SchemaIR]], *, wire: str = "json", ws: 
         low.set_ir(sir, prefix)
         alts.append(frame(wire, name, low, sir, prefix))
     root = galt(*alts)
-    if root == FAIL:
-        raise GrammarError("the schema admits no value, so there is no grammar to render")
+    if root == FAIL and not allow_empty:
+        raise GrammarError("the schema admits no value (e.g. false, an empty enum, contradictory keywords), "
+                           "so there is no grammar to render")
     book.define("root", root)
     return Grammar(book.rules, "root")
 

@@ -998,6 +998,7 @@ def _esc_cp_gbnf(cp: int, in_class: bool) -> str:
 
 
 GBNF_MAX_REP = 1000
+GBNF_NEVER = "[^\\u0000-\\U0010ffff]"  # a class no character is in
 
 
 def gbnf_str(n: RNode, sym_name: Callable[[Sym], str] | None = None) -> str:
@@ -1022,7 +1023,7 @@ def gbnf_str(n: RNode, sym_name: Callable[[Sym], str] | None = None) -> str:
             return '"' + "".join(_esc_cp_gbnf(ord(c), False) for c in s) + '"'
         if isinstance(x, Chars):
             if not x.cs:
-                raise TooComplex("empty character class in GBNF")
+                return GBNF_NEVER
             return cls(x.cs)
         if isinstance(x, Cat):
             # merge runs of single literal chars into one string literal

@@ -169,3 +169,71 @@ def validate(engine: str, grammar: str) -> None:
         llamacpp_validate(grammar)
     else:
         raise ValueError(engine)
+
+
+# -- random derivations (to test soundness: every derived text must validate)
+def random_text(g: Any, rng: Any, max_depth: int = 12) -> str:
+    """A random text derived from a grammar IR (``tooldecode.grammar.gir.Grammar``).
+
+    Characters are drawn with a bias towards characters that tend to break encoders (quotes,
+    backslashes, ``<``, controls, non-ASCII, astral); repetitions are short. Raises RecursionError
+    when a recursive grammar does not terminate within ``max_depth`` references (retry).
+    """
+    from tooldecode.grammar import automata as A
+    from tooldecode.grammar.gir import GAlt, GLit, GRef, GRep, GSeq, GTok
+
+    interesting = [ord(c) for c in '"\\/<>|a Z0-9\n\t\x00\x1f\x7féλ€\u2028😀'] + [0xFFFF, 0x10FFFF]
+
+    def pick_char(cs: A.Charset) -> str:
+        cands = [c for c in interesting if A.cs_has(cs, c)]
+        if cands and rng.random() < 0.6:
+            return chr(rng.choice(cands))
+        ascii_part = A.cs_inter(cs, ((0x20, 0x7E),))
+        pool = ascii_part if ascii_part and rng.random() < 0.7 else cs
+        total = A.cs_size(pool)
+        k = rng.randrange(total)
+        for lo, hi in pool:
+            if k <= hi - lo:
+                return chr(lo + k)
+            k -= hi - lo + 1
+        raise AssertionError("unreachable")
+
+    def count(lo: int, hi: int | None) -> int:
+        top = lo + 3 if hi is None else min(hi, lo + 3)
+        return rng.randint(lo, top)
+
+    def rx(n: A.RNode) -> str:
+        if isinstance(n, A.Chars):
+            if not n.cs:
+                raise ValueError("empty class")
+            return pick_char(n.cs)
+        if isinstance(n, A.Cat):
+            return "".join(rx(i) for i in n.items)
+        if isinstance(n, A.Or):
+            return rx(rng.choice(n.items))
+        if isinstance(n, A.Rep):
+            return "".join(rx(n.item) for _ in range(count(n.lo, n.hi)))
+        if isinstance(n, A.Sym):
+            return rx(n.node)
+        raise TypeError(n)
+
+    def go(e: Any, depth: int) -> str:
+        if isinstance(e, GLit):
+            return e.text
+        if isinstance(e, GTok):
+            return rx(e.ast)
+        if isinstance(e, GSeq):
+            return "".join(go(i, depth) for i in e.items)
+        if isinstance(e, GAlt):
+            if not e.items:
+                raise ValueError("empty alternative")
+            return go(rng.choice(e.items), depth)
+        if isinstance(e, GRep):
+            return "".join(go(e.item, depth) for _ in range(count(e.lo, e.hi)))
+        if isinstance(e, GRef):
+            if depth >= max_depth:
+                raise RecursionError("derivation too deep")
+            return go(g.rules[e.name], depth + 1)
+        raise TypeError(e)
+
+    return go(g.rules[g.root], 0)

@@ -18,7 +18,7 @@ class UnsupportedSchemaError(SchemaError):
         tail = f": {detail}" if detail else ""
         super().__init__(
             f"unsupported schema keyword '{keyword}' at {where}{tail}; "
-            "remove it, or pass lenient=True to ignore it (the ignored list is reported)"
+            "remove it, or pass lenient=True (CLI: --lenient) to ignore it; ignored keywords are reported"
         )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tooldecode.grammar.automata import RNode, Sym, _esc_cp_gbnf, gbnf_rep, gbnf_str
+from tooldecode.grammar.automata import GBNF_NEVER, RNode, Sym, _esc_cp_gbnf, gbnf_rep, gbnf_str
 from tooldecode.grammar.emit_common import Names, collect_syms, collect_tokens
 from tooldecode.grammar.errors import GrammarError
 from tooldecode.grammar.gir import GAlt, GExpr, Grammar, GLit, GRef, GRep, GSeq, GTok
@@ -41,7 +41,7 @@ def emit_gbnf(g: Grammar, header: str = "") -> str:
             return f"( {s} )" if prec >= 2 and len(e.items) > 1 else s
         if isinstance(e, GAlt):
             if not e.items:
-                raise GrammarError("the schema admits no value (an empty alternative reached the grammar)")
+                return GBNF_NEVER
             s = " | ".join(expr(i, 0) for i in e.items)
             return f"( {s} )" if prec >= 1 and len(e.items) > 1 else s
         if isinstance(e, GRep):

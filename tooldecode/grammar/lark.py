@@ -44,8 +44,10 @@ def emit_lark(g: Grammar, header: str = "") -> str:
     if len(set(rule_names.values())) != len(rule_names):
         raise GrammarError("rule names collide after conversion to Lark")
     toks = collect_tokens(g, order)
-    names = Names()
+    names = Names({"never"})
     tok_names: dict[RNode, str] = {t.ast: names.get(t.hint).replace("-", "_").upper() for t in toks}
+
+    never = [False]
 
     def expr(e: GExpr, prec: int) -> str:
         if isinstance(e, GLit):
@@ -61,7 +63,8 @@ def emit_lark(g: Grammar, header: str = "") -> str:
             return f"({s})" if prec >= 2 and len(e.items) > 1 else s
         if isinstance(e, GAlt):
             if not e.items:
-                raise GrammarError("the schema admits no value (an empty alternative reached the grammar)")
+                never[0] = True
+                return "NEVER"
             s = " | ".join(expr(i, 0) for i in e.items)
             return f"({s})" if prec >= 1 and len(e.items) > 1 else s
         if isinstance(e, GRep):
@@ -97,4 +100,6 @@ def emit_lark(g: Grammar, header: str = "") -> str:
     for t in toks:
         rx = regex_str(t.ast)
         lines.append(f"{tok_names[t.ast]}: /{rx}/")
+    if never[0]:
+        lines.append("NEVER: /[^\\s\\S]/")
     return "\n".join(lines) + "\n"
