@@ -242,7 +242,8 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
     store = RunStore.create(out, manifest)
     done = store.completed_keys()
     models = _Models(n_ctx=8192, max_seqs=max(spec.batch_size, 16) + 1)
-    jobs = [(arm, sc, seed) for arm in arms for sc in scenarios for seed in spec.seeds]
+    # scenario-major: arms of one scenario share the prompt prefix, which stays in the KV cache
+    jobs = [(arm, sc, seed) for sc in scenarios for seed in spec.seeds for arm in arms]
     total = len(jobs) * spec.n if not spec.probe.get("only") else 0
     t_start = time.perf_counter()
     cols = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

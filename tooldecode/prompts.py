@@ -5,7 +5,8 @@ tool set, schema view, call format, conditioning, call style) become a list of c
 each model family renders its own way:
 
 - ``qwen2.5``: the chat template stored in the GGUF (ChatML; tools in ``<tools>`` in the system
-  turn; calls as ``<tool_call>`` JSON; results in ``<tool_response>`` inside a user turn);
+  turn; history calls as ``<tool_call>`` JSON; results in ``<tool_response>`` inside a user turn);
+  the model's own call is expected as bare JSON (its ``<tool_call>`` token is untrained);
 - ``smollm2``: the GGUF's chat template (ChatML without tools) with the tool prompt SmolLM2 was
   trained with in the system turn; calls as a JSON list inside ``<tool_call>``;
 - ``gemma3-base``: a plain-text transcript (a base model has no chat template);
@@ -670,8 +671,10 @@ def _tool_msg(name: str, content: str) -> dict:
 
 
 def _fence(language: str, content: str) -> str:
+    """A Markdown code block around ``content``, its fence longer than any backtick run inside."""
     body = content if content.endswith("\n") else content + "\n"
-    return f"```{language}\n{body}```"
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", content)), default=0))
+    return f"{fence}{language}\n{body}{fence}"
 
 
 def _conversation(scenario: Scenario, options: TranscriptOptions) -> tuple[list[dict], str, bool]:

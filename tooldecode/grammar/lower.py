@@ -353,7 +353,7 @@ class Lowerer:
 
         def member(k: str, n: Node) -> GExpr:
             if ctx == "antml":
-                if '"' in k or "<" in k:
+                if '"' in k:
                     raise GrammarError(f"parameter name {k!r} cannot be written in the antml wire")
                 return gseq(GLit(f'<parameter name="{k}">'), self.antml_value(n, f"{hint}-{k}"))
             return gseq(self.key_lit(k), p.colon, self.value(n, f"{hint}-{k}"))
