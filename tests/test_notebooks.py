@@ -44,7 +44,6 @@ def notebook_env(tmp_path, monkeypatch):
     monkeypatch.setenv("TOOLDECODE_NOTEBOOK_N", "2")
     monkeypatch.setenv("TOOLDECODE_NOTEBOOK_OUT", str(tmp_path / "runs" / "scratch"))
     monkeypatch.setenv("TOOLDECODE_NOTEBOOK_RUNS", str(tmp_path / "runs"))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
     return tmp_path
 
 

@@ -141,7 +141,7 @@ def _golden_params():
             yield pytest.param(family, spec, marks=marks, id=f"{family}-{_slug(spec)}")
 
 
-@pytest.mark.parametrize("family,spec", _golden_params())
+@pytest.mark.parametrize("family,spec", list(_golden_params()))
 def test_golden(request, family, spec):
     model = GEMMA if family == "gemma3-base" else request.getfixturevalue("models")[family]
     prompt = render_prompt(SCENARIO, model, parse_variant(spec))
@@ -323,7 +323,7 @@ def _all_options():
         yield TranscriptOptions(history=h, thinking=t, prior=p, schema_view=v, conditioning="gold-prefix")
 
 
-def _check_invariants(prompt: Prompt, options: TranscriptOptions, family: str) -> None:
+def _check_invariants(prompt: Prompt, options: TranscriptOptions, family: str | ModelRef) -> None:
     gold = gold_call_text(SCENARIO, options, family)
     assert prompt.text.endswith(prompt.prefill)
     assert gold.startswith(prompt.prefill)
@@ -349,11 +349,9 @@ def _check_invariants(prompt: Prompt, options: TranscriptOptions, family: str) -
 
 @pytest.mark.model
 def test_every_variant_renders(models):
-    for family in ("smollm2", "gemma3-base", "qwen2.5", "generic-qwen"):
+    for family in ("smollm2", "gemma3-base", "qwen2.5", "generic-qwen", "generic-smollm2"):
         for options in _all_options():
-            _check_invariants(
-                render_prompt(SCENARIO, models[family], options), options, models[family].family
-            )
+            _check_invariants(render_prompt(SCENARIO, models[family], options), options, models[family])
 
 
 def _unescaped_tail(prefill: str, value: str, wire: str, toolset: str) -> bool:

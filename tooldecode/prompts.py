@@ -384,13 +384,17 @@ def _read_call(scenario: Scenario, toolset: str) -> tuple[str, dict]:
     return READ_TOOL[toolset], {key: scenario.path}
 
 
-def gold_call_text(scenario: Scenario, options: TranscriptOptions, family: str) -> str:
+def gold_call_text(scenario: Scenario, options: TranscriptOptions, family: str | ModelRef) -> str:
     """The full gold call (all of it, not cut) in the wire and style the prompt expects.
 
-    ``family`` decides the native wire; ``generic`` models count as hermes here (their real wire
-    depends on the template: ``render_prompt`` reports it in ``Prompt.wire``).
+    ``family`` decides the native wire. A ``generic`` model's native wire depends on its chat template:
+    pass its ``ModelRef`` (a bare ``"generic"`` counts as hermes).
     """
-    wire = _wires(family, options.call_format, "<tool_call>" if family == "generic" else None)[1]
+    template = "<tool_call>"
+    if isinstance(family, ModelRef):
+        template = _template_info(family)[0] if family.family == "generic" else None
+        family = family.family
+    wire = _wires(family, options.call_format, template)[1]
     return _calls_text(_edit_calls(scenario, options.toolset), wire, options.call_style)
 
 
@@ -850,7 +854,9 @@ def _render_chat(
         )
     history_wire, wire = _wires(family, options.call_format, template)
     # Qwen2.5 and generic templates write the tools and hermes calls themselves.
-    template_tools = family in ("qwen2.5", "generic") and history_wire == "hermes"
+    template_tools = history_wire == "hermes" and (
+        family == "qwen2.5" or (family == "generic" and "<tool_call>" in template)
+    )
     messages = _prepare(family, scenario, options, tools, prior_tools, history_wire, not template_tools)
     switched = options.prior and options.toolset != "flat-edit"
     if not (template_tools and options.call_style == "compact"):

@@ -802,23 +802,24 @@ def summary_markdown(s: Summary) -> str:
 # --- plots -----------------------------------------------------------------------------------------
 
 
-def _pyplot():
-    import matplotlib
+def _figure(figsize: tuple[float, float]):
+    """A matplotlib Figure on the Agg canvas (no pyplot: the caller's backend and state are left alone)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig
 
 
 def plot_rates(s: Summary, metrics: Sequence[str] = COMPARED):
-    """Rates with their Wilson 95% intervals, one panel per metric, one row per arm."""
-    plt = _pyplot()
+    """Rates with their Wilson 95% intervals, one panel per metric, one row per arm (None without samples)."""
     arms = [a for a in s.arms if a.n]
+    if not arms:
+        return None
     height = 1.2 + 0.32 * max(1, len(arms))
-    fig, axes = plt.subplots(
-        1, len(metrics), figsize=(4.2 * len(metrics) + 2.5, height), sharey=True, squeeze=False
-    )
+    fig = _figure((4.2 * len(metrics) + 2.5, height))
+    axes = fig.subplots(1, len(metrics), sharey=True, squeeze=False)
     ys = list(range(len(arms)))[::-1]
     for ax, metric in zip(axes[0], metrics, strict=True):
         rates = [a.rates[metric] for a in arms]
@@ -839,9 +840,9 @@ def plot_zoo(s: Summary, top: int = 40):
     """The invented-key zoo: samples per invented key name (None when there are none)."""
     if not s.zoo:
         return None
-    plt = _pyplot()
     zoo = s.zoo[:top]
-    fig, ax = plt.subplots(figsize=(7.5, 1.0 + 0.28 * len(zoo)))
+    fig = _figure((7.5, 1.0 + 0.28 * len(zoo)))
+    ax = fig.subplots()
     ax.barh(range(len(zoo))[::-1], [z.samples for z in zoo], color="#c2452d")
     ax.set_yticks(range(len(zoo))[::-1], [z.key for z in zoo])
     ax.set_xlabel("samples with the key")
@@ -856,8 +857,8 @@ def plot_probe(s: Summary):
     """P(continue) at each decision point against the length of the preceding newText (None without rows)."""
     if not s.probe:
         return None
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    fig = _figure((11, 4.2))
+    axes = fig.subplots(1, 2, sharey=True)
     for p in s.probe:
         y = [max(float(r["p_continue"]), 1e-9) for r in p.rows]
         for ax, fld in zip(axes, ("newtext_lines", "newtext_chars"), strict=True):
@@ -881,7 +882,6 @@ def _num(row: dict, fld: str) -> float:
 def _png(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
-    _pyplot().close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
@@ -1057,8 +1057,7 @@ def summary_html(s: Summary, command: str | None = None) -> str:
         f"<p>{_esc(common)}</p>" if common else "",
         _html_table(arms_table(s)),
     ]
-    if any(a.n for a in s.arms):
-        parts.append(_img(plot_rates(s), "rates per arm with 95% intervals"))
+    parts.append(_img(plot_rates(s), "rates per arm with 95% intervals"))
     parts += [
         "<h2>All verdicts</h2>",
         _html_table(verdicts_table(s)),

@@ -1045,6 +1045,8 @@ def gbnf_str(n: RNode, sym_name: Callable[[Sym], str] | None = None) -> str:
             s = " ".join(parts)
             return f"( {s} )" if prec >= 2 and len(parts) > 1 else s
         if isinstance(x, Or):
+            if not x.items:
+                return GBNF_NEVER
             s = " | ".join(go(i, 0) for i in x.items)
             return f"( {s} )" if prec >= 1 and len(x.items) > 1 else s
         if isinstance(x, Rep):

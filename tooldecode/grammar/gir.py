@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tooldecode.grammar.automata import RNode, ast_literal, ast_nullable, cat, lit
+from tooldecode.grammar.automata import RNode, ast_literal, ast_nullable, cat, is_nothing, lit
 
 
 class GExpr:
@@ -56,6 +56,8 @@ FAIL = GAlt(())
 
 
 def tok(ast: RNode, hint: str = "tok") -> GExpr:
+    if is_nothing(ast):
+        return FAIL
     s = ast_literal(ast)
     if s is not None:
         return GLit(s) if s else EMPTY
