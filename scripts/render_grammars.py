@@ -75,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         for rel in drifted:
             print(f"drifted: {args.out / rel}")
         if drifted:
-            print(f"{len(drifted)} grammar file(s) differ from the code; run `make grammars`", file=sys.stderr)
+            print(
+                f"{len(drifted)} grammar file(s) differ from the code; run `make grammars`", file=sys.stderr
+            )
             return 1
         print(f"{len(files)} grammar files up to date")
         return 0

@@ -40,9 +40,11 @@ def full(fmt_regex: str, text: str) -> bool:
 
 
 def test_import_does_not_pull_heavy_modules():
-    code = ("import sys, tooldecode.grammar as g; g.render(g.load_tool('edit'), wire='hermes'); "
-            "heavy = [m for m in ('torch', 'transformers', 'llama_cpp', 'xgrammar', 'llguidance') "
-            "if m in sys.modules]; print(heavy)")
+    code = (
+        "import sys, tooldecode.grammar as g; g.render(g.load_tool('edit'), wire='hermes'); "
+        "heavy = [m for m in ('torch', 'transformers', 'llama_cpp', 'xgrammar', 'llguidance') "
+        "if m in sys.modules]; print(heavy)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -57,7 +59,10 @@ def test_errors_are_schema_errors_with_one_line_messages():
 
 
 def test_lenient_records_what_was_ignored():
-    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "(?=x)a", "nullable": True}}}
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "string", "pattern": "(?=x)a", "nullable": True}},
+    }
     with pytest.raises(UnsupportedSchemaError):
         compile_schema(schema)
     sir = compile_schema(schema, lenient=True)
@@ -65,16 +70,26 @@ def test_lenient_records_what_was_ignored():
     assert ("nullable", "/properties/a/nullable") in sir.ignored
 
 
-@pytest.mark.parametrize("schema, keyword", [
-    ({"type": "string", "pattern": "a\\1"}, "pattern"),
-    ({"type": "array", "uniqueItems": True}, "uniqueItems"),
-    ({"$dynamicRef": "#x"}, "$dynamicRef"),
-    ({"$ref": "https://example.com/s.json"}, "$ref"),
-    ({"type": "number", "multipleOf": 0.1}, "multipleOf"),
-    ({"oneOf": [{"type": "object", "additionalProperties": {"type": "string"}},
-                {"type": "object", "additionalProperties": {"type": "integer"}}]}, "oneOf"),
-    ({"type": "object", "additionalItems": False}, "additionalItems"),
-])
+@pytest.mark.parametrize(
+    "schema, keyword",
+    [
+        ({"type": "string", "pattern": "a\\1"}, "pattern"),
+        ({"type": "array", "uniqueItems": True}, "uniqueItems"),
+        ({"$dynamicRef": "#x"}, "$dynamicRef"),
+        ({"$ref": "https://example.com/s.json"}, "$ref"),
+        ({"type": "number", "multipleOf": 0.1}, "multipleOf"),
+        (
+            {
+                "oneOf": [
+                    {"type": "object", "additionalProperties": {"type": "string"}},
+                    {"type": "object", "additionalProperties": {"type": "integer"}},
+                ]
+            },
+            "oneOf",
+        ),
+        ({"type": "object", "additionalItems": False}, "additionalItems"),
+    ],
+)
 def test_unsupported_keywords_are_named(schema, keyword):
     with pytest.raises(UnsupportedSchemaError) as ei:
         compile_schema(schema, mode="spec")
@@ -98,10 +113,19 @@ def test_bad_options_raise_grammar_error():
 
 
 def test_recursive_schema_renders_in_cfg_formats_but_not_regex():
-    tree = {"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
-                                                              "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
-                               "required": ["v"]}},
-            "$ref": "#/$defs/node"}
+    tree = {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {
+                    "v": {"type": "integer"},
+                    "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}},
+                },
+                "required": ["v"],
+            }
+        },
+        "$ref": "#/$defs/node",
+    }
     for fmt in ("gbnf", "lark"):
         assert "kids" in render(tree, format=fmt)
     with pytest.raises(GrammarError, match="recursive"):
@@ -116,13 +140,32 @@ def test_recursive_schema_renders_in_cfg_formats_but_not_regex():
 
 def test_catalog_holds_the_built_in_tools():
     cat = tool_catalog()
-    assert set(cat) == {"edit", "read", "write", "bash", "Edit", "MultiEdit", "Read", "Write", "Grep", "Glob", "Bash"}
+    assert set(cat) == {
+        "edit",
+        "read",
+        "write",
+        "bash",
+        "Edit",
+        "MultiEdit",
+        "Read",
+        "Write",
+        "Grep",
+        "Glob",
+        "Bash",
+    }
     edit = cat["edit"]
     assert isinstance(edit, Tool) and edit.family == "nested" and cat["Edit"].family == "flat"
     items = edit.parameters["properties"]["edits"]["items"]
-    assert set(items["required"]) == {"oldText", "newText"} and set(edit.parameters["required"]) == {"path", "edits"}
+    assert set(items["required"]) == {"oldText", "newText"} and set(edit.parameters["required"]) == {
+        "path",
+        "edits",
+    }
     assert cat["MultiEdit"].parameters["properties"]["edits"]["minItems"] == 1
-    assert cat["Grep"].parameters["properties"]["output_mode"]["enum"] == ["content", "files_with_matches", "count"]
+    assert cat["Grep"].parameters["properties"]["output_mode"]["enum"] == [
+        "content",
+        "files_with_matches",
+        "count",
+    ]
     assert load_tool("flat-Edit") is cat["Edit"]
     assert load_tool("Edit").name == "Edit" and load_tool("edit").name == "edit"
 
@@ -199,7 +242,9 @@ def test_json_strings_are_rfc8259_exact():
 
 def test_length_counts_characters_not_escapes():
     rx = render({"type": "string", "minLength": 2, "maxLength": 2}, format="regex")
-    assert full(rx, '"ab"') and full(rx, '"\\u00e9\\n"') and full(rx, '"😀x"') and full(rx, '"\\ud83d\\ude00x"')
+    assert (
+        full(rx, '"ab"') and full(rx, '"\\u00e9\\n"') and full(rx, '"😀x"') and full(rx, '"\\ud83d\\ude00x"')
+    )
     assert not full(rx, '"a"') and not full(rx, '"abc"') and not full(rx, '"\\ud83d\\ude00"')
 
 
@@ -256,8 +301,9 @@ def test_whitespace_policies():
     assert full(bounded, json.dumps(args, separators=(",", ":")))
     assert full(bounded, '{\n "path" :\t"src/a.py",\n\n"edits": []}')
     assert not full(bounded, '{"path":   "src/a.py","edits":[]}')  # 3 > ws_max=2
-    assert full(render(load_tool("edit"), format="regex", ws="bounded", ws_max=3),
-                '{"path":   "src/a.py","edits":[]}')
+    assert full(
+        render(load_tool("edit"), format="regex", ws="bounded", ws_max=3), '{"path":   "src/a.py","edits":[]}'
+    )
     pretty = render(load_tool("edit"), format="regex", ws="pretty")
     assert full(pretty, json.dumps(args, indent=2)) and full(pretty, json.dumps(args, indent=4))
     assert full(pretty, json.dumps(args, indent="\t"))
@@ -275,8 +321,10 @@ def test_serialize_call_is_canonical_and_accepted():
     assert serialize_call("edit", {"edits": [], "path": "p"}) == '{"path":"p","edits":[]}'  # schema order
     hermes = serialize_call("edit", EDIT_ARGS, wire="hermes", ws="bounded")
     assert hermes.startswith('<tool_call>\n{"name": "edit", "arguments": {"path": ')
-    assert serialize_call("unknown_tool", {"b": 1, "a": 2}, wire="call-json") == \
-        '{"name":"unknown_tool","arguments":{"b":1,"a":2}}'
+    assert (
+        serialize_call("unknown_tool", {"b": 1, "a": 2}, wire="call-json")
+        == '{"name":"unknown_tool","arguments":{"b":1,"a":2}}'
+    )
 
 
 def test_wire_delimiters_never_occur_raw_inside_values():
@@ -284,7 +332,7 @@ def test_wire_delimiters_never_occur_raw_inside_values():
     for wire, delim in (("hermes", "</tool_call>"), ("harmony", "<|call|>")):
         text = serialize_call("write", args, wire=wire)
         assert text.count(delim) == 1 and text.endswith(delim)  # only the real closing delimiter
-        assert json.loads(text[text.index("{"):text.rindex("}") + 1]).get("arguments", args) == args
+        assert json.loads(text[text.index("{") : text.rindex("}") + 1]).get("arguments", args) == args
         rx = render(load_tool("write"), format="regex", wire=wire)
         assert full(rx, text)
         raw = text.replace("\\u003c", "<")  # the delimiter written raw inside a string
@@ -292,8 +340,10 @@ def test_wire_delimiters_never_occur_raw_inside_values():
     with pytest.raises(GrammarError, match="</parameter>"):
         serialize_call("write", args, wire="antml")
     ok = serialize_call("write", {"path": "a<b", "content": "if a < b:\n\tpass</param"}, wire="antml")
-    assert ok == ('<function_calls><invoke name="write"><parameter name="path">a<b</parameter>'
-                  '<parameter name="content">if a < b:\n\tpass</param</parameter></invoke></function_calls>')
+    assert ok == (
+        '<function_calls><invoke name="write"><parameter name="path">a<b</parameter>'
+        '<parameter name="content">if a < b:\n\tpass</param</parameter></invoke></function_calls>'
+    )
     rx = render(load_tool("write"), format="regex", wire="antml")
     assert full(rx, ok)
     assert not full(rx, ok.replace("a<b", "a</parameter>b"))

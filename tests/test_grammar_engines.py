@@ -24,13 +24,21 @@ from tooldecode.grammar import (
 
 TRICKY = 'line1\n\tline2 "quoted" \\ back </tool_call> <|call|> <div> é λ 😀 \u2028 \x01'
 ARGS = {
-    "edit": {"path": "src/a b.py", "edits": [{"oldText": TRICKY, "newText": "y"}, {"oldText": "", "newText": "z"}]},
+    "edit": {
+        "path": "src/a b.py",
+        "edits": [{"oldText": TRICKY, "newText": "y"}, {"oldText": "", "newText": "z"}],
+    },
     "read": {"path": "f.txt", "offset": -3, "limit": 10},
     "write": {"path": "f", "content": TRICKY},
     "bash": {"command": "echo 'hi' && ls", "timeout": 0},
     "Edit": {"file_path": "x", "old_string": TRICKY, "new_string": "b", "replace_all": True},
-    "MultiEdit": {"file_path": "x", "edits": [{"old_string": "a", "new_string": "b"},
-                                              {"old_string": "c", "new_string": TRICKY, "replace_all": False}]},
+    "MultiEdit": {
+        "file_path": "x",
+        "edits": [
+            {"old_string": "a", "new_string": "b"},
+            {"old_string": "c", "new_string": TRICKY, "replace_all": False},
+        ],
+    },
     "Read": {"file_path": "x", "limit": 5},
     "Write": {"file_path": "x", "content": ""},
     "Grep": {"pattern": "a.*b", "glob": "*.py", "output_mode": "files_with_matches"},
@@ -113,28 +121,43 @@ def test_spec_mode_admits_invented_keys_strict_does_not():
 
 def test_wire_delimiter_inside_values_rejected():
     cases = [
-        ("hermes", '<tool_call>\n{"name":"write","arguments":{"path":"a</tool_call>","content":""}}\n</tool_call>'),
-        ("harmony", '<|start|>assistant<|channel|>commentary to=functions.write <|constrain|>json<|message|>'
-                    '{"path":"<|call|>","content":""}<|call|>'),
-        ("antml", '<function_calls><invoke name="write"><parameter name="path">a</parameter>b</parameter>'
-                  '<parameter name="content">c</parameter></invoke></function_calls>'),
+        (
+            "hermes",
+            '<tool_call>\n{"name":"write","arguments":{"path":"a</tool_call>","content":""}}\n</tool_call>',
+        ),
+        (
+            "harmony",
+            "<|start|>assistant<|channel|>commentary to=functions.write <|constrain|>json<|message|>"
+            '{"path":"<|call|>","content":""}<|call|>',
+        ),
+        (
+            "antml",
+            '<function_calls><invoke name="write"><parameter name="path">a</parameter>b</parameter>'
+            '<parameter name="content">c</parameter></invoke></function_calls>',
+        ),
     ]
     tool = load_tool("write")
     for wire, text in cases:
         assert not any(engines_accept(tool, text, wire=wire).values()), wire
-        escaped = text.replace("a</tool_call>", "a\\u003c/tool_call>").replace('"<|call|>"', '"\\u003c|call|>"')
+        escaped = text.replace("a</tool_call>", "a\\u003c/tool_call>").replace(
+            '"<|call|>"', '"\\u003c|call|>"'
+        )
         if wire != "antml":
             assert all(engines_accept(tool, escaped, wire=wire).values()), wire
 
 
 def test_antml_raw_and_json_parameters():
     tool = load_tool("MultiEdit")
-    text = ('<function_calls><invoke name="MultiEdit"><parameter name="file_path">a<b>.py</parameter>'
-            '<parameter name="edits">[{"old_string":"<x>","new_string":"</parameter"}]</parameter>'
-            '</invoke></function_calls>')
+    text = (
+        '<function_calls><invoke name="MultiEdit"><parameter name="file_path">a<b>.py</parameter>'
+        '<parameter name="edits">[{"old_string":"<x>","new_string":"</parameter"}]</parameter>'
+        "</invoke></function_calls>"
+    )
     assert all(engines_accept(tool, text, wire="antml").values())
     assert not any(engines_accept(tool, text.replace('"<x>"', '"<x>","kind":1'), wire="antml").values())
-    bounded = text.replace("<invoke", "\n<invoke").replace("<parameter name=\"edits\">", "\n<parameter name=\"edits\">")
+    bounded = text.replace("<invoke", "\n<invoke").replace(
+        '<parameter name="edits">', '\n<parameter name="edits">'
+    )
     assert all(engines_accept(tool, bounded, wire="antml", ws="bounded").values())
     assert not any(engines_accept(tool, bounded, wire="antml").values())
 
@@ -144,13 +167,22 @@ def test_toolset_grammar_in_every_engine():
     for wire in ("call-json", "hermes", "antml", "harmony"):
         grammars = {fmt: render_toolset(tools, format=fmt, wire=wire) for fmt in FORMATS}
         for name in ("edit", "Grep", "Bash"):
-            text = serialize_call(name, ARGS[name] if wire != "antml" else
-                                  json.loads(json.dumps(ARGS[name]).replace("</tool_call>", "")), wire=wire)
+            text = serialize_call(
+                name,
+                ARGS[name]
+                if wire != "antml"
+                else json.loads(json.dumps(ARGS[name]).replace("</tool_call>", "")),
+                wire=wire,
+            )
             for fmt, engines in ENGINES_BY_FORMAT.items():
                 for eng in engines:
                     assert check.accepts(eng, grammars[fmt], text), (wire, name, eng)
-        wrong = serialize_call("read", {"path": "x"}, wire=wire).replace('"read"', '"reed"').replace(
-            "=read", "=reed").replace("functions.read", "functions.reed")
+        wrong = (
+            serialize_call("read", {"path": "x"}, wire=wire)
+            .replace('"read"', '"reed"')
+            .replace("=read", "=reed")
+            .replace("functions.read", "functions.reed")
+        )
         for fmt, engines in ENGINES_BY_FORMAT.items():
             for eng in engines:
                 assert not check.accepts(eng, grammars[fmt], wrong), (wire, eng)
@@ -161,8 +193,14 @@ def test_greedy_lexers_see_self_delimiting_tokens():
     number) must work in llguidance's greedy lexer and in lark's first-match regex lexer."""
     schemas_texts = [
         ({"dependentRequired": {"bar": ["foo"]}}, ['{"foo":1}', '{"bar":1,"foo":2}']),
-        ({"properties": {"foo": {}}, "patternProperties": {"^v": {"type": "integer"}}, "additionalProperties": False},
-         ['{"foo":1,"vroom":2}', '{"v":3}']),
+        (
+            {
+                "properties": {"foo": {}},
+                "patternProperties": {"^v": {"type": "integer"}},
+                "additionalProperties": False,
+            },
+            ['{"foo":1,"vroom":2}', '{"v":3}'],
+        ),
         ({"minimum": 1.1}, ["1.1", "2.6", "12", "1.25"]),
         ({"type": "integer", "maximum": 999}, ["25", "999", "-4"]),
         ({"anyOf": [{"const": "a"}, {"type": "string", "minLength": 3}]}, ['"a"', '"abc"']),

@@ -33,9 +33,12 @@ from tooldecode.grammar.regex import emit_regex
 
 # TOOLDECODE_HYPOTHESIS_EXAMPLES=N runs N random (not derandomized) examples per property, for a deeper search.
 DEEP = int(os.environ.get("TOOLDECODE_HYPOTHESIS_EXAMPLES", "0"))
-SETTINGS = settings(max_examples=DEEP or 40, deadline=None, derandomize=not DEEP,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                           HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=DEEP or 40,
+    deadline=None,
+    derandomize=not DEEP,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
+)
 
 NAMES = ["a", "b", "path", "old text", "é", 'q"', "k<", "edits", "$ref", "0", "newText"]
 STRINGS = ["", "a", "é", 'q"\\', "x\ny", "<p>", "😀", "\u0001", "abc", "</tool_call>"]
@@ -88,8 +91,9 @@ def number_schema() -> st.SearchStrategy[dict]:
     return build()
 
 
-scalar_values = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.sampled_from([0.5, -1.25]),
-                          st.sampled_from(STRINGS))
+scalar_values = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 5), st.sampled_from([0.5, -1.25]), st.sampled_from(STRINGS)
+)
 leaf = st.one_of(
     string_schema(),
     number_schema(),
@@ -156,13 +160,13 @@ def parse_call(text: str, wire: str, schema: dict):
         return json.loads(text)["arguments"]
     if wire == "hermes":
         assert text.startswith("<tool_call>\n") and text.endswith("\n</tool_call>")
-        return json.loads(text[len("<tool_call>\n"):-len("\n</tool_call>")])["arguments"]
+        return json.loads(text[len("<tool_call>\n") : -len("\n</tool_call>")])["arguments"]
     if wire == "harmony":
         head, _, rest = text.partition("<|message|>")
         assert rest.endswith("<|call|>")
         return json.loads(rest[: -len("<|call|>")])
     assert wire == "antml"
-    body = text[len("<function_calls>"):]
+    body = text[len("<function_calls>") :]
     out = {}
     for m in re.finditer(r'<parameter name="([^"]*)">(.*?)</parameter>', body, re.S):
         k, v = m.group(1), m.group(2)
@@ -175,8 +179,9 @@ def string_only(sub: dict) -> bool:
     from tooldecode.grammar.ir import ConstA, StrA
 
     alts = compile_schema(sub).root.alts
-    return bool(alts) and all(isinstance(a, StrA) or (isinstance(a, ConstA) and isinstance(a.value, str))
-                              for a in alts)
+    return bool(alts) and all(
+        isinstance(a, StrA) or (isinstance(a, ConstA) and isinstance(a.value, str)) for a in alts
+    )
 
 
 def walk_texts(schema: dict, wire: str, ws: str, mode: str, seed: int, n: int = 4):
@@ -195,8 +200,12 @@ def walk_texts(schema: dict, wire: str, ws: str, mode: str, seed: int, n: int = 
 
 
 @SETTINGS
-@given(schema=tool_schemas, wire=st.sampled_from(["json", "call-json", "hermes", "harmony", "antml"]),
-       ws=st.sampled_from(["compact", "bounded", "pretty"]), seed=st.integers(0, 10**6))
+@given(
+    schema=tool_schemas,
+    wire=st.sampled_from(["json", "call-json", "hermes", "harmony", "antml"]),
+    ws=st.sampled_from(["compact", "bounded", "pretty"]),
+    seed=st.integers(0, 10**6),
+)
 def test_walked_texts_validate_strict(schema, wire, ws, seed):
     if wire == "antml":  # documented limits of the antml wire: no extra parameters, no quote in names
         assume("additionalProperties" not in schema and not any('"' in k for k in schema["properties"]))
@@ -281,8 +290,11 @@ def schema_and_value(draw, strat):
 
 
 @SETTINGS
-@given(sv=schema_and_value(tool_schemas), wire=st.sampled_from(["json", "hermes", "antml", "harmony"]),
-       ws=st.sampled_from(["compact", "bounded", "pretty"]))
+@given(
+    sv=schema_and_value(tool_schemas),
+    wire=st.sampled_from(["json", "hermes", "antml", "harmony"]),
+    ws=st.sampled_from(["compact", "bounded", "pretty"]),
+)
 def test_valid_instances_accepted_in_canonical_form(sv, wire, ws):
     schema, value = sv
     assume(jsonschema.Draft202012Validator(strictify(schema)).is_valid(value))
@@ -305,13 +317,37 @@ def test_valid_instances_accepted_in_canonical_form(sv, wire, ws):
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)
-@given(lo=st.none() | st.sampled_from([-3, -1.5, 0, 0.1, 1.1, 2, 1e-7, 123.456]),
-       hi=st.none() | st.sampled_from([-1, 0, 0.25, 1, 2.5, 10, 1e5]),
-       lo_x=st.booleans(), hi_x=st.booleans(), integer=st.booleans(),
-       texts=st.lists(st.one_of(st.integers(-20, 20).map(str),
-                                st.decimals(-20, 20, allow_nan=False, allow_infinity=False, places=3).map(str),
-                                st.sampled_from(["-0", "0.0", "-0.0", "1e2", "1.10", "0.1000001", "2.50", "1e-8",
-                                                 "0.0000001", "00", "1.", ".5"])), min_size=1, max_size=12))
+@given(
+    lo=st.none() | st.sampled_from([-3, -1.5, 0, 0.1, 1.1, 2, 1e-7, 123.456]),
+    hi=st.none() | st.sampled_from([-1, 0, 0.25, 1, 2.5, 10, 1e5]),
+    lo_x=st.booleans(),
+    hi_x=st.booleans(),
+    integer=st.booleans(),
+    texts=st.lists(
+        st.one_of(
+            st.integers(-20, 20).map(str),
+            st.decimals(-20, 20, allow_nan=False, allow_infinity=False, places=3).map(str),
+            st.sampled_from(
+                [
+                    "-0",
+                    "0.0",
+                    "-0.0",
+                    "1e2",
+                    "1.10",
+                    "0.1000001",
+                    "2.50",
+                    "1e-8",
+                    "0.0000001",
+                    "00",
+                    "1.",
+                    ".5",
+                ]
+            ),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+)
 def test_number_terminals_are_sound(lo, hi, lo_x, hi_x, integer, texts):
     schema: dict = {"type": "integer" if integer else "number"}
     if lo is not None:
@@ -351,10 +387,15 @@ def test_pattern_automaton_matches_reference(pattern, text):
 
 @pytest.mark.parametrize("fmt", ["gbnf", "lark", "regex"])
 def test_emitters_agree_on_a_walked_sample(fmt):
-    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 4},
-                                               "n": {"type": "integer", "minimum": 3, "maximum": 120},
-                                               "l": {"type": "array", "items": {"enum": ["x", 1, None]}, "maxItems": 2}},
-              "required": ["a"]}
+    schema = {
+        "type": "object",
+        "properties": {
+            "a": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 4},
+            "n": {"type": "integer", "minimum": 3, "maximum": 120},
+            "l": {"type": "array", "items": {"enum": ["x", 1, None]}, "maxItems": 2},
+        },
+        "required": ["a"],
+    }
     g, texts = walk_texts(schema, "json", "bounded", "strict", seed=7, n=20)
     text = {"gbnf": emit_gbnf, "lark": emit_lark, "regex": emit_regex}[fmt](g)
     engines = {"gbnf": ["xgrammar"], "lark": ["lark", "llguidance"], "regex": ["re"]}[fmt]

@@ -25,9 +25,23 @@ from tooldecode.grammar.wire import FORBID, WIRES, check_name, check_wire, frame
 FORMATS = ("gbnf", "lark", "regex")
 
 __all__ = [
-    "render", "render_toolset", "compile_schema", "strictify", "load_tool", "tool_catalog", "serialize_call",
-    "build_grammar", "Tool", "SchemaIR", "UnsupportedSchemaError", "GrammarError", "WIRES", "FORMATS", "MODES",
-    "ORDERS", "WS_POLICIES",
+    "render",
+    "render_toolset",
+    "compile_schema",
+    "strictify",
+    "load_tool",
+    "tool_catalog",
+    "serialize_call",
+    "build_grammar",
+    "Tool",
+    "SchemaIR",
+    "UnsupportedSchemaError",
+    "GrammarError",
+    "WIRES",
+    "FORMATS",
+    "MODES",
+    "ORDERS",
+    "WS_POLICIES",
 ]
 
 
@@ -38,8 +52,14 @@ def _check(format: str, wire: str, ws: str, ws_max: int | None) -> int:
     return ws_max_for(ws, ws_max)
 
 
-def build_grammar(items: list[tuple[str, SchemaIR]], *, wire: str = "json", ws: str = "compact",
-                  ws_max: int | None = None, allow_empty: bool = False) -> Grammar:
+def build_grammar(
+    items: list[tuple[str, SchemaIR]],
+    *,
+    wire: str = "json",
+    ws: str = "compact",
+    ws_max: int | None = None,
+    allow_empty: bool = False,
+) -> Grammar:
     """The grammar IR of one call of any of ``items`` (tool name, compiled arguments schema).
 
     A schema that admits no value raises GrammarError, unless ``allow_empty`` (then the grammar
@@ -47,10 +67,11 @@ def build_grammar(items: list[tuple[str, SchemaIR]], *, wire: str = "json", ws: 
     check_wire(wire)
     n = ws_max_for(ws, ws_max)
     if wire == "json" and len(items) != 1:
-        raise GrammarError("the json wire carries no tool name; render a tool set with call-json, hermes, antml "
-                           "or harmony")
+        raise GrammarError(
+            "the json wire carries no tool name; render a tool set with call-json, hermes, antml or harmony"
+        )
     book = RuleBook()
-    book.reserved.add("root")
+    book.reserved.update({"root", "start"})  # GBNF and Lark start rules
     low = Lowerer(book, ws=ws, ws_max=n, forbid=FORBID[wire], order=items[0][1].order if items else "schema")
     alts = []
     for name, sir in items:
@@ -60,8 +81,10 @@ def build_grammar(items: list[tuple[str, SchemaIR]], *, wire: str = "json", ws: 
         alts.append(frame(wire, name, low, sir, prefix))
     root = galt(*alts)
     if root == FAIL and not allow_empty:
-        raise GrammarError("the schema admits no value (e.g. false, an empty enum, contradictory keywords), "
-                           "so there is no grammar to render")
+        raise GrammarError(
+            "the schema admits no value (e.g. false, an empty enum, contradictory keywords), "
+            "so there is no grammar to render"
+        )
     book.define("root", root)
     return Grammar(book.rules, "root")
 
@@ -83,16 +106,34 @@ def _as_tool(schema_or_tool: Any, name: str | None) -> tuple[str, Any]:
 
 
 @lru_cache(maxsize=512)
-def _render_cached(schema_json: str, name: str, format: str, wire: str, mode: str, order: str, ws: str,
-                   ws_max: int | None, lenient: bool) -> str:
+def _render_cached(
+    schema_json: str,
+    name: str,
+    format: str,
+    wire: str,
+    mode: str,
+    order: str,
+    ws: str,
+    ws_max: int | None,
+    lenient: bool,
+) -> str:
     schema = json.loads(schema_json)
     sir = compile_schema(schema, mode=mode, order=order, lenient=lenient)
     return _emit(build_grammar([(name, sir)], wire=wire, ws=ws, ws_max=ws_max), format)
 
 
-def render(schema_or_tool: Tool | dict[str, Any] | bool, *, format: str = "gbnf", wire: str = "json",
-           mode: str = "strict", order: str = "schema", ws: str = "compact", ws_max: int | None = None,
-           lenient: bool = False, name: str | None = None) -> str:
+def render(
+    schema_or_tool: Tool | dict[str, Any] | bool,
+    *,
+    format: str = "gbnf",
+    wire: str = "json",
+    mode: str = "strict",
+    order: str = "schema",
+    ws: str = "compact",
+    ws_max: int | None = None,
+    lenient: bool = False,
+    name: str | None = None,
+) -> str:
     """Grammar text of one call. ``schema_or_tool`` is a ``Tool`` or a bare arguments schema (then
     ``name`` is needed for every wire but ``json``)."""
     _check(format, wire, ws, ws_max)
@@ -102,9 +143,17 @@ def render(schema_or_tool: Tool | dict[str, Any] | bool, *, format: str = "gbnf"
     return _render_cached(json.dumps(schema), tool_name, format, wire, mode, order, ws, ws_max, lenient)
 
 
-def render_toolset(tools: list[Tool], *, format: str = "gbnf", wire: str = "call-json", mode: str = "strict",
-                   order: str = "schema", ws: str = "compact", ws_max: int | None = None,
-                   lenient: bool = False) -> str:
+def render_toolset(
+    tools: list[Tool],
+    *,
+    format: str = "gbnf",
+    wire: str = "call-json",
+    mode: str = "strict",
+    order: str = "schema",
+    ws: str = "compact",
+    ws_max: int | None = None,
+    lenient: bool = False,
+) -> str:
     """Grammar text of one call of any tool in ``tools`` (an alternation; the wire carries the name)."""
     _check(format, wire, ws, ws_max)
     if not tools:
@@ -116,8 +165,16 @@ def render_toolset(tools: list[Tool], *, format: str = "gbnf", wire: str = "call
     return _emit(build_grammar(items, wire=wire, ws=ws, ws_max=ws_max), format)
 
 
-def serialize_call(tool_name: str | Tool, args: Any, *, wire: str = "json", ws: str = "compact",
-                   ws_max: int | None = None, order: str = "schema", mode: str = "strict") -> str:
+def serialize_call(
+    tool_name: str | Tool,
+    args: Any,
+    *,
+    wire: str = "json",
+    ws: str = "compact",
+    ws_max: int | None = None,
+    order: str = "schema",
+    mode: str = "strict",
+) -> str:
     """Canonical text of one call, accepted by the grammar rendered with the same options when ``args``
     is valid for the tool's (strict) schema. A name not in the catalog keeps the key order of ``args``."""
     if isinstance(tool_name, Tool):

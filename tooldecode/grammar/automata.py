@@ -88,9 +88,6 @@ def cs_size(a: Charset) -> int:
     return sum(hi - lo + 1 for lo, hi in a)
 
 
-ANY_CHAR: Charset = UNIVERSE
-
-
 # ---------------------------------------------------------------------------------------------
 # regex AST
 
@@ -725,36 +722,6 @@ def length_dfa(lo: int, hi: int | None) -> DFA:
     return to_dfa(rep(Chars(UNIVERSE), lo, hi))
 
 
-def dfa_words(d: DFA, limit: int = 1000) -> list[str] | None:
-    """All accepted strings if the language is finite and small, else None."""
-    if not d.is_finite():
-        return None
-    live = d.live_states()
-    out: list[str] = []
-
-    def go(q: int, prefix: list[str]) -> bool:
-        if q in d.accept:
-            out.append("".join(prefix))
-            if len(out) > limit:
-                return False
-        for a, t in enumerate(d.delta[q]):
-            if t in live:
-                if cs_size(d.atoms[a]) > limit:
-                    return False
-                for lo, hi in d.atoms[a]:
-                    for cp in range(lo, hi + 1):
-                        prefix.append(chr(cp))
-                        ok = go(t, prefix)
-                        prefix.pop()
-                        if not ok:
-                            return False
-        return True
-
-    if d.start not in live:
-        return []
-    return out if go(d.start, []) else None
-
-
 # ---------------------------------------------------------------------------------------------
 # DFA -> regex (state elimination)
 
@@ -924,10 +891,10 @@ def _rep_suffix(lo: int, hi: int | None) -> str:
     if lo == 0 and hi == 1:
         return "?"
     if hi is None:
-        return "{%d,}" % lo
+        return f"{{{lo},}}"
     if lo == hi:
-        return "{%d}" % lo
-    return "{%d,%d}" % (lo, hi)
+        return f"{{{lo}}}"
+    return f"{{{lo},{hi}}}"
 
 
 @lru_cache(maxsize=1024)
@@ -1078,7 +1045,7 @@ def gbnf_rep(item: str, lo: int, hi: int | None) -> str:
     parts = []
     rest_lo, rest_hi = lo, hi
     while rest_lo > GBNF_MAX_REP:
-        parts.append(item + "{%d}" % GBNF_MAX_REP)
+        parts.append(item + f"{{{GBNF_MAX_REP}}}")
         rest_lo -= GBNF_MAX_REP
         if rest_hi is not None:
             rest_hi -= GBNF_MAX_REP

@@ -20,8 +20,13 @@ class EngineError(Exception):
 
 
 def available(engine: str) -> bool:
-    mod = {"lark": "lark", "llguidance": "llguidance", "xgrammar": "xgrammar", "re": "re",
-           "llama.cpp": "llama_cpp"}[engine]
+    mod = {
+        "lark": "lark",
+        "llguidance": "llguidance",
+        "xgrammar": "xgrammar",
+        "re": "re",
+        "llama.cpp": "llama_cpp",
+    }[engine]
     import importlib.util
 
     return importlib.util.find_spec(mod) is not None

@@ -27,10 +27,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=MODES, default="strict")
     p.add_argument("--order", choices=ORDERS, default="schema")
     p.add_argument("--ws", choices=WS_POLICIES, default="compact")
-    p.add_argument("--ws-max", type=int, default=None, help="whitespace bound (bounded: default 2, pretty: 16)")
+    p.add_argument(
+        "--ws-max", type=int, default=None, help="whitespace bound (bounded: default 2, pretty: 16)"
+    )
     p.add_argument("--name", help="tool name for a bare schema file in a wire that carries the name")
-    p.add_argument("--lenient", action="store_true",
-                   help="ignore unsupported keywords (listed on stderr) instead of failing")
+    p.add_argument(
+        "--lenient",
+        action="store_true",
+        help="ignore unsupported keywords (listed on stderr) instead of failing",
+    )
     p.set_defaults(func=run)
 
 
@@ -44,8 +49,9 @@ def _load(source: str) -> Any:
         try:
             return load_tool(source)
         except SchemaError:
-            raise SchemaError(f"{source}: no such file or built-in tool; built-in tools: "
-                              f"{', '.join(tool_catalog())}") from None
+            raise SchemaError(
+                f"{source}: no such file or built-in tool; built-in tools: {', '.join(tool_catalog())}"
+            ) from None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:
@@ -65,8 +71,17 @@ def run(args: argparse.Namespace) -> int:
     name = args.name
     if not isinstance(target, Tool) and args.wire != "json" and not name:
         name = Path(args.source).stem
-    text = render(target, format=args.format, wire=args.wire, mode=args.mode, order=args.order, ws=args.ws,
-                  ws_max=args.ws_max, lenient=args.lenient, name=name)
+    text = render(
+        target,
+        format=args.format,
+        wire=args.wire,
+        mode=args.mode,
+        order=args.order,
+        ws=args.ws,
+        ws_max=args.ws_max,
+        lenient=args.lenient,
+        name=name,
+    )
     if args.lenient:
         ignored = compile_schema(schema, mode=args.mode, order=args.order, lenient=True).ignored
         for kw, ptr in ignored:

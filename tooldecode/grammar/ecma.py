@@ -18,8 +18,8 @@ from functools import lru_cache
 
 from tooldecode.grammar.automata import (
     UNIVERSE,
-    Charset,
     Chars,
+    Charset,
     RNode,
     alt,
     cat,
@@ -39,8 +39,18 @@ class PatternError(ValueError):
 DIGIT = cs_of("0123456789")
 WORD = cs_norm([(0x30, 0x39), (0x41, 0x5A), (0x61, 0x7A), (0x5F, 0x5F)])
 _ECMA_SPACE = cs_norm(
-    [(0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A), (0x2028, 0x2029),
-     (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000), (0xFEFF, 0xFEFF)]
+    [
+        (0x09, 0x0D),
+        (0x20, 0x20),
+        (0xA0, 0xA0),
+        (0x1680, 0x1680),
+        (0x2000, 0x200A),
+        (0x2028, 0x2029),
+        (0x202F, 0x202F),
+        (0x205F, 0x205F),
+        (0x3000, 0x3000),
+        (0xFEFF, 0xFEFF),
+    ]
 )
 LINE_TERM = cs_of("\n\r\u2028\u2029")
 
@@ -344,7 +354,12 @@ class _Parser:
             if self.peek() == "-" and self.peek(1) not in ("]", ""):
                 self.i += 1
                 hi_set = self._class_atom()
-                if len(lo_set) != 1 or lo_set[0][0] != lo_set[0][1] or len(hi_set) != 1 or hi_set[0][0] != hi_set[0][1]:
+                if (
+                    len(lo_set) != 1
+                    or lo_set[0][0] != lo_set[0][1]
+                    or len(hi_set) != 1
+                    or hi_set[0][0] != hi_set[0][1]
+                ):
                     raise self.fail("class range with a class escape")
                 a, b = lo_set[0][0], hi_set[0][0]
                 if a > b:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tooldecode.grammar.automata import GBNF_NEVER, RNode, Sym, _esc_cp_gbnf, gbnf_rep, gbnf_str
 from tooldecode.grammar.emit_common import Names, collect_syms, collect_tokens
 from tooldecode.grammar.errors import GrammarError
-from tooldecode.grammar.gir import GAlt, GExpr, Grammar, GLit, GRef, GRep, GSeq, GTok
+from tooldecode.grammar.gir import GAlt, GExpr, GLit, Grammar, GRef, GRep, GSeq, GTok
 
 
 def _lit(s: str) -> str:

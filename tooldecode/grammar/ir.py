@@ -9,7 +9,6 @@ where they cannot be exact they raise ``Inexact`` and the compiler reports the k
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -97,10 +96,23 @@ class StrLang:
         return self == ALL_STRINGS
 
     def inter(self, o: StrLang) -> StrLang:
-        vals = self.values if o.values is None else (o.values if self.values is None else self.values & o.values)
-        hi = self.max_len if o.max_len is None else (o.max_len if self.max_len is None else min(self.max_len, o.max_len))
-        out = StrLang(max(self.min_len, o.min_len), hi, self.patterns | o.patterns, self.formats | o.formats,
-                      vals, self.excluded | o.excluded, self.negs | o.negs)
+        vals = (
+            self.values if o.values is None else (o.values if self.values is None else self.values & o.values)
+        )
+        hi = (
+            self.max_len
+            if o.max_len is None
+            else (o.max_len if self.max_len is None else min(self.max_len, o.max_len))
+        )
+        out = StrLang(
+            max(self.min_len, o.min_len),
+            hi,
+            self.patterns | o.patterns,
+            self.formats | o.formats,
+            vals,
+            self.excluded | o.excluded,
+            self.negs | o.negs,
+        )
         if out.values is not None:
             out = StrLang(values=frozenset(v for v in out.values if out.accepts(v)))
         return out
@@ -127,8 +139,9 @@ class StrLang:
             return None
         if self.values is not None:
             return A.alt(*(A.lit(v) for v in sorted(self.values)))
-        regs = [pattern_ast(p) for p in sorted(self.patterns)] + [pattern_ast(FORMAT_PATTERNS[f])
-                                                                  for f in sorted(self.formats)]
+        regs = [pattern_ast(p) for p in sorted(self.patterns)] + [
+            pattern_ast(FORMAT_PATTERNS[f]) for f in sorted(self.formats)
+        ]
         has_len = self.min_len > 0 or self.max_len is not None
         if not regs:
             return A.rep(A.Chars(A.UNIVERSE), self.min_len, self.max_len)
@@ -181,8 +194,12 @@ class StrLang:
             return True
         if self.values is not None:
             return not self.values
-        if self.is_all() or (not self.patterns and not self.formats and not self.negs and
-                             (self.max_len is None or self.max_len > 0 or "" not in self.excluded)):
+        if self.is_all() or (
+            not self.patterns
+            and not self.formats
+            and not self.negs
+            and (self.max_len is None or self.max_len > 0 or "" not in self.excluded)
+        ):
             return False
         try:
             return self.dfa.is_empty()
@@ -524,8 +541,18 @@ def _inter_arr(a: ArrA, b: ArrA) -> ArrA:
     prefix = tuple(intersect(a.item(i), b.item(i)) for i in range(n))
     rest = _inter_opt(a.rest, b.rest)
     hi = a.max if b.max is None else (b.max if a.max is None else min(a.max, b.max))
-    return _norm_arr(ArrA(prefix, rest, max(a.min, b.min), hi, a.contains + b.contains, a.unique or b.unique,
-                          max(a.eval_n, b.eval_n), a.eval_all or b.eval_all))
+    return _norm_arr(
+        ArrA(
+            prefix,
+            rest,
+            max(a.min, b.min),
+            hi,
+            a.contains + b.contains,
+            a.unique or b.unique,
+            max(a.eval_n, b.eval_n),
+            a.eval_all or b.eval_all,
+        )
+    )
 
 
 def _inter_opt(x: Node | None, y: Node | None) -> Node | None:
@@ -570,8 +597,19 @@ def _inter_obj(a: ObjA, b: ObjA) -> ObjA:
     else:
         pn = intersect(a.names, b.names)
     hi = a.max_p if b.max_p is None else (b.max_p if a.max_p is None else min(a.max_p, b.max_p))
-    return _norm_obj(ObjA(keys, a.required | b.required, a.extras + b.extras, pn, max(a.min_p, b.min_p), hi,
-                          a.eval_names | b.eval_names, a.eval_pats | b.eval_pats, a.eval_all or b.eval_all))
+    return _norm_obj(
+        ObjA(
+            keys,
+            a.required | b.required,
+            a.extras + b.extras,
+            pn,
+            max(a.min_p, b.min_p),
+            hi,
+            a.eval_names | b.eval_names,
+            a.eval_pats | b.eval_pats,
+            a.eval_all or b.eval_all,
+        )
+    )
 
 
 def _norm_obj(o: ObjA) -> ObjA:
@@ -695,8 +733,6 @@ def _complement_alt(a: Alt) -> list[Alt]:
 # ---------------------------------------------------------------------------------------------
 # membership (used by intersection with constants, enum filtering and canonical serialization)
 
-_DEFS: dict[int, dict[str, Node]] = {}
-
 
 def accepts(n: Node, v: Any, defs: dict[str, Node] | None = None) -> bool:
     return any(accepts_alt(a, v, defs) for a in n.alts)
@@ -764,12 +800,3 @@ def accepts_alt(a: Alt, v: Any, defs: dict[str, Node] | None = None) -> bool:
                 return False
         return True
     raise TypeError(a)
-
-
-def describe(n: Node) -> str:
-    """Short human-readable summary (debugging and docs)."""
-    if n.is_any:
-        return "any"
-    if n.is_never:
-        return "never"
-    return " | ".join(type(a).__name__ + ("" if not isinstance(a, ConstA) else json.dumps(a.value)) for a in n.alts)

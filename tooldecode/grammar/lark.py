@@ -10,7 +10,7 @@ from __future__ import annotations
 from tooldecode.grammar.automata import RNode, regex_str
 from tooldecode.grammar.emit_common import Names, collect_tokens
 from tooldecode.grammar.errors import GrammarError
-from tooldecode.grammar.gir import GAlt, GExpr, Grammar, GLit, GRef, GRep, GSeq, GTok
+from tooldecode.grammar.gir import GAlt, GExpr, GLit, Grammar, GRef, GRep, GSeq, GTok
 
 MAX_TILDE_SPAN = 16
 

@@ -82,7 +82,7 @@ def json_str(s: str, forbid: str | None = None) -> str:
     """Canonical JSON text of a string (UTF-8, short escapes) that never contains ``forbid`` raw."""
     out = json.dumps(s, ensure_ascii=False)
     if forbid and forbid in out:
-        out = out.replace(forbid, "\\u%04x" % ord(forbid[0]) + forbid[1:])
+        out = out.replace(forbid, f"\\u{ord(forbid[0]):04x}" + forbid[1:])
     return out
 
 
@@ -115,7 +115,9 @@ def string_content(lang: StrLang, mode: str, forbid: str | None) -> A.RNode:
             return T.encoded_without(d, mode, forbid)
         return A.to_regex(d, T.enc_json if mode == "json" else T.enc_raw)
     except A.TooComplex as e:
-        raise GrammarError(f"string constraint too complex to render ({e}); simplify the pattern or length bounds") from e
+        raise GrammarError(
+            f"string constraint too complex to render ({e}); simplify the pattern or length bounds"
+        ) from e
 
 
 @lru_cache(maxsize=512)
@@ -321,12 +323,26 @@ class Lowerer:
         sref = self.string(ALL_STRINGS, "string")
         obj_name, arr_name = self.book.fresh("json-object"), self.book.fresh("json-array")
         member = gseq(sref, p.colon, GRef(name))
-        self.book.define(obj_name, galt(p.empty_obj, gseq(p.lbrace, member, grep(gseq(p.comma, member), 0, None),
-                                                          p.rbrace)))
-        self.book.define(arr_name, galt(p.empty_arr, gseq(p.lbrack, GRef(name), grep(gseq(p.comma, GRef(name)),
-                                                                                      0, None), p.rbrack)))
-        self.book.define(name, galt(GRef(obj_name), GRef(arr_name), sref, tok(T.NUMBER_ANY, "number"),
-                                    GLit("true"), GLit("false"), GLit("null")))
+        self.book.define(
+            obj_name,
+            galt(p.empty_obj, gseq(p.lbrace, member, grep(gseq(p.comma, member), 0, None), p.rbrace)),
+        )
+        self.book.define(
+            arr_name,
+            galt(p.empty_arr, gseq(p.lbrack, GRef(name), grep(gseq(p.comma, GRef(name)), 0, None), p.rbrack)),
+        )
+        self.book.define(
+            name,
+            galt(
+                GRef(obj_name),
+                GRef(arr_name),
+                sref,
+                tok(T.NUMBER_ANY, "number"),
+                GLit("true"),
+                GLit("false"),
+                GLit("null"),
+            ),
+        )
         return GRef(name)
 
     # -- objects
@@ -348,8 +364,10 @@ class Lowerer:
             keys = [kn for kn in keys if kn[0] in a.required] + [kn for kn in keys if kn[0] not in a.required]
         regions = self.extra_regions(a, hint)
         if ctx == "antml" and regions:
-            raise GrammarError("the antml wire needs a closed top-level object (extra parameters cannot be "
-                               "framed); use mode='strict' or additionalProperties: false")
+            raise GrammarError(
+                "the antml wire needs a closed top-level object (extra parameters cannot be "
+                "framed); use mode='strict' or additionalProperties: false"
+            )
 
         def member(k: str, n: Node) -> GExpr:
             if ctx == "antml":
@@ -358,7 +376,11 @@ class Lowerer:
                 return gseq(GLit(f'<parameter name="{k}">'), self.antml_value(n, f"{hint}-{k}"))
             return gseq(self.key_lit(k), p.colon, self.value(n, f"{hint}-{k}"))
 
-        extra = galt(*(gseq(kt, p.colon, self.value(vn, f"{hint}-extra")) for kt, vn in regions)) if regions else None
+        extra = (
+            galt(*(gseq(kt, p.colon, self.value(vn, f"{hint}-extra")) for kt, vn in regions))
+            if regions
+            else None
+        )
         sep = p.comma if ctx == "json" else p.gap
         counting = a.min_p > 0 or a.max_p is not None
         cap = a.max_p if a.max_p is not None else a.min_p
@@ -383,8 +405,10 @@ class Lowerer:
 
         if self.order == "any":
             if n > ANY_ORDER_MAX_KEYS:
-                raise GrammarError(f"order='any' supports objects with at most {ANY_ORDER_MAX_KEYS} declared keys "
-                                   f"({n} at {hint}); use order='schema'")
+                raise GrammarError(
+                    f"order='any' supports objects with at most {ANY_ORDER_MAX_KEYS} declared keys "
+                    f"({n} at {hint}); use order='schema'"
+                )
             names = [k for k, _ in keys]
 
             def trans_any(s: Hashable) -> list[tuple[GExpr, Hashable]]:
@@ -431,8 +455,13 @@ class Lowerer:
 
         return self._emit_members(("d", 0, 0, True), trans, acc, hint)
 
-    def _emit_members(self, start: Hashable, trans: Callable[[Hashable], list[tuple[GExpr, Hashable]]],
-                      accept: Callable[[Hashable], bool], hint: str) -> tuple[GExpr, bool]:
+    def _emit_members(
+        self,
+        start: Hashable,
+        trans: Callable[[Hashable], list[tuple[GExpr, Hashable]]],
+        accept: Callable[[Hashable], bool],
+        hint: str,
+    ) -> tuple[GExpr, bool]:
         # first-flag is the last component of every state
         def nonempty_accept(s: Hashable) -> bool:
             return accept(s) and not s[-1]  # type: ignore[index]
@@ -490,11 +519,16 @@ class Lowerer:
                         continue
                     nd = [x.dfa for x in names_lang]
                     dfas.append(nd[0] if len(nd) == 1 else A.product(nd, "or"))
-                d = A.product(dfas) if len(dfas) > 1 else (dfas[0] if dfas else A.to_dfa(A.star(A.Chars(A.UNIVERSE))))
+                d = (
+                    A.product(dfas)
+                    if len(dfas) > 1
+                    else (dfas[0] if dfas else A.to_dfa(A.star(A.Chars(A.UNIVERSE))))
+                )
                 if d.is_empty():
                     continue
-                content = (T.encoded_without(d, "json", self.forbid) if self.forbid
-                           else A.to_regex(d, T.enc_json))
+                content = (
+                    T.encoded_without(d, "json", self.forbid) if self.forbid else A.to_regex(d, T.enc_json)
+                )
             except A.TooComplex as e:
                 raise GrammarError(f"property-name constraints too complex to render at {hint} ({e})") from e
             out.append((tok(T.quoted(content), self._hint(f"{hint}-key")), value))
@@ -582,7 +616,7 @@ class Lowerer:
             for item, inc in choices(i):
                 new = []
                 ok = True
-                for (c, lo, hi), x, d in zip(cons, counts, inc, strict=True):
+                for (_c, lo, hi), x, d in zip(cons, counts, inc, strict=True):
                     v = x + d
                     if hi is not None:
                         if v > hi:
@@ -601,7 +635,9 @@ class Lowerer:
             i, counts = s  # type: ignore[misc]
             if i < a.min:
                 return False
-            return all(x >= lo and (hi is None or x <= hi) for (c, lo, hi), x in zip(cons, counts, strict=True))
+            return all(
+                x >= lo and (hi is None or x <= hi) for (_c, lo, hi), x in zip(cons, counts, strict=True)
+            )
 
         start = (0, tuple(0 for _ in cons))
         empty_ok = accept(start)
@@ -614,8 +650,9 @@ class Lowerer:
     # -- antml parameter values
     def antml_value(self, n: Node, hint: str) -> GExpr:
         close = "</parameter>"
-        if n.alts and all(isinstance(x, StrA) or (isinstance(x, ConstA) and isinstance(x.value, str))
-                          for x in n.alts):
+        if n.alts and all(
+            isinstance(x, StrA) or (isinstance(x, ConstA) and isinstance(x.value, str)) for x in n.alts
+        ):
             parts = []
             for x in n.alts:
                 if isinstance(x, StrA):
@@ -636,12 +673,24 @@ def _is_tok(e: GExpr) -> bool:
 
 def _covers_undeclared(la: StrLang, declared: frozenset[str]) -> bool:
     """Whether ``la`` contains every string outside ``declared`` (checked syntactically)."""
-    return (la.min_len == 0 and la.max_len is None and not la.patterns and not la.formats and la.values is None
-            and not la.negs and la.excluded <= declared)
+    return (
+        la.min_len == 0
+        and la.max_len is None
+        and not la.patterns
+        and not la.formats
+        and la.values is None
+        and not la.negs
+        and la.excluded <= declared
+    )
 
 
-def emit_automaton(book: RuleBook, start: Hashable, trans: Callable[[Hashable], list[tuple[GExpr, Hashable]]],
-                   accept: Callable[[Hashable], bool], hint: str) -> GExpr:
+def emit_automaton(
+    book: RuleBook,
+    start: Hashable,
+    trans: Callable[[Hashable], list[tuple[GExpr, Hashable]]],
+    accept: Callable[[Hashable], bool],
+    hint: str,
+) -> GExpr:
     """Expression for the language of a small automaton whose edges are labelled by expressions.
 
     The automaton must be a DAG apart from self-loops. States referenced from more than one place
@@ -704,11 +753,3 @@ def emit_automaton(book: RuleBook, start: Hashable, trans: Callable[[Hashable], 
         return core
 
     return body(start)
-
-
-def const_text(v: Any) -> str:
-    return json.dumps(v)
-
-
-__all__ = ["Lowerer", "WS_POLICIES", "WS_DEFAULT_MAX", "json_str", "number_text", "gap_ast", "emit_automaton",
-           "string_content", "number_ast", "ws_max_for"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tooldecode.grammar import automata as A
 from tooldecode.grammar.errors import GrammarError
-from tooldecode.grammar.gir import GAlt, GExpr, Grammar, GLit, GRef, GRep, GSeq, GTok
+from tooldecode.grammar.gir import GAlt, GExpr, GLit, Grammar, GRef, GRep, GSeq, GTok
 
 
 def to_ast(g: Grammar) -> A.RNode:

@@ -11,7 +11,6 @@ import copy
 import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from itertools import product as iproduct
 from typing import Any
 
 from tooldecode.grammar import ir
@@ -41,15 +40,51 @@ from tooldecode.grammar.ir import (
 MODES = ("strict", "spec")
 ORDERS = ("schema", "required-first", "any")
 
-ANNOTATIONS = frozenset({
-    "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly", "$comment",
-    "contentMediaType", "contentEncoding", "contentSchema", "$schema", "$id", "$anchor", "$dynamicAnchor",
-    "$vocabulary", "$defs", "definitions",
-})
-OBJECT_KW = ("properties", "patternProperties", "additionalProperties", "required", "propertyNames",
-             "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "unevaluatedProperties")
-ARRAY_KW = ("items", "prefixItems", "minItems", "maxItems", "contains", "minContains", "maxContains",
-            "uniqueItems", "unevaluatedItems")
+ANNOTATIONS = frozenset(
+    {
+        "title",
+        "description",
+        "default",
+        "examples",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "$comment",
+        "contentMediaType",
+        "contentEncoding",
+        "contentSchema",
+        "$schema",
+        "$id",
+        "$anchor",
+        "$dynamicAnchor",
+        "$vocabulary",
+        "$defs",
+        "definitions",
+    }
+)
+OBJECT_KW = (
+    "properties",
+    "patternProperties",
+    "additionalProperties",
+    "required",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+    "dependentRequired",
+    "dependentSchemas",
+    "unevaluatedProperties",
+)
+ARRAY_KW = (
+    "items",
+    "prefixItems",
+    "minItems",
+    "maxItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "uniqueItems",
+    "unevaluatedItems",
+)
 STRING_KW = ("minLength", "maxLength", "pattern", "format")
 NUMBER_KW = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref")
@@ -74,7 +109,9 @@ class SchemaIR:
         return ir.accepts(self.root, value, self.defs)
 
 
-def compile_schema(schema: Any, *, mode: str = "strict", order: str = "schema", lenient: bool = False) -> SchemaIR:
+def compile_schema(
+    schema: Any, *, mode: str = "strict", order: str = "schema", lenient: bool = False
+) -> SchemaIR:
     """Compile a JSON Schema (dict or bool) to the IR. Unsupported keywords raise
     ``UnsupportedSchemaError`` (keyword + JSON pointer) unless ``lenient``."""
     from tooldecode.grammar.errors import GrammarError
@@ -111,8 +148,14 @@ def strictify(schema: Any) -> Any:
 
 _INPLACE_LIST = ("allOf", "anyOf", "oneOf")
 _INPLACE_ONE = ("not", "if", "then", "else")
-_VALUE_ONE = ("additionalProperties", "unevaluatedProperties", "items", "contains", "unevaluatedItems",
-              "propertyNames")
+_VALUE_ONE = (
+    "additionalProperties",
+    "unevaluatedProperties",
+    "items",
+    "contains",
+    "unevaluatedItems",
+    "propertyNames",
+)
 _VALUE_MAP = ("properties", "patternProperties")
 
 
@@ -126,7 +169,9 @@ def _strictify(s: Any, value_pos: bool, root: Any, seen: set[int]) -> Any:
         if k in s:
             s[k] = _strictify(s[k], False, root, seen)
     if isinstance(s.get("dependentSchemas"), dict):
-        s["dependentSchemas"] = {k: _strictify(v, False, root, seen) for k, v in s["dependentSchemas"].items()}
+        s["dependentSchemas"] = {
+            k: _strictify(v, False, root, seen) for k, v in s["dependentSchemas"].items()
+        }
     for k in _VALUE_ONE:
         if k in s:
             s[k] = _strictify(s[k], True, root, seen)
@@ -140,8 +185,9 @@ def _strictify(s: Any, value_pos: bool, root: Any, seen: set[int]) -> Any:
             s[k] = {name: _strictify(v, False, root, seen) for name, v in s[k].items()}
     if value_pos and "additionalProperties" not in s and "unevaluatedProperties" not in s:
         if _declares_object(s, root, set()):
-            inplace = any(k in s for k in ("allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas",
-                                          "$dynamicRef"))
+            inplace = any(
+                k in s for k in ("allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas", "$dynamicRef")
+            )
             s["unevaluatedProperties" if inplace else "additionalProperties"] = False
     return s
 
@@ -244,7 +290,9 @@ class _Compiler:
         if s is False:
             return NEVER
         if not isinstance(s, dict):
-            raise UnsupportedSchemaError("(schema)", ptr, f"a schema must be an object or a boolean, not {type(s).__name__}")
+            raise UnsupportedSchemaError(
+                "(schema)", ptr, f"a schema must be an object or a boolean, not {type(s).__name__}"
+            )
         if "$id" in s and s is not self.root and isinstance(s["$id"], str):
             from referencing.jsonschema import DRAFT202012
 
@@ -337,7 +385,9 @@ class _Compiler:
                 self.unsupported("$ref", kptr, f"cannot resolve {ref!r} ({type(e).__name__})")
             else:
                 tgt_ptr = "#" + ref.split("#", 1)[1] if "#" in ref else ref
-                target = self.compile(resolved.contents, tgt_ptr if tgt_ptr != "#" else "", resolved.resolver, depth)
+                target = self.compile(
+                    resolved.contents, tgt_ptr if tgt_ptr != "#" else "", resolved.resolver, depth
+                )
                 meet(target, "$ref", kptr)
         if "$dynamicRef" in s:
             self.unsupported("$dynamicRef", pointer_join(ptr, "$dynamicRef"))
@@ -347,14 +397,18 @@ class _Compiler:
             meet(self.compile(sub, sp, resolver, depth), "allOf", sp)
         # anyOf
         if "anyOf" in s:
-            branches = [self.compile(sub, pointer_join(ptr, "anyOf", i), resolver, depth)
-                        for i, sub in enumerate(self._list(s, "anyOf", ptr))]
+            branches = [
+                self.compile(sub, pointer_join(ptr, "anyOf", i), resolver, depth)
+                for i, sub in enumerate(self._list(s, "anyOf", ptr))
+            ]
             meet(union(*branches), "anyOf", pointer_join(ptr, "anyOf"))
         # oneOf
         if "oneOf" in s:
             kptr = pointer_join(ptr, "oneOf")
-            branches = [self.compile(sub, pointer_join(ptr, "oneOf", i), resolver, depth)
-                        for i, sub in enumerate(self._list(s, "oneOf", ptr))]
+            branches = [
+                self.compile(sub, pointer_join(ptr, "oneOf", i), resolver, depth)
+                for i, sub in enumerate(self._list(s, "oneOf", ptr))
+            ]
             try:
                 meet(self._one_of(branches), "oneOf", kptr)
             except Inexact as e:
@@ -396,9 +450,13 @@ class _Compiler:
             for k, needs in dr.items():
                 kptr = pointer_join(ptr, "dependentRequired", k)
                 if not isinstance(needs, list) or not all(isinstance(x, str) for x in needs):
-                    raise UnsupportedSchemaError("dependentRequired", kptr, "must map names to arrays of names")
-                opt = node(ObjA(keys=((k, NEVER),)), ObjA(required=frozenset([k, *needs]),
-                                                          keys=tuple((x, ANY) for x in [k, *needs])))
+                    raise UnsupportedSchemaError(
+                        "dependentRequired", kptr, "must map names to arrays of names"
+                    )
+                opt = node(
+                    ObjA(keys=((k, NEVER),)),
+                    ObjA(required=frozenset([k, *needs]), keys=tuple((x, ANY) for x in [k, *needs])),
+                )
                 meet(union(non_obj, opt), "dependentRequired", kptr)
         ds = s.get("dependentSchemas")
         if isinstance(ds, dict):
@@ -414,11 +472,15 @@ class _Compiler:
         if "unevaluatedProperties" in s:
             kptr = pointer_join(ptr, "unevaluatedProperties")
             u = self.compile(s["unevaluatedProperties"], kptr, resolver, depth + 1)
-            cur = node(*(self._apply_uneval_props(a, u) if isinstance(a, ObjA) else a for a in _expand(cur).alts))
+            cur = node(
+                *(self._apply_uneval_props(a, u) if isinstance(a, ObjA) else a for a in _expand(cur).alts)
+            )
         if "unevaluatedItems" in s:
             kptr = pointer_join(ptr, "unevaluatedItems")
             u = self.compile(s["unevaluatedItems"], kptr, resolver, depth + 1)
-            cur = node(*(self._apply_uneval_items(a, u) if isinstance(a, ArrA) else a for a in _expand(cur).alts))
+            cur = node(
+                *(self._apply_uneval_items(a, u) if isinstance(a, ArrA) else a for a in _expand(cur).alts)
+            )
         # enum / const
         vals: list[Any] | None = None
         if "enum" in s:
@@ -472,7 +534,11 @@ class _Compiler:
         if kw not in s:
             return None
         v = s[kw]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or (isinstance(v, float) and not math.isfinite(v))
+        ):
             raise UnsupportedSchemaError(kw, pointer_join(ptr, kw), "must be a finite number")
         return Fraction(v)
 
@@ -501,8 +567,11 @@ class _Compiler:
             if m <= 0:
                 raise UnsupportedSchemaError("multipleOf", pointer_join(ptr, "multipleOf"), "must be > 0")
             if m.denominator != 1 or m > 10000:
-                self.unsupported("multipleOf", pointer_join(ptr, "multipleOf"),
-                                 "only integer divisors up to 10000 are expressible exactly")
+                self.unsupported(
+                    "multipleOf",
+                    pointer_join(ptr, "multipleOf"),
+                    "only integer divisors up to 10000 are expressible exactly",
+                )
             else:
                 r = ir._inter_num(a, NumA(mult=int(m), residues=frozenset({0})))
                 a = r if r is not None else NumA(kind="int", lo=Fraction(1), hi=Fraction(0))
@@ -528,8 +597,11 @@ class _Compiler:
             if f in ir.FORMAT_PATTERNS:
                 lang = lang.inter(StrLang(formats=frozenset({f})))
             else:
-                self.unsupported("format", pointer_join(ptr, "format"),
-                                 f"format {f!r} cannot be expressed exactly (supported: {', '.join(FORMATS)})")
+                self.unsupported(
+                    "format",
+                    pointer_join(ptr, "format"),
+                    f"format {f!r} cannot be expressed exactly (supported: {', '.join(FORMATS)})",
+                )
         return StrA(lang)
 
     def _array(self, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> ArrA:
@@ -537,14 +609,21 @@ class _Compiler:
         if "prefixItems" in s:
             items = s["prefixItems"]
             if not isinstance(items, list):
-                raise UnsupportedSchemaError("prefixItems", pointer_join(ptr, "prefixItems"), "must be an array")
-            prefix = tuple(self.compile(x, pointer_join(ptr, "prefixItems", i), resolver, depth + 1)
-                           for i, x in enumerate(items))
+                raise UnsupportedSchemaError(
+                    "prefixItems", pointer_join(ptr, "prefixItems"), "must be an array"
+                )
+            prefix = tuple(
+                self.compile(x, pointer_join(ptr, "prefixItems", i), resolver, depth + 1)
+                for i, x in enumerate(items)
+            )
         rest: Node | None = None
         if "items" in s:
             if isinstance(s["items"], list):
-                raise UnsupportedSchemaError("items", pointer_join(ptr, "items"),
-                                             "an array of schemas is draft-07 syntax; use prefixItems")
+                raise UnsupportedSchemaError(
+                    "items",
+                    pointer_join(ptr, "items"),
+                    "an array of schemas is draft-07 syntax; use prefixItems",
+                )
             r = self.compile(s["items"], pointer_join(ptr, "items"), resolver, depth + 1)
             rest = None if r.is_any else r
         lo = self._count(s, "minItems", ptr) or 0
@@ -567,8 +646,9 @@ class _Compiler:
             raise UnsupportedSchemaError("properties", pointer_join(ptr, "properties"), "must be an object")
         pats = s.get("patternProperties", {})
         if not isinstance(pats, dict):
-            raise UnsupportedSchemaError("patternProperties", pointer_join(ptr, "patternProperties"),
-                                         "must be an object")
+            raise UnsupportedSchemaError(
+                "patternProperties", pointer_join(ptr, "patternProperties"), "must be an object"
+            )
         pat_nodes: list[tuple[str, Node]] = []
         for p, sub in pats.items():
             kptr = pointer_join(ptr, "patternProperties", p)
@@ -593,7 +673,9 @@ class _Compiler:
             keys.append((k, n))
         req = s.get("required", [])
         if not isinstance(req, list) or not all(isinstance(x, str) for x in req):
-            raise UnsupportedSchemaError("required", pointer_join(ptr, "required"), "must be an array of strings")
+            raise UnsupportedSchemaError(
+                "required", pointer_join(ptr, "required"), "must be an array of strings"
+            )
         o = ObjA(keys=tuple(keys), extras=tuple(extras))
         extra_keys = [k for k in dict.fromkeys(req) if k not in props]
         if extra_keys:
@@ -604,9 +686,15 @@ class _Compiler:
             names = self.compile(s["propertyNames"], pointer_join(ptr, "propertyNames"), resolver, depth + 1)
             if names.is_any:
                 names = None
-        o = replace(o, names=names, min_p=self._count(s, "minProperties", ptr) or 0,
-                    max_p=self._count(s, "maxProperties", ptr), eval_names=frozenset(props),
-                    eval_pats=frozenset(p for p, _ in pat_nodes), eval_all="additionalProperties" in s)
+        o = replace(
+            o,
+            names=names,
+            min_p=self._count(s, "minProperties", ptr) or 0,
+            max_p=self._count(s, "maxProperties", ptr),
+            eval_names=frozenset(props),
+            eval_pats=frozenset(p for p, _ in pat_nodes),
+            eval_all="additionalProperties" in s,
+        )
         return ir._norm_obj(o)
 
     # -- unevaluated*
@@ -632,7 +720,9 @@ class _Compiler:
         prefix = [p if i < n else intersect(p, u) for i, p in enumerate(prefix)]
         rest = a.rest if a.rest is not None else ANY
         rest = intersect(rest, u)
-        return ir._norm_arr(replace(a, prefix=tuple(prefix), rest=None if rest.is_any else rest, eval_all=True))
+        return ir._norm_arr(
+            replace(a, prefix=tuple(prefix), rest=None if rest.is_any else rest, eval_all=True)
+        )
 
     # -- whole-IR post-processing (uniqueItems)
     def finalize(self, root: Node) -> Node:
@@ -651,15 +741,21 @@ class _Compiler:
 
         def walk_alt(a: ir.Alt) -> list[ir.Alt]:
             if isinstance(a, ArrA):
-                a2 = replace(a, prefix=tuple(walk(p) for p in a.prefix),
-                             rest=walk(a.rest) if a.rest is not None else None,
-                             contains=tuple((walk(c), lo, hi) for c, lo, hi in a.contains))
+                a2 = replace(
+                    a,
+                    prefix=tuple(walk(p) for p in a.prefix),
+                    rest=walk(a.rest) if a.rest is not None else None,
+                    contains=tuple((walk(c), lo, hi) for c, lo, hi in a.contains),
+                )
                 if a2.unique:
                     return self._unique(a2)
                 return [a2 if a2 != a else a]
             if isinstance(a, ObjA):
-                a2 = replace(a, keys=tuple((k, walk(v)) for k, v in a.keys),
-                             extras=tuple((la, walk(v)) for la, v in a.extras))
+                a2 = replace(
+                    a,
+                    keys=tuple((k, walk(v)) for k, v in a.keys),
+                    extras=tuple((la, walk(v)) for la, v in a.extras),
+                )
                 return [a2 if a2 != a else a]
             return [a]
 
@@ -748,10 +844,3 @@ def _provably_empty(n: Node) -> bool:
         else:
             return False
     return True
-
-
-def schema_types(n: Node) -> set[str]:
-    return n.types()
-
-
-__all__ = ["SchemaIR", "compile_schema", "strictify", "MODES", "ORDERS", "iproduct"]

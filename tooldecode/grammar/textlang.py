@@ -20,8 +20,8 @@ from tooldecode.grammar.automata import (
     EPS,
     NOTHING,
     UNIVERSE,
-    Charset,
     Chars,
+    Charset,
     RNode,
     Sym,
     alt,
@@ -129,8 +129,12 @@ def _pair_range(lo: int, hi: int) -> RNode:
     hh, lh = divmod(hi, 0x400)
 
     def pair(h1: int, h2: int, l1: int, l2: int) -> RNode:
-        return cat(lit("\\u"), _hex_range(0xD800 + h1, 0xD800 + h2, 4), lit("\\u"),
-                   _hex_range(0xDC00 + l1, 0xDC00 + l2, 4))
+        return cat(
+            lit("\\u"),
+            _hex_range(0xD800 + h1, 0xD800 + h2, 4),
+            lit("\\u"),
+            _hex_range(0xDC00 + l1, 0xDC00 + l2, 4),
+        )
 
     if hl == hh:
         return pair(hl, hl, ll, lh)
@@ -193,7 +197,7 @@ def encoded_without(d: DFA, mode: str, forbid: str) -> RNode:
     character that cannot appear inside an escape, e.g. ``<``), so only raw characters advance the
     matcher and every escape resets it.
     """
-    assert forbid and forbid[0] not in "\\u0123456789abcdefABCDEF\"/bfnrt"
+    assert forbid and forbid[0] not in '\\u0123456789abcdefABCDEF"/bfnrt'
     table = _kmp_table(forbid)
     n = len(forbid)
     special = cs_of("".join(sorted(set(forbid))))
@@ -330,8 +334,11 @@ def _nonneg_range(lo: int, hi: int | None) -> RNode:
         if full_run:
             a, b = full_run[0], full_run[-1]
             if a == 1:
-                parts.append(_digits_class(0, 9) if b == 1 else alt(_digits_class(0, 9),
-                                                                      cat(DIGIT19, rep(DIGIT, 1, b - 1))))
+                parts.append(
+                    _digits_class(0, 9)
+                    if b == 1
+                    else alt(_digits_class(0, 9), cat(DIGIT19, rep(DIGIT, 1, b - 1)))
+                )
             else:
                 parts.append(cat(DIGIT19, rep(DIGIT, a - 1, b - 1)))
             full_run.clear()
@@ -423,7 +430,10 @@ def _mag_range(lo: Decimal | None, lo_incl: bool, hi: Decimal | None, hi_incl: b
     if lo is None:
         lo_incl = True
     if hi is None:
-        parts = [cat(_nonneg_range(lo_i + 1, None), FRAC), cat(lit(str(lo_i)), lit("."), _frac_cmp(lo_f, lo_op))]
+        parts = [
+            cat(_nonneg_range(lo_i + 1, None), FRAC),
+            cat(lit(str(lo_i)), lit("."), _frac_cmp(lo_f, lo_op)),
+        ]
         return alt(*parts)
     hi_i, hi_f = _split(hi)
     hi_op = "<=" if hi_incl else "<"
@@ -443,8 +453,9 @@ def _intersect_ast(a: RNode, b: RNode) -> RNode:
     return to_regex(product([to_dfa(a), to_dfa(b)]))
 
 
-def decimal_range(lo: Decimal | None, lo_incl: bool, hi: Decimal | None, hi_incl: bool,
-                  nonzero_frac: bool = False) -> RNode:
+def decimal_range(
+    lo: Decimal | None, lo_incl: bool, hi: Decimal | None, hi_incl: bool, nonzero_frac: bool = False
+) -> RNode:
     """Texts ``-?(0|[1-9]d*).d+`` with decimal value in the range; ``nonzero_frac``: fraction not all 0."""
     parts = []
     zero = Decimal(0)
@@ -463,7 +474,9 @@ def decimal_range(lo: Decimal | None, lo_incl: bool, hi: Decimal | None, hi_incl
         parts.append(cat(lit("-"), _mag_range(mlo, mlo_incl, mhi, mhi_incl)))
     out = alt(*parts)
     if nonzero_frac:
-        out = _intersect_ast(out, cat(opt(lit("-")), INT_UNSIGNED, lit("."), star(DIGIT), DIGIT19, star(DIGIT)))
+        out = _intersect_ast(
+            out, cat(opt(lit("-")), INT_UNSIGNED, lit("."), star(DIGIT), DIGIT19, star(DIGIT))
+        )
     return out
 
 
@@ -502,11 +515,6 @@ def float_lower(b: Fraction, strict: bool) -> Decimal | None:
         else:
             break
     return Decimal(d)
-
-
-def float_upper(b: Fraction, strict: bool) -> Decimal | None:
-    r = float_lower(-b, strict)
-    return None if r is None else -r
 
 
 MAG = Decimal(10) ** 30  # numeric bounds are exact for magnitudes in [1e-30, 1e30]
@@ -563,11 +571,6 @@ def frac_lower(b: Fraction, strict: bool) -> Decimal | None:
 
 def frac_upper(b: Fraction, strict: bool) -> Decimal | None:
     r = frac_lower(-b, strict)
-    return None if r is None else -r
-
-
-def safe_upper(d: Decimal) -> Decimal | None:
-    r = safe_lower(-d)
     return None if r is None else -r
 
 

@@ -30,13 +30,17 @@ class Tool:
 def _from_data(data: Any, source: Path | None) -> Tool:
     where = str(source) if source else "tool data"
     if not isinstance(data, dict):
-        raise SchemaError(f"{where}: a tool file must hold a JSON object with name, family, description, parameters")
+        raise SchemaError(
+            f"{where}: a tool file must hold a JSON object with name, family, description, parameters"
+        )
     for key in ("name", "parameters"):
         if key not in data:
             raise SchemaError(f"{where}: missing field '{key}'; a tool needs name and parameters")
     name = data["name"]
     if not isinstance(name, str) or not name or any(c in name for c in ' "<>\n\t'):
-        raise SchemaError(f"{where}: tool name {name!r} must be a non-empty string without spaces, quotes or '<>'")
+        raise SchemaError(
+            f"{where}: tool name {name!r} must be a non-empty string without spaces, quotes or '<>'"
+        )
     params = data["parameters"]
     if not isinstance(params, dict):
         raise SchemaError(f"{where}: 'parameters' of tool {name!r} must be a JSON Schema object")
@@ -45,14 +49,21 @@ def _from_data(data: Any, source: Path | None) -> Tool:
         raise SchemaError(f"{where}: family {family!r} of tool {name!r} must be one of {', '.join(FAMILIES)}")
     aliases = data.get("aliases", {}) or {}
     if not isinstance(aliases, dict) or not all(
-        isinstance(k, str) and isinstance(v, list) and all(isinstance(x, str) for x in v) for k, v in aliases.items()
+        isinstance(k, str) and isinstance(v, list) and all(isinstance(x, str) for x in v)
+        for k, v in aliases.items()
     ):
         raise SchemaError(f"{where}: 'aliases' of tool {name!r} must map key paths to lists of names")
     desc = data.get("description", "")
     if not isinstance(desc, str):
         raise SchemaError(f"{where}: 'description' of tool {name!r} must be a string")
-    return Tool(name=name, family=family, description=desc, parameters=params,
-                aliases={k: list(v) for k, v in aliases.items()}, source=source)
+    return Tool(
+        name=name,
+        family=family,
+        description=desc,
+        parameters=params,
+        aliases={k: list(v) for k, v in aliases.items()},
+        source=source,
+    )
 
 
 @lru_cache(maxsize=1)
@@ -85,7 +96,9 @@ def load_tool(name_or_path: str | Path) -> Tool:
     path = Path(key)
     if path.suffix == ".json" or path.exists():
         if not path.is_file():
-            raise SchemaError(f"tool file {path} does not exist; give a built-in name ({', '.join(cat)}) or a file")
+            raise SchemaError(
+                f"tool file {path} does not exist; give a built-in name ({', '.join(cat)}) or a file"
+            )
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:

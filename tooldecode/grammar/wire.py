@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tooldecode.grammar import ir
 from tooldecode.grammar import automata as A
+from tooldecode.grammar import ir
 from tooldecode.grammar.errors import GrammarError
 from tooldecode.grammar.gir import EMPTY, FAIL, GExpr, GLit, galt, gseq
 from tooldecode.grammar.ir import AnyA, ArrA, BoolA, ConstA, Node, NullA, NumA, ObjA, RefA, StrA
@@ -62,15 +62,32 @@ def frame(wire: str, name: str, low: Lowerer, sir: SchemaIR, hint: str) -> GExpr
             members, empty_ok = low.members(a, hint, ctx="antml")
             alts.append(galt(members, EMPTY) if empty_ok else members)
         params = galt(*alts) if alts else FAIL
-        return gseq(GLit("<function_calls>"), p.gap, GLit(f'<invoke name="{name}">'), params, p.gap,
-                    GLit("</invoke>"), p.gap, GLit("</function_calls>"))
+        return gseq(
+            GLit("<function_calls>"),
+            p.gap,
+            GLit(f'<invoke name="{name}">'),
+            params,
+            p.gap,
+            GLit("</invoke>"),
+            p.gap,
+            GLit("</function_calls>"),
+        )
     args = low.value(sir.root, hint, inline=(wire == "json"))
     if wire == "json":
         return args
     if wire == "harmony":
         return gseq(GLit(HARMONY_HEAD.format(name=name)), args, GLit("<|call|>"))
-    call = gseq(p.lbrace, GLit('"name"'), p.colon, GLit(json_str(name)), p.comma, GLit('"arguments"'), p.colon,
-                args, p.rbrace)
+    call = gseq(
+        p.lbrace,
+        GLit('"name"'),
+        p.colon,
+        GLit(json_str(name)),
+        p.comma,
+        GLit('"arguments"'),
+        p.colon,
+        args,
+        p.rbrace,
+    )
     if wire == "call-json":
         return call
     return gseq(GLit("<tool_call>\n"), call, GLit("\n</tool_call>"))
@@ -128,13 +145,20 @@ class Canon:
         if t == "array":
             if not v:
                 return "[]"
-            return self._open("[", level) + self._comma(level).join(self.any_value(x, level + 1) for x in v) + \
-                self._close("]", level)
+            return (
+                self._open("[", level)
+                + self._comma(level).join(self.any_value(x, level + 1) for x in v)
+                + self._close("]", level)
+            )
         if not v:
             return "{}"
-        return self._open("{", level) + self._comma(level).join(
-            json_str(k, self.forbid) + self.colon() + self.any_value(x, level + 1) for k, x in v.items()
-        ) + self._close("}", level)
+        return (
+            self._open("{", level)
+            + self._comma(level).join(
+                json_str(k, self.forbid) + self.colon() + self.any_value(x, level + 1) for k, x in v.items()
+            )
+            + self._close("}", level)
+        )
 
     def value(self, n: Node, v: Any, level: int = 0) -> str | None:
         for a in n.alts:
@@ -224,26 +248,34 @@ class Canon:
                 continue
             parts = []
             for k in self.key_order(a, args):
-                parts.append(gap + f'<parameter name="{k}">' + self.antml_value(a.value_for(k), args[k]) + ANTML_CLOSE)
+                parts.append(
+                    gap + f'<parameter name="{k}">' + self.antml_value(a.value_for(k), args[k]) + ANTML_CLOSE
+                )
             return "".join(parts)
         # not valid for the schema: best effort
-        return "".join(gap + f'<parameter name="{k}">' + self.antml_value(ir.ANY, x) + ANTML_CLOSE
-                       for k, x in args.items())
+        return "".join(
+            gap + f'<parameter name="{k}">' + self.antml_value(ir.ANY, x) + ANTML_CLOSE
+            for k, x in args.items()
+        )
 
     def antml_value(self, n: Node, v: Any) -> str:
-        string_only = bool(n.alts) and all(isinstance(x, StrA) or (isinstance(x, ConstA) and isinstance(x.value, str))
-                                           for x in n.alts)
+        string_only = bool(n.alts) and all(
+            isinstance(x, StrA) or (isinstance(x, ConstA) and isinstance(x.value, str)) for x in n.alts
+        )
         if string_only and isinstance(v, str):
             if ANTML_CLOSE in v:
-                raise GrammarError("a raw antml parameter cannot contain '</parameter>'; this value cannot be "
-                                   "written in the antml wire")
+                raise GrammarError(
+                    "a raw antml parameter cannot contain '</parameter>'; this value cannot be "
+                    "written in the antml wire"
+                )
             return v
         s = self.value(n, v, 0)
         return s if s is not None else self.any_value(v, 0)
 
 
-def serialize_args(sir: SchemaIR | None, args: Any, *, wire: str, ws: str, ws_max: int | None,
-                   level: int = 0) -> str:
+def serialize_args(
+    sir: SchemaIR | None, args: Any, *, wire: str, ws: str, ws_max: int | None, level: int = 0
+) -> str:
     canon = Canon(sir, ws=ws, ws_max=ws_max, forbid=FORBID[wire])
     node = sir.root if sir is not None else ir.ANY
     s = canon.value(node, args, level)
@@ -265,8 +297,17 @@ def serialize(name: str, sir: SchemaIR | None, args: Any, *, wire: str, ws: str,
         body = serialize_args(sir, args, wire=wire, ws=ws, ws_max=ws_max)
         return body if wire == "json" else HARMONY_HEAD.format(name=name) + body + "<|call|>"
     body = serialize_args(sir, args, wire=wire, ws=ws, ws_max=ws_max, level=1)
-    call = (canon._open("{", 0) + '"name"' + canon.colon() + json_str(name) + canon._comma(0) + '"arguments"'
-            + canon.colon() + body + canon._close("}", 0))
+    call = (
+        canon._open("{", 0)
+        + '"name"'
+        + canon.colon()
+        + json_str(name)
+        + canon._comma(0)
+        + '"arguments"'
+        + canon.colon()
+        + body
+        + canon._close("}", 0)
+    )
     if wire == "call-json":
         return call
     return "<tool_call>\n" + call + "\n</tool_call>"

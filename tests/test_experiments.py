@@ -1,0 +1,98 @@
+"""Experiment specs, arms, resume, and the findings helpers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tooldecode.errors import ModelError
+from tooldecode.experiments import SpecError, _runs, arm_label, load_spec, run_spec
+from tooldecode.findings import continuation_class
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_suite_spec_loads_and_has_arms():
+    specs = sorted((ROOT / "experiments").glob("e*.toml"))
+    assert len(specs) >= 10
+    for path in specs:
+        spec = load_spec(path)
+        quick = load_spec(path, quick=True)
+        assert spec.arms() and quick.arms()
+        labels = [arm_label(a) for a in spec.arms()]
+        assert len(labels) == len(set(labels)), f"{path.name}: two arms share a label"
+
+
+def test_e1_crosses_levels_and_modes():
+    spec = load_spec(ROOT / "experiments" / "e1_strict_vs_loose.toml")
+    arms = spec.arms()
+    assert {(a["level"], a["mode"]) for a in arms} == {(lv, m) for lv in ("L0", "L1", "L2") for m in ("loose", "strict")}
+
+
+def test_spec_errors_are_one_line(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\nmodels = ["m"]\nsamples = 3\n')
+    with pytest.raises(SpecError, match="unknown field"):
+        load_spec(bad)
+    bad.write_text('name = "x"\nmodels = [\n')
+    with pytest.raises(SpecError, match="invalid TOML"):
+        load_spec(bad)
+    with pytest.raises(SpecError, match="not found"):
+        load_spec(tmp_path / "missing.toml")
+    bad.write_text('name = "x"\nmodels = ["m"]\nmodes = ["lenient"]\n')
+    with pytest.raises(SpecError, match="modes"):
+        load_spec(bad)
+
+
+def test_runs_of_missing_indices():
+    assert list(_runs([0, 1, 2, 5, 6, 9])) == [(0, 3), (5, 2), (9, 1)]
+    assert list(_runs([])) == []
+
+
+@pytest.mark.parametrize(
+    "text,cls,detail",
+    [
+        ('", "requireUnique": true}]}}', "continue", "requireUnique"),
+        ('"}]}}', "close", None),
+        ('" }]', "close", None),
+        ('", {"oldText": "a"', "continue", "<next item>"),
+        ("\\n    return x", "other", None),
+        ('"]', "other", None),
+    ],
+)
+def test_continuation_class(text, cls, detail):
+    assert continuation_class(text) == (cls, detail)
+
+
+def test_corrupt_weights_give_a_clear_error(smol_ref, tmp_path):
+    from tooldecode.backends import load_backend
+
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(smol_ref.path.read_bytes()[: 1 << 20])
+    with pytest.raises(ModelError, match="could not load"):
+        load_backend("llamacpp", str(broken))
+
+
+@pytest.mark.model
+def test_tiny_run_resumes_without_duplicates(tmp_path):
+    spec_path = tmp_path / "tiny.toml"
+    spec_path.write_text(
+        'name = "tiny"\nmodels = ["smollm2-135m-instruct"]\nmax_scenarios = 2\nn = 3\nmax_new_tokens = 12\n'
+        'modes = ["loose"]\nbatch_size = 3\n[variant]\nconditioning = ["gold-prefix"]\n'
+    )
+    out = tmp_path / "run"
+    run_spec(load_spec(spec_path), out, progress=False)
+    lines = (out / "samples.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * 3
+    # drop the last two samples (as if killed), then resume: exactly those are redone
+    (out / "samples.jsonl").write_text("\n".join(lines[:-2]) + "\n")
+    run_spec(load_spec(spec_path), out, progress=False)
+    again = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    keys = [r["key"] for r in again]
+    assert len(keys) == len(set(keys)) == 6
+    first = {json.loads(x)["key"]: json.loads(x)["token_ids"] for x in lines}
+    assert all(first[r["key"]] == r["token_ids"] for r in again)  # same seeds per index: same samples
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model"]["sha256"] and manifest["config"]["n"] == 3
