@@ -294,8 +294,10 @@ def schema_and_value(draw, strat):
     sv=schema_and_value(tool_schemas),
     wire=st.sampled_from(["json", "hermes", "antml", "harmony"]),
     ws=st.sampled_from(["compact", "bounded", "pretty"]),
+    ws_max=st.sampled_from([None, 0, 1, 5]),
+    order=st.sampled_from(["schema", "required-first", "any"]),
 )
-def test_valid_instances_accepted_in_canonical_form(sv, wire, ws):
+def test_valid_instances_accepted_in_canonical_form(sv, wire, ws, ws_max, order):
     schema, value = sv
     assume(jsonschema.Draft202012Validator(strictify(schema)).is_valid(value))
     tool = Tool(name="t", family="flat", description="", parameters=schema)
@@ -303,11 +305,14 @@ def test_valid_instances_accepted_in_canonical_form(sv, wire, ws):
         # no raw '</parameter>' in a raw parameter
         assume("additionalProperties" not in schema and not any('"' in k for k in schema["properties"]))
         assume(not any(isinstance(v, str) and "</parameter>" in v for v in value.values()))
-    text = serialize_call(tool, value, wire=wire, ws=ws)
-    assert check.accepts("xgrammar", render(tool, format="gbnf", wire=wire, ws=ws), text), text
-    assert check.accepts("llguidance", render(tool, format="lark", wire=wire, ws=ws), text), text
+    opts = {"wire": wire, "ws": ws, "ws_max": ws_max, "order": order}
+    text = serialize_call(tool, value, **opts)
+    assert check.accepts("xgrammar", render(tool, format="gbnf", **opts), text), text
+    assert check.accepts("llguidance", render(tool, format="lark", **opts), text), text
+    if order == "any":  # one regex of all key orders is large; the CFG engines above cover it
+        return
     try:
-        rx = render(tool, format="regex", wire=wire, ws=ws)
+        rx = render(tool, format="regex", **opts)
     except Exception:
         return
     assert check.accepts("re", rx, text), text
@@ -403,3 +408,92 @@ def test_emitters_agree_on_a_walked_sample(fmt):
         jsonschema.validate(json.loads(t), strictify(schema))
         for eng in engines:
             assert check.accepts(eng, text, t), (eng, t)
+
+
+# -- exhaustive differential check on small domains (engine: Python re / xgrammar; oracle: jsonschema)
+
+
+def _arrays(values: list, maxlen: int):
+    import itertools
+
+    for n in range(maxlen + 1):
+        for t in itertools.product(values, repeat=n):
+            yield list(t)
+
+
+@pytest.mark.parametrize("prefix", [[], [{"const": 0}], [{"type": "integer"}, {"type": "string"}]])
+@pytest.mark.parametrize("contains", [None, {"const": 1}, "max1"])
+def test_arrays_exhaustively(prefix, contains):
+    from tooldecode.grammar.wire import serialize_args
+
+    values = [0, 1, "a", None]
+    for items in ({"type": "integer"}, False, {"enum": [1, None]}):
+        for lo, hi in ((0, None), (1, 2), (3, 4), (0, 1)):
+            s: dict = {"type": "array", "items": items, "minItems": lo}
+            if prefix:
+                s["prefixItems"] = prefix
+            if hi is not None:
+                s["maxItems"] = hi
+            if contains is not None:
+                s["contains"] = {"const": 1}
+                if contains == "max1":
+                    s["maxContains"] = 1
+            try:
+                rx = re.compile(render(s, format="regex", mode="spec"))
+            except Exception as e:
+                assert "admits no value" in str(e)
+                continue
+            v = jsonschema.Draft202012Validator(s)
+            sir = compile_schema(s, mode="spec")
+            for a in _arrays(values, 4):
+                text = serialize_args(sir, a, wire="json", ws="compact", ws_max=None)
+                assert bool(rx.fullmatch(text)) == v.is_valid(a), (s, a)
+
+
+@pytest.mark.parametrize("mode", ["spec", "strict"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"patternProperties": {"^b": {"type": "string"}}},
+        {"propertyNames": {"maxLength": 1, "pattern": "^[a-c]"}},
+        {"dependentRequired": {"a": ["b"]}},
+    ],
+)
+def test_objects_exhaustively(mode, extra):
+    import itertools
+
+    from tooldecode.grammar.wire import serialize_args
+
+    keys = ["a", "b", "c", "bb"]
+    objects = [
+        dict(zip(ks, vs, strict=True))
+        for n in range(4)
+        for ks in itertools.permutations(keys, n)
+        for vs in itertools.product([0, "a"], repeat=n)
+    ]
+    for req, addl, (lo, hi) in [
+        ([], None, (0, None)),
+        (["a"], False, (1, None)),
+        (["a", "c"], {"type": "integer"}, (0, 3)),
+        ([], None, (2, 3)),
+    ]:
+        s: dict = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {}}, **extra}
+        if req:
+            s["required"] = req
+        if addl is not None:
+            s["additionalProperties"] = addl
+        if lo:
+            s["minProperties"] = lo
+        if hi is not None:
+            s["maxProperties"] = hi
+        try:
+            g = render(s, format="gbnf", mode=mode)
+        except Exception as e:
+            assert "admits no value" in str(e)
+            continue
+        v = jsonschema.Draft202012Validator(s if mode == "spec" else strictify(s))
+        sir = compile_schema(s, mode=mode)
+        for o in objects:
+            text = serialize_args(sir, o, wire="json", ws="compact", ws_max=None)
+            assert check.accepts("xgrammar", g, text) == v.is_valid(o), (s, o, text)

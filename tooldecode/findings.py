@@ -157,6 +157,28 @@ def paired_probe_diff(a: dict[str, float], b: dict[str, float]) -> tuple[float, 
     return m, lo, hi, len(common)
 
 
+GOLD_KEYS = {"oldText", "newText", "path", "edits"}
+
+
+def l2_breakdown(samples: Sequence[dict]) -> tuple[dict[str, Rate], Counter]:
+    """L2 continuations split finely: close / next item / a gold key again / an invented key / other."""
+    kinds: list[str] = []
+    zoo: Counter = Counter()
+    for s in samples:
+        cls, detail = continuation_class(s["text"])
+        if cls != "continue":
+            kinds.append(cls)
+        elif detail == "<next item>":
+            kinds.append("next item")
+        elif detail in GOLD_KEYS:
+            kinds.append("gold key again")
+        else:
+            kinds.append("invented key")
+            zoo[detail or "?"] += 1
+    n = len(kinds)
+    return {k: wilson(kinds.count(k), n) for k in ("close", "invented key", "gold key again", "next item", "other")}, zoo
+
+
 def l2_rates(samples: Sequence[dict]) -> dict[str, Rate]:
     classes = [continuation_class(s["text"])[0] for s in samples]
     n = len(classes)
@@ -201,7 +223,15 @@ def build_findings(runs_dir: Path) -> list[dict[str, str]]:
             r_l = rate_of(loose, lambda s: bool(invented_in_items(verdict_of(e1, s))))
             r_s = rate_of(strict, lambda s: bool(invented_in_items(verdict_of(e1, s))))
             any_l = rate_of(loose, lambda s: verdict_of(e1, s).get("verdict") == "invented_key")
-            parts.append(f"{level}: loose {r_l} (any invented key {any_l}); strict {r_s}")
+            part = f"{level}: invented key in an item (scored) loose {r_l} (verdict invented_key {any_l}); strict {r_s}"
+            if level == "L2":
+                bl, zoo = l2_breakdown(loose)
+                bs, _ = l2_breakdown(strict)
+                part += (f"; continuation right after the gold newText, loose: close {bl['close']}, invented key "
+                         f"{bl['invented key']}, gold key again {bl['gold key again']}, next item {bl['next item']}, "
+                         f"string goes on {bl['other']}; strict: close {bs['close']}, invented key {bs['invented key']}, "
+                         f"string goes on {bs['other']}; keys seen: {dict(zoo.most_common(8))}")
+            parts.append(part)
         rows.append({
             "observation": "Invented keys inside edits[] items (loose sampling); strict decoding removes them",
             "claim": "Newer models sometimes append made-up keys inside edits[] items; strict mode (closed objects) "
@@ -280,6 +310,12 @@ def _e1_verdict(e1: Run) -> str:
     d = newcombe_diff(k_l, len(loose), k_s, len(strict))
     if d.lo > 0:
         return "reproduces (loose > strict = 0)"
+    bl, _ = l2_breakdown(_arm_filter(e1.samples, level="L2", mode="loose"))
+    bs, _ = l2_breakdown(_arm_filter(e1.samples, level="L2", mode="strict"))
+    if bs["invented key"].k:
+        return "BUG: strict L2 sample continued with an invented key"
+    if bl["invented key"].lo > 0:
+        return "reproduces at L2 (loose invents keys after the gold newText; strict never does)"
     return "strict 0 by construction; loose rate not distinguishable from 0 at this n" if k_l == 0 else "inconclusive"
 
 

@@ -267,7 +267,7 @@ class ArrA(Alt):
     min: int = 0
     max: int | None = None
     contains: tuple[tuple[Node, int, int | None], ...] = ()
-    unique: bool = False
+    unique: str = ""  # JSON pointer of a uniqueItems: true still to be resolved ("" = none)
     eval_n: int = 0
     eval_all: bool = False
     type = "array"

@@ -70,7 +70,7 @@ def ws_max_for(ws: str, ws_max: int | None) -> int:
 
 def gap_ast(ws: str, n: int) -> A.RNode:
     """Whitespace allowed between two tokens."""
-    if ws == "compact" or n == 0:
+    if ws == "compact" or (ws == "bounded" and n == 0):
         return A.EPS
     if ws == "bounded":
         return A.rep(A.Chars(A.cs_of(" \t\n")), 0, n)

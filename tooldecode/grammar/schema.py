@@ -92,6 +92,9 @@ KNOWN = frozenset(OBJECT_KW + ARRAY_KW + STRING_KW + NUMBER_KW + APPLICATORS + (
 JSON_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 FORMATS = tuple(ir.FORMAT_PATTERNS)
 MAX_UNIQUE_ENUM = 2000
+DIALECTS = frozenset(
+    {"https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2020-12/schema#"}
+)
 
 
 @dataclass
@@ -336,6 +339,13 @@ class _Compiler:
             if k in KNOWN or k in ANNOTATIONS or k.startswith("x-"):
                 continue
             self.unsupported(k, pointer_join(ptr, k))
+        if "$schema" in s and s["$schema"] not in DIALECTS:
+            # another draft or a custom metaschema (vocabularies) changes the meaning of keywords
+            self.unsupported(
+                "$schema",
+                pointer_join(ptr, "$schema"),
+                f"only the draft 2020-12 dialect is supported, not {s['$schema']!r}",
+            )
 
         alts: dict[str, Any] = {}
         # type
@@ -636,7 +646,7 @@ class _Compiler:
             cmin = 1 if cmin is None else cmin
             if cmin > 0 or cmax is not None:
                 contains = ((c, cmin, cmax),)
-        unique = bool(s.get("uniqueItems", False))
+        unique = pointer_join(ptr, "uniqueItems") if s.get("uniqueItems") is True else ""
         a = ArrA(prefix, rest, lo, hi, contains, unique, len(prefix), "items" in s)
         return ir._norm_arr(a)
 
@@ -765,7 +775,7 @@ class _Compiler:
 
     def _unique(self, a: ArrA) -> list[ir.Alt]:
         if a.max is not None and a.max <= 1:
-            return [replace(a, unique=False)]
+            return [replace(a, unique="")]
         # enumerate when every position has a small finite domain
         domains: list[list[Any]] = []
         limit = a.max if a.max is not None else len(a.prefix) + 64
@@ -774,8 +784,10 @@ class _Compiler:
             if vals is None:
                 if i >= a.min and a.item(i).is_never:
                     break
-                self.unsupported("uniqueItems", "", "uniqueItems over items that are not a small finite set")
-                return [replace(a, unique=False)]
+                self.unsupported(
+                    "uniqueItems", a.unique, "uniqueItems over items that are not a small finite set"
+                )
+                return [replace(a, unique="")]
             if not vals:
                 break
             domains.append(vals)
@@ -784,7 +796,7 @@ class _Compiler:
                 total = len(vals)
                 limit = min(limit, i + total)
         seqs: list[list[Any]] = []
-        plain = replace(a, unique=False)
+        plain = replace(a, unique="")
 
         def go(prefix: list[Any], keys: set[Any]) -> None:
             if len(seqs) > MAX_UNIQUE_ENUM:
@@ -806,7 +818,7 @@ class _Compiler:
 
         go([], set())
         if len(seqs) > MAX_UNIQUE_ENUM:
-            self.unsupported("uniqueItems", "", "too many unique arrays to enumerate")
+            self.unsupported("uniqueItems", a.unique, "too many unique arrays to enumerate")
             return [plain]
         return [ConstA(sq) for sq in seqs]
 
