@@ -88,6 +88,7 @@ def test_lenient_records_what_was_ignored():
             "oneOf",
         ),
         ({"type": "object", "additionalItems": False}, "additionalItems"),
+        ({"$schema": "http://json-schema.org/draft-07/schema#", "type": "string"}, "$schema"),
     ],
 )
 def test_unsupported_keywords_are_named(schema, keyword):
