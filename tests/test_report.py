@@ -69,7 +69,10 @@ def _record(mode: str, level: str, scenario, i: int, kind: str) -> dict:
         "toolset": "nested",
         "wire": "hermes",
         "temperature": 1.0,
+        "conditioning": "free" if level == "L0" else "forced-tool",
     }
+    if mode == "strict":
+        arm["engine"] = "xgrammar"  # derived fields, as the experiment runner writes them
     seed = i % 2
     return {
         "key": f"{mode}-{level}/{scenario.id}/{seed}/{i}",
@@ -205,7 +208,9 @@ def test_summary_numbers_equal_a_recount_from_raw_samples(built):
         for verdict in ("no_call", "truncated", "valid", "invented_key", "json_syntax"):
             assert all_verdicts[arm][verdict.replace("_", " ")] == str(wilson(c[verdict], c["n"]))
     # Common fields are stated once; the varying ones are the columns.
-    assert f"model={MODEL}" in md and "mode=" not in md.split("## Arms")[1].split("|")[0]
+    common = md.split("## Arms")[1].split("|")[0]
+    assert f"model={MODEL}" in common and "wire=hermes" in common
+    assert "mode=" not in common and "conditioning=" not in common and "engine=" not in common
     assert f"`{COMMAND}`" in md
 
 
@@ -353,6 +358,8 @@ def test_highlight_escapes_and_marks_only_quoted_keys():
     assert "<mark>&quot;id&quot;</mark>: 1" in out
     assert "&lt;b&gt;id&lt;/b&gt;" in out
     assert rp.highlight("a\ud800b", []) == "a\ufffdb"
+    two = rp.highlight('{"content": "x", "position": 0, "pos": 1}', ["position", "content", "pos"])
+    assert two.count("<mark>") == 3 and "<mark>&quot;position&quot;</mark>" in two
 
 
 def test_probe_only_run_uses_the_points_after_new_text(tmp_path):
@@ -395,7 +402,7 @@ def test_probe_only_run_uses_the_points_after_new_text(tmp_path):
     rp.report([tmp_path / "e5"])
     md = (tmp_path / "e5/summary.md").read_text()
     tables = _md_tables(md)
-    assert "Arms" not in tables and md.split("## Arms")[1].split("##")[0].strip() == "_none_"
+    assert "Arms" not in tables and md.split("## Arms")[1].split("##")[0].strip() == "_no scored samples_"
     (row,) = tables["Close-brace probe"]
     assert row["arm"] == f"model={MODEL}, history=agentic, toolset=nested"
     assert row["decision points"] == "2"  # only the points after newText

@@ -133,3 +133,26 @@ def test_log_softmax_is_normalised():
     lp = _log_softmax(x)
     assert np.exp(lp).sum() == pytest.approx(1.0)
     assert lp[0, 2] == -np.inf
+
+
+@pytest.mark.parametrize("engine,fmt", [("xgrammar", "gbnf"), ("llguidance", "lark"), ("llama-grammar", "gbnf")])
+def test_strict_edit_calls_validate_against_the_strict_schema(llama_smol, engine, fmt):
+    import jsonschema
+
+    from tooldecode.grammar import load_tool, render_toolset, strictify
+
+    edit = load_tool("edit")
+    grammar = render_toolset([edit], format=fmt, wire="call-json", mode="strict", ws="bounded")
+    mask = compile_mask(engine, grammar, llama_smol)
+    prompt = (
+        "<|im_start|>system\nCall the edit tool with JSON.<|im_end|>\n<|im_start|>user\nIn a.py replace x = 1 "
+        'by x = 2.<|im_end|>\n<|im_start|>assistant\n{"name": "edit", "arguments": {"'
+    )
+    out = sample(llama_smol, prompt, 4, SamplingParams(temperature=0.7, max_new_tokens=120, seed=4), mask=mask,
+                 prefill='{"name": "edit", "arguments": {"', batch_size=4)
+    finished = [s for s in out if s.finish_reason == "stop"]
+    assert all(s.error is None for s in out), [s.error for s in out]
+    assert finished, "no strict sample finished within the token budget"
+    for s in finished:
+        call = json.loads('{"name": "edit", "arguments": {"' + s.text)
+        jsonschema.validate(call["arguments"], strictify(edit.parameters))

@@ -57,6 +57,10 @@ __all__ = [
 
 # Fields of a record's arm dict that do not define the arm (they vary within it).
 NOT_ARM_FIELDS = ("seed", "index")
+# Arm fields that follow from others (conditioning <-> level, engine <- mode, wire <- call format and model,
+# expected_tool <- toolset): they do not count as a second difference between two arms, and they are left
+# out of labels where the other varying fields determine them.
+DERIVED_FIELDS = ("conditioning", "engine", "wire", "expected_tool")
 # Headline metrics: (name, column title). Verdict classes come from tooldecode.scoring.
 HEADLINE = (
     ("invented_key", "invented key"),
@@ -122,9 +126,8 @@ class RunData:
     verdict_file: Path | None  # None: scored in memory (the run directory was not writable)
     verdicts_written: bool  # the report (re)wrote verdict_file
     probe: list[dict] = field(default_factory=list)
-    rescue: str | None = (
-        None  # tooldecode.repair's rescue accounting as Markdown, when there are loose samples
-    )
+    # tooldecode.repair's rescue accounting as Markdown, when the run has loose samples
+    rescue: str | None = None
 
     @property
     def command(self) -> str | None:
@@ -344,6 +347,18 @@ class Summary:
     probe_columns: list[str]
 
 
+def _determined(fld: str, by: Sequence[str], arms: Sequence[dict]) -> bool:
+    """A derived field whose value, across ``arms``, is a function of the fields ``by``."""
+    if fld not in DERIVED_FIELDS or not by:
+        return False
+    seen: dict[tuple[str, ...], str] = {}
+    for a in arms:
+        key = tuple(_fmt_value(a.get(b)) for b in by)
+        if seen.setdefault(key, _fmt_value(a.get(fld))) != _fmt_value(a.get(fld)):
+            return False
+    return True
+
+
 def _labels(
     arms: Sequence[dict],
     runs: Sequence[str],
@@ -355,8 +370,10 @@ def _labels(
     keys: list[str] = []
     for a in arms:
         keys.extend(k for k in a if k not in keys)
-    columns = [k for k in keys if len({_fmt_value(a.get(k)) for a in arms}) > 1]
-    common = {k: arms[0].get(k) for k in keys if k not in columns} if arms else {}
+    varying = [k for k in keys if len({_fmt_value(a.get(k)) for a in arms}) > 1]
+    common = {k: arms[0].get(k) for k in keys if k not in varying} if arms else {}
+    independent = [c for c in varying if c not in DERIVED_FIELDS]
+    columns = [k for k in varying if not _determined(k, independent, arms)]
     labels = []
     for a, run in zip(arms, runs, strict=True):
         text = ", ".join(f"{k}={_fmt_value(a.get(k))}" for k in columns)
@@ -388,7 +405,10 @@ def _group_arms(runs: Sequence[RunData], order: tuple[str, ...]) -> tuple[list[A
 def _one_field_apart(a: dict, b: dict) -> str | None:
     keys = list(a) + [k for k in b if k not in a]
     differ = [k for k in keys if _fmt_value(a.get(k)) != _fmt_value(b.get(k))]
-    return differ[0] if len(differ) == 1 else None
+    main = [k for k in differ if k not in DERIVED_FIELDS]
+    if len(main) == 1:
+        return main[0]
+    return differ[0] if not main and len(differ) == 1 else None
 
 
 def _diffs(arms: Sequence[Arm]) -> list[DiffRow]:
@@ -540,6 +560,7 @@ class Table:
     header: list[str]
     rows: list[list[str]]
     note: str = ""
+    empty: str = "none"  # said instead of a table without rows
 
 
 def _pct(x: float) -> str:
@@ -600,14 +621,17 @@ def arms_table(s: Summary) -> Table:
         "Each rate: k/n = rate% [Wilson 95% interval]; n counts scored samples (samples with a sampling "
         "error are left out). Payload correct: the call's edits turn the file into the expected file."
     )
-    return Table(header, rows, note)
+    return Table(header, rows, note, "no scored samples")
 
 
 def verdicts_table(s: Summary) -> Table:
     header = _arm_header(s) + ["n"] + [v.replace("_", " ") for v in s.verdict_order]
     rows = [_arm_row_cells(s, a) + [str(a.n)] + [str(a.rates[v]) for v in s.verdict_order] for a in s.arms]
     return Table(
-        header, rows, "Every sample gets exactly one verdict (docs/scoring.md gives the precedence)."
+        header,
+        rows,
+        "Every sample gets exactly one verdict (docs/scoring.md gives the precedence).",
+        "no scored samples",
     )
 
 
@@ -652,6 +676,7 @@ def diffs_table(s: Summary) -> Table:
         ],
         rows,
         note,
+        "no two arms with samples differ in exactly one field",
     )
 
 
@@ -674,7 +699,12 @@ def noise_table(s: Summary) -> Table:
         "An arm repeated with different seeds (or in several runs): the spread of its rate. A difference "
         "between arms smaller than this is not a finding."
     )
-    return Table(["arm", "metric", "repeats", "rate per repeat", "sd", "max gap"], rows, note)
+    return Table(
+        ["arm", "metric", "repeats", "rate per repeat", "sd", "max gap"],
+        rows,
+        note,
+        "no arm was repeated (one seed per arm, and no arm in two runs)",
+    )
 
 
 def zoo_table(s: Summary) -> Table:
@@ -688,6 +718,7 @@ def zoo_table(s: Summary) -> Table:
         ["key", "samples with it (of all scored samples)", "where (object holding it)", "arms"],
         rows,
         "Invented keys: names the schema does not define, counted once per sample.",
+        "no invented keys in any sample",
     )
 
 
@@ -749,7 +780,7 @@ def _md_cell(text: str) -> str:
 
 def _md_table(t: Table) -> str:
     if not t.rows:
-        return "_none_"
+        return f"_{t.empty}_"
     lines = [
         "| " + " | ".join(_md_cell(h) for h in t.header) + " |",
         "|" + "|".join("---" for _ in t.header) + "|",
@@ -930,7 +961,7 @@ def _esc(text: Any) -> str:
 
 def _html_table(t: Table, cls: str = "") -> str:
     if not t.rows:
-        return "<p><em>none</em></p>"
+        return f"<p><em>{_esc(t.empty)}</em></p>"
     head = "".join(f"<th>{_esc(h)}</th>" for h in t.header)
     body = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in row) + "</tr>" for row in t.rows)
     note = f'<p class="note">{_esc(t.note)}</p>' if t.note else ""
@@ -961,7 +992,7 @@ def highlight(text: str, keys: Iterable[str]) -> str:
     keys = sorted({k for k in keys if k}, key=len, reverse=True)
     if not keys:
         return _esc(text)
-    pattern = re.compile("|".join(rf"([\"']){re.escape(k)}\1" for k in keys))
+    pattern = re.compile("([\"'])(?:" + "|".join(re.escape(k) for k in keys) + ")\\1")
     out, pos = [], 0
     for m in pattern.finditer(text):
         out.append(_esc(text[pos : m.start()]))
