@@ -426,16 +426,14 @@ def run_demo(model: str) -> int:
     for name in ("e1_strict_vs_loose.toml", "e5_close_brace.toml"):
         spec = load_spec(root / "experiments" / name, quick=True)
         spec.models = [model]
-        out = Path("runs") / f"demo-{spec.name}"
+        out = Path("out") / "demo" / spec.name
         print(f"\n== {spec.name} (quick): {spec.description}")
         run_spec(spec, out)
         runs.append(out)
     from tooldecode.report import report
 
-    paths = report(runs, Path("runs") / "demo-report")
-    summary = Path(paths["summary"]) if isinstance(paths, dict) and "summary" in paths else None
-    if summary and summary.exists():
-        print(summary.read_text())
-    print(f"report: {paths.get('html') if isinstance(paths, dict) else paths}")
+    paths = report(runs, Path("out") / "demo" / "report")
+    print(Path(paths["summary"]).read_text())
+    print(f"report: {Path(paths['html']).resolve()}")
     sys.stdout.flush()
     return 0
