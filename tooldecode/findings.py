@@ -210,6 +210,9 @@ def build_findings(runs_dir: Path) -> list[dict[str, str]]:
         rows.append({"observation": obs, "claim": claim, "measured": "not run in the committed runs",
                      "verdict": "not measured", "command": f"tooldecode run experiments/{spec}.toml"})
 
+    e0 = runs.get("e0-native-format")
+    if e0:
+        rows.append(_e0_row(e0))
     e1 = runs.get("e1-strict-vs-loose")
     # 1. invented keys in loose sampling, per level
     if e1:
@@ -298,6 +301,27 @@ def build_findings(runs_dir: Path) -> list[dict[str, str]]:
     if e11:
         rows.append(_e11_row(e11))
     return rows
+
+
+def _e0_row(e0: Run) -> dict[str, str]:
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for s in e0.samples:
+        if not s.get("error"):
+            a = s["arm"]
+            groups[(a["model"], a.get("call_format", "native"), a["temperature"])].append(s)
+    parts = []
+    for (model, fmt, temp), ss in sorted(groups.items()):
+        vs = [verdict_of(e0, s) for s in ss]
+        edit = [v for v in vs if v.get("tool") == "edit" and v.get("verdict") not in ("no_call", "json_syntax", "truncated")]
+        wraps = Counter(v.get("wrapping") or "none" for v in vs)
+        tools = Counter(v.get("tool") or "-" for v in vs)
+        short = model.replace("qwen2.5-coder-", "").replace("-instruct", "")
+        parts.append(f"{short} {fmt} T={temp}: parseable edit call {wilson(len(edit), len(vs))}; "
+                     f"wrappings {dict(wraps.most_common(4))}; tools {dict(tools.most_common(3))}")
+    return {"observation": "L0: do small models call the edit tool on their own, and in which wrapping?",
+            "claim": "Brief §8: no <tool_call> tags; 33-51% of free samples were edit calls; a diagnosis before "
+                     "the call lowered the rate.",
+            "measured": "; ".join(parts), "verdict": "descriptive", "command": e0.command()}
 
 
 def _e1_verdict(e1: Run) -> str:
