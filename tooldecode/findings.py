@@ -395,17 +395,26 @@ def _e7_row(e1: Run) -> dict[str, str]:
 
 
 def _repair_row(e1: Run) -> dict[str, str]:
-    try:
-        from tooldecode.repair import format_rescue, rescue_accounting
-    except ImportError:
-        return {"observation": "Lenient harness", "claim": "", "measured": "repair module missing",
-                "verdict": "not measured", "command": ""}
+    from tooldecode.repair import rescue_accounting
+
     acc = rescue_accounting(e1.samples, e1.manifest)
-    text = format_rescue(acc) if acc else "no data"
-    first = " ".join(text.split())[:900]
-    return {"observation": "A lenient harness silently repairs sloppy calls",
-            "claim": "A tolerant client drops unknown keys, accepts aliases, coerces types, repairs escapes.",
-            "measured": first, "verdict": "descriptive", "command": f"tooldecode repair {e1.path}"}
+
+    def r(d: dict) -> str:
+        return str(Rate(d["k"], d["n"], d["rate"] if d["rate"] is not None else float("nan"),
+                        d["lo"] if d["lo"] is not None else 0.0, d["hi"] if d["hi"] is not None else 1.0))
+
+    table = "; ".join(f"{t['method']}: valid {r(t['valid'])}, valid with byte-correct payload {r(t['valid_payload'])}"
+                      for t in acc.get("table", []) if t.get("condition") == "all")
+    kinds = ", ".join(f"{k} {v['samples']}" for k, v in acc.get("kinds", {}).items() if v["samples"])
+    by = ", ".join(f"{k} {v['n']}" for k, v in sorted(acc.get("by_verdict", {}).items(), key=lambda kv: -kv[1]["n"]))
+    measured = (f"loose samples failing strict validation: {acc['n_failing_strict']} of {acc['n_loose']} "
+                f"({by}); rescued by repair {r(acc['rescued_share'])}; of those payload byte-correct "
+                f"{r(acc['rescued_payload_share'])}; repairs applied: {kinds or 'none'}; retry signals "
+                f"{acc['n_retry_signal']}. Same scenarios, all levels: {table}")
+    return {"observation": "A lenient harness silently repairs sloppy calls: how much would it rescue?",
+            "claim": "A tolerant client drops unknown keys, accepts aliases, coerces types, repairs escapes, and "
+                     "does not use strict mode.",
+            "measured": measured, "verdict": "descriptive", "command": f"tooldecode repair {e1.path}"}
 
 
 def _agreement_row(e1: Run, e5: Run) -> dict[str, str]:
@@ -443,17 +452,27 @@ def _entropy_row(e5: Run) -> dict[str, str]:
     for row in e5.probe:
         by[row["after"]].append(row["entropy"])
     parts = []
-    for key in sorted(by, key=lambda k: -np.mean(by[k])):
+    for key in sorted((k for k in by if len(by[k]) >= 5), key=lambda k: -np.mean(by[k])):
         m, lo, hi = mean_ci(by[key]) if len(by[key]) > 1 else (by[key][0], float("nan"), float("nan"))
         parts.append(f"after {key}: {m:.3f} [{lo:.3f}, {hi:.3f}] (n={len(by[key])})")
-    top = max(by, key=lambda k: np.mean(by[k])) if by else None
+    calls: dict[str, list[dict]] = defaultdict(list)
+    for row in e5.probe:
+        calls[row["scenario"]].append(row)
+    first = 0
+    for rows_ in calls.values():
+        best = max(rows_, key=lambda r: r["entropy"])
+        first += best["after"] == "newText"
+    share = wilson(first, len(calls))
+    top = "newText" if share.lo > 0.5 else None
     pc = probe_values(e5, "newText")
     return {"observation": "E5: the close-brace decision after newText is the highest-entropy point of the call",
             "claim": "Right after closing a long escaped multi-line newText the model chooses between '}' and one "
                      "more key; that is the highest-entropy point.",
             "measured": "Entropy (nats) of the next-token distribution at each decision point, mean [95% t CI]: "
-                        + "; ".join(parts) + f". P(continue) after newText: {mean_over_scenarios(pc)}",
-            "verdict": ("reproduces" if top == "newText" else f"does not reproduce (highest after {top})"),
+                        + "; ".join(parts) + f". Calls whose highest-entropy decision is a newText close: {share}. "
+                        f"P(continue) after newText: {mean_over_scenarios(pc)}",
+            "verdict": ("reproduces" if top == "newText" else
+                        "does not reproduce: the newText close is one of several high-entropy points, not the highest"),
             "command": e5.command()}
 
 
