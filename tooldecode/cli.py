@@ -52,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     except ToolDecodeError as err:
         print(f"tooldecode: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `tooldecode scenarios list | head`
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("tooldecode: interrupted; completed samples are kept and the run resumes where it stopped",
               file=sys.stderr)
