@@ -79,7 +79,9 @@ def bench_model(model: str, n: int, tokens: int, quick: bool, naive: bool) -> di
             continue
         g = grammar
         if engine == "llguidance":
-            g = render_toolset(list(prompt.tools), format="lark", wire=prompt.wire, mode="strict", ws="bounded")
+            g = render_toolset(
+                list(prompt.tools), format="lark", wire=prompt.wire, mode="strict", ws="bounded"
+            )
         mask = compile_mask(engine, g, be)
         mask.matcher(prompt.prefill, be.tokenize(prompt.prefill, special=False))  # warm the engine once
         t_strict = time.perf_counter()
@@ -100,15 +102,18 @@ def bench_model(model: str, n: int, tokens: int, quick: bool, naive: bool) -> di
         be.close()
         llm = Llama(str(ref.path), n_ctx=8192, verbose=False)
         llm.create_completion(prompt.text, max_tokens=1)
+
         def run(grammar_obj):
             toks = 0
             t0 = time.perf_counter()
             for i in range(n):
-                r = llm.create_completion(prompt.text, max_tokens=tokens, temperature=1.0, seed=i,
-                                          grammar=grammar_obj)
+                r = llm.create_completion(
+                    prompt.text, max_tokens=tokens, temperature=1.0, seed=i, grammar=grammar_obj
+                )
                 toks += r["usage"]["completion_tokens"]
             dt = time.perf_counter() - t0
             return n / dt, toks / dt
+
         sps, tps = run(None)
         res[f"naive_loose_samples_s_{short}"] = round(sps, 3)
         res[f"naive_loose_tok_s_{short}"] = round(tps, 2)

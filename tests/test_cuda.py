@@ -21,8 +21,15 @@ def random_qwen(tmp_path_factory, smol_ref):
 
     folder = tmp_path_factory.mktemp("random-qwen2")
     tok = AutoTokenizer.from_pretrained(str(smol_ref.path.parent), gguf_file=smol_ref.path.name)
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
-                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=4096)
+    cfg = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=512,
+        intermediate_size=1536,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+    )
     torch.manual_seed(0)
     Qwen2ForCausalLM(cfg).save_pretrained(folder)
     tok.save_pretrained(folder)

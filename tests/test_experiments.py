@@ -28,7 +28,9 @@ def test_every_suite_spec_loads_and_has_arms():
 def test_e1_crosses_levels_and_modes():
     spec = load_spec(ROOT / "experiments" / "e1_strict_vs_loose.toml")
     arms = spec.arms()
-    assert {(a["level"], a["mode"]) for a in arms} == {(lv, m) for lv in ("L0", "L1", "L2") for m in ("loose", "strict")}
+    assert {(a["level"], a["mode"]) for a in arms} == {
+        (lv, m) for lv in ("L0", "L1", "L2") for m in ("loose", "strict")
+    }
 
 
 def test_spec_errors_are_one_line(tmp_path):

@@ -34,7 +34,13 @@ def test_scanner_finds_every_value_with_its_path():
 def test_scanner_handles_escapes_and_pretty_json():
     text = json.dumps({"a": 'q"\\', "b": [1, {"c": None}]}, indent=2)
     ends = find_value_ends(text)
-    assert [(v.key, v.next_char) for v in ends] == [("a", ","), ("[0]", ","), ("c", "}"), ("[1]", "]"), ("b", "}")]
+    assert [(v.key, v.next_char) for v in ends] == [
+        ("a", ","),
+        ("[0]", ","),
+        ("c", "}"),
+        ("[1]", "]"),
+        ("b", "}"),
+    ]
     a = ends[0]
     assert text.encode()[a.start : a.end] == b'"q\\"\\\\"'
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.model
 
 PROMPT = (
     "<|im_start|>system\nYou answer with JSON only.<|im_end|>\n"
-    "<|im_start|>user\nGive me a JSON object with a key \"a\" holding a small number.<|im_end|>\n"
+    '<|im_start|>user\nGive me a JSON object with a key "a" holding a small number.<|im_end|>\n'
     "<|im_start|>assistant\n"
 )
 GBNF = r'''root ::= "{\"a\": " [1-9] [0-9]? "}"'''
@@ -27,7 +27,9 @@ def test_same_seed_same_samples(llama_smol):
     a = sample(llama_smol, PROMPT, 4, p, batch_size=4)
     b = sample(llama_smol, PROMPT, 4, p, batch_size=4)
     assert [s.token_ids for s in a] == [s.token_ids for s in b]
-    c = sample(llama_smol, PROMPT, 4, SamplingParams(temperature=1.0, max_new_tokens=12, seed=8), batch_size=4)
+    c = sample(
+        llama_smol, PROMPT, 4, SamplingParams(temperature=1.0, max_new_tokens=12, seed=8), batch_size=4
+    )
     assert [s.token_ids for s in a] != [s.token_ids for s in c]
 
 
@@ -72,8 +74,14 @@ def test_strict_samples_follow_the_grammar(llama_smol, engine):
     if engine == "llguidance":
         grammar = 'start: "{\\"a\\": " /[1-9][0-9]?/ "}"'
     mask = compile_mask(engine, grammar, llama_smol)
-    out = sample(llama_smol, PROMPT, 8, SamplingParams(temperature=1.0, max_new_tokens=16, seed=1), mask=mask,
-                 batch_size=8)
+    out = sample(
+        llama_smol,
+        PROMPT,
+        8,
+        SamplingParams(temperature=1.0, max_new_tokens=16, seed=1),
+        mask=mask,
+        batch_size=8,
+    )
     for s in out:
         assert s.error is None, s.error
         assert re.fullmatch(r'\{"a": [1-9][0-9]?\}', s.text), s.text
@@ -86,10 +94,16 @@ def test_strict_samples_follow_the_grammar(llama_smol, engine):
 
 def test_prefill_advances_the_matcher(llama_smol):
     mask = compile_mask("xgrammar", GBNF, llama_smol)
-    out = sample(llama_smol, PROMPT + '{"a": ', 4, SamplingParams(temperature=1.0, max_new_tokens=8, seed=2),
-                 mask=mask, prefill='{"a": ')
+    out = sample(
+        llama_smol,
+        PROMPT + '{"a": ',
+        4,
+        SamplingParams(temperature=1.0, max_new_tokens=8, seed=2),
+        mask=mask,
+        prefill='{"a": ',
+    )
     for s in out:
-        assert re.fullmatch(r'[1-9][0-9]?\}', s.text), s.text
+        assert re.fullmatch(r"[1-9][0-9]?\}", s.text), s.text
 
 
 class _Broken:
@@ -135,7 +149,9 @@ def test_log_softmax_is_normalised():
     assert lp[0, 2] == -np.inf
 
 
-@pytest.mark.parametrize("engine,fmt", [("xgrammar", "gbnf"), ("llguidance", "lark"), ("llama-grammar", "gbnf")])
+@pytest.mark.parametrize(
+    "engine,fmt", [("xgrammar", "gbnf"), ("llguidance", "lark"), ("llama-grammar", "gbnf")]
+)
 def test_strict_edit_calls_validate_against_the_strict_schema(llama_smol, engine, fmt):
     import jsonschema
 
@@ -148,8 +164,15 @@ def test_strict_edit_calls_validate_against_the_strict_schema(llama_smol, engine
         "<|im_start|>system\nCall the edit tool with JSON.<|im_end|>\n<|im_start|>user\nIn a.py replace x = 1 "
         'by x = 2.<|im_end|>\n<|im_start|>assistant\n{"name": "edit", "arguments": {"'
     )
-    out = sample(llama_smol, prompt, 4, SamplingParams(temperature=0.7, max_new_tokens=120, seed=4), mask=mask,
-                 prefill='{"name": "edit", "arguments": {"', batch_size=4)
+    out = sample(
+        llama_smol,
+        prompt,
+        4,
+        SamplingParams(temperature=0.7, max_new_tokens=120, seed=4),
+        mask=mask,
+        prefill='{"name": "edit", "arguments": {"',
+        batch_size=4,
+    )
     finished = [s for s in out if s.finish_reason == "stop"]
     assert all(s.error is None for s in out), [s.error for s in out]
     assert finished, "no strict sample finished within the token budget"

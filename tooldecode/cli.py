@@ -59,8 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
-        print("tooldecode: interrupted; completed samples are kept and the run resumes where it stopped",
-              file=sys.stderr)
+        print(
+            "tooldecode: interrupted; completed samples are kept and the run resumes where it stopped",
+            file=sys.stderr,
+        )
         return 130
     return int(rc or 0)
 

@@ -30,8 +30,18 @@ from typing import Any
 from tooldecode.errors import ToolDecodeError
 
 LEVELS = {"free": "L0", "forced-tool": "L1", "gold-prefix": "L2"}
-VARIANT_FIELDS = ("history", "thinking", "prior", "toolset", "schema_view", "call_format", "conditioning",
-                  "gold_cut", "call_style", "schema_extra")
+VARIANT_FIELDS = (
+    "history",
+    "thinking",
+    "prior",
+    "toolset",
+    "schema_view",
+    "call_format",
+    "conditioning",
+    "gold_cut",
+    "call_style",
+    "schema_extra",
+)
 
 
 class SpecError(ToolDecodeError):
@@ -65,8 +75,9 @@ class Spec:
         fields = [f for f in VARIANT_FIELDS if f in self.variant]
         values = [self.variant[f] for f in fields]
         out = []
-        for model, combo, mode, temp in itertools.product(self.models, itertools.product(*values), self.modes,
-                                                          self.temperatures):
+        for model, combo, mode, temp in itertools.product(
+            self.models, itertools.product(*values), self.modes, self.temperatures
+        ):
             arm = {"model": model, "backend": self.backend, "mode": mode, "temperature": temp}
             arm.update(dict(zip(fields, combo, strict=True)))
             arm["level"] = LEVELS[arm.get("conditioning", "free")]
@@ -94,7 +105,9 @@ def load_spec(path: str | os.PathLike[str], *, quick: bool = False) -> Spec:
     known = set(Spec.__dataclass_fields__) - {"path"}
     unknown = set(raw) - known
     if unknown:
-        raise SpecError(f"{p}: unknown field(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+        raise SpecError(
+            f"{p}: unknown field(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}"
+        )
     for req in ("name", "models"):
         if req not in raw:
             raise SpecError(f"{p}: missing field '{req}'")
@@ -102,7 +115,9 @@ def load_spec(path: str | os.PathLike[str], *, quick: bool = False) -> Spec:
     variant = {k: _as_list(v) for k, v in raw.pop("variant", {}).items()}
     bad = set(variant) - set(VARIANT_FIELDS)
     if bad:
-        raise SpecError(f"{p}: unknown variant field(s) {', '.join(sorted(bad))}; known: {', '.join(VARIANT_FIELDS)}")
+        raise SpecError(
+            f"{p}: unknown variant field(s) {', '.join(sorted(bad))}; known: {', '.join(VARIANT_FIELDS)}"
+        )
     for key in ("models", "seeds", "temperatures", "modes"):
         if key in raw:
             raw[key] = _as_list(raw[key])
@@ -117,8 +132,20 @@ def load_spec(path: str | os.PathLike[str], *, quick: bool = False) -> Spec:
 
 
 def arm_label(arm: dict[str, Any]) -> str:
-    keys = ["model", "level", "mode", "history", "thinking", "prior", "toolset", "schema_view", "call_format",
-            "temperature", "gold_cut", "call_style"]
+    keys = [
+        "model",
+        "level",
+        "mode",
+        "history",
+        "thinking",
+        "prior",
+        "toolset",
+        "schema_view",
+        "call_format",
+        "temperature",
+        "gold_cut",
+        "call_style",
+    ]
     parts = []
     for k in keys:
         if k in arm:
@@ -238,7 +265,9 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
     )
     manifest["claim"] = spec.claim
     manifest["description"] = spec.description
-    manifest["command"] = " ".join(["tooldecode", "run", str(spec.path)] + ([] if out is None else ["--out", str(out)]))
+    manifest["command"] = " ".join(
+        ["tooldecode", "run", str(spec.path)] + ([] if out is None else ["--out", str(out)])
+    )
     store = RunStore.create(out, manifest)
     done = store.completed_keys()
     models = _Models(n_ctx=8192, max_seqs=max(spec.batch_size, 16) + 1)
@@ -246,8 +275,13 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
     jobs = [(arm, sc, seed) for sc in scenarios for seed in spec.seeds for arm in arms]
     total = len(jobs) * spec.n if not spec.probe.get("only") else 0
     t_start = time.perf_counter()
-    cols = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TimeRemainingColumn()]
+    cols = [
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    ]
     try:
         with Progress(*cols, disable=not progress, transient=False) as bar:
             task = bar.add_task(spec.name, total=total)
@@ -265,24 +299,46 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
                     if arm["mode"] == "strict":
                         mask = compile_mask(arm.get("engine", spec.engine), _grammar_for(prompt, spec.ws), be)
                     params = SamplingParams(
-                        temperature=arm["temperature"], top_p=spec.top_p, max_new_tokens=spec.max_new_tokens,
-                        stop=tuple(prompt.stop), seed=seed, top_logprobs=20, keep_top="all",
+                        temperature=arm["temperature"],
+                        top_p=spec.top_p,
+                        max_new_tokens=spec.max_new_tokens,
+                        stop=tuple(prompt.stop),
+                        seed=seed,
+                        top_logprobs=20,
+                        keep_top="all",
                     )
                     arm_rec = dict(arm, wire=prompt.wire, expected_tool=prompt.expected_tool)
                     import hashlib
 
                     psha = hashlib.sha256(prompt.text.encode()).hexdigest()
 
-                    def write(batch: list, arm_rec: dict = arm_rec, label: str = label, sc: Any = sc,
-                              seed: int = seed, psha: str = psha, be: Any = be, prefill: str = prompt.prefill) -> None:
+                    def write(
+                        batch: list,
+                        arm_rec: dict = arm_rec,
+                        label: str = label,
+                        sc: Any = sc,
+                        seed: int = seed,
+                        psha: str = psha,
+                        be: Any = be,
+                        prefill: str = prompt.prefill,
+                    ) -> None:
                         recs = [_record(s, arm_rec, label, sc.id, seed, psha, prefill, be) for s in batch]
                         store.append(recs)
                         bar.advance(task, len(recs))
 
                     # contiguous runs of missing indices keep per-index seeds identical on resume
                     for start, count in _runs(todo):
-                        sample(be, prompt.text, count, params, mask=mask, prefill=prompt.prefill,
-                               batch_size=spec.batch_size, start_index=start, on_batch=write)
+                        sample(
+                            be,
+                            prompt.text,
+                            count,
+                            params,
+                            mask=mask,
+                            prefill=prompt.prefill,
+                            batch_size=spec.batch_size,
+                            start_index=start,
+                            on_batch=write,
+                        )
             if spec.probe:
                 _run_probe(spec, store, scenarios, models, done, bar)
     finally:
@@ -317,7 +373,9 @@ def _runs(indices: list[int]) -> Iterable[tuple[int, int]]:
 _STRUCT = set(',}]":')
 
 
-def _record(s: Any, arm: dict, label: str, scenario: str, seed: int, psha: str, prefill: str, be: Any) -> dict:
+def _record(
+    s: Any, arm: dict, label: str, scenario: str, seed: int, psha: str, prefill: str, be: Any
+) -> dict:
     rec = s.to_record()
     # keep top-k only at structural decision points (tokens carrying , } ] " :) to bound run size
     rec["top"] = [
@@ -347,8 +405,10 @@ def _run_probe(spec: Spec, store: Any, scenarios: list, models: _Models, done: s
     from tooldecode.prompts import TranscriptOptions, gold_call_text, render_prompt
 
     probe = spec.probe
-    variants = [{k: v for k, v in zip(probe.get("fields", []), combo, strict=True)}
-                for combo in itertools.product(*[_as_list(probe[f]) for f in probe.get("fields", [])])] or [{}]
+    variants = [
+        {k: v for k, v in zip(probe.get("fields", []), combo, strict=True)}
+        for combo in itertools.product(*[_as_list(probe[f]) for f in probe.get("fields", [])])
+    ] or [{}]
     rows = []
     existing = store.derived_path("probe.jsonl")
     if existing.exists():
@@ -369,16 +429,31 @@ def _run_probe(spec: Spec, store: Any, scenarios: list, models: _Models, done: s
                 free = TranscriptOptions(**{**opts.__dict__, "conditioning": "free"})
                 prompt = render_prompt(sc, ref, free)
                 call = gold_call_text(sc, free, ref.family)
-                pts = probe_call(be, prompt.text, call, select=probe.get("select"),
-                                 config=ProbeConfig(depth=int(probe.get("depth", 3))),
-                                 samples=int(probe.get("samples", 0)), seed=0)
+                pts = probe_call(
+                    be,
+                    prompt.text,
+                    call,
+                    select=probe.get("select"),
+                    config=ProbeConfig(depth=int(probe.get("depth", 3))),
+                    samples=int(probe.get("samples", 0)),
+                    seed=0,
+                )
                 n_items = len(sc.edits)
                 for dp in pts:
                     row = dp.to_dict()
-                    row.update(model=model, variant=base, variant_label=vlabel, scenario=sc.id, wire=prompt.wire,
-                               call_style=opts.call_style, n_items=n_items,
-                               item_index=_item_index(dp.path), newtext_lines=dp.value_lines,
-                               newtext_chars=dp.value_chars, newtext_escapes=dp.value_escapes)
+                    row.update(
+                        model=model,
+                        variant=base,
+                        variant_label=vlabel,
+                        scenario=sc.id,
+                        wire=prompt.wire,
+                        call_style=opts.call_style,
+                        n_items=n_items,
+                        item_index=_item_index(dp.path),
+                        newtext_lines=dp.value_lines,
+                        newtext_chars=dp.value_chars,
+                        newtext_escapes=dp.value_escapes,
+                    )
                     rows.append(row)
                 store.write_derived("probe.jsonl", rows)
 

@@ -91,7 +91,11 @@ def load_run(path: Path, *, score: bool = True) -> Run | None:
             rescore(store, score_record, SCORER_VERSION)
             return load_run(path, score=score)
     probe_path = path / "probe.jsonl"
-    probe = [json.loads(x) for x in probe_path.read_text().splitlines() if x.strip()] if probe_path.exists() else []
+    probe = (
+        [json.loads(x) for x in probe_path.read_text().splitlines() if x.strip()]
+        if probe_path.exists()
+        else []
+    )
     store.close()
     return Run(path.name, path, store.manifest, samples, verdicts, probe)
 
@@ -176,7 +180,10 @@ def l2_breakdown(samples: Sequence[dict]) -> tuple[dict[str, Rate], Counter]:
             kinds.append("invented key")
             zoo[detail or "?"] += 1
     n = len(kinds)
-    return {k: wilson(kinds.count(k), n) for k in ("close", "invented key", "gold key again", "next item", "other")}, zoo
+    return {
+        k: wilson(kinds.count(k), n)
+        for k in ("close", "invented key", "gold key again", "next item", "other")
+    }, zoo
 
 
 def l2_rates(samples: Sequence[dict]) -> dict[str, Rate]:
@@ -202,13 +209,22 @@ def _verdict_word(lo: float, hi: float, claimed_positive: bool = True) -> str:
 
 
 def build_findings(runs_dir: Path) -> list[dict[str, str]]:
-    runs = {p.name: load_run(p) for p in sorted(runs_dir.iterdir()) if p.is_dir()} if runs_dir.exists() else {}
+    runs = (
+        {p.name: load_run(p) for p in sorted(runs_dir.iterdir()) if p.is_dir()} if runs_dir.exists() else {}
+    )
     runs = {k: v for k, v in runs.items() if v is not None}
     rows: list[dict[str, str]] = []
 
     def missing(obs: str, claim: str, spec: str) -> None:
-        rows.append({"observation": obs, "claim": claim, "measured": "not run in the committed runs",
-                     "verdict": "not measured", "command": f"tooldecode run experiments/{spec}.toml"})
+        rows.append(
+            {
+                "observation": obs,
+                "claim": claim,
+                "measured": "not run in the committed runs",
+                "verdict": "not measured",
+                "command": f"tooldecode run experiments/{spec}.toml",
+            }
+        )
 
     e0 = runs.get("e0-native-format")
     if e0:
@@ -230,33 +246,41 @@ def build_findings(runs_dir: Path) -> list[dict[str, str]]:
             if level == "L2":
                 bl, zoo = l2_breakdown(loose)
                 bs, _ = l2_breakdown(strict)
-                part += (f"; continuation right after the gold newText, loose: close {bl['close']}, invented key "
-                         f"{bl['invented key']}, gold key again {bl['gold key again']}, next item {bl['next item']}, "
-                         f"string goes on {bl['other']}; strict: close {bs['close']}, invented key {bs['invented key']}, "
-                         f"string goes on {bs['other']}; keys seen: {dict(zoo.most_common(8))}")
+                part += (
+                    f"; continuation right after the gold newText, loose: close {bl['close']}, invented key "
+                    f"{bl['invented key']}, gold key again {bl['gold key again']}, next item {bl['next item']}, "
+                    f"string goes on {bl['other']}; strict: close {bs['close']}, invented key {bs['invented key']}, "
+                    f"string goes on {bs['other']}; keys seen: {dict(zoo.most_common(8))}"
+                )
             parts.append(part)
-        rows.append({
-            "observation": "Invented keys inside edits[] items (loose sampling); strict decoding removes them",
-            "claim": "Newer models sometimes append made-up keys inside edits[] items; strict mode (closed objects) "
-                     "made the failure disappear.",
-            "measured": f"{model}, agentic: " + "; ".join(parts),
-            "verdict": _e1_verdict(e1),
-            "command": cmd,
-        })
+        rows.append(
+            {
+                "observation": "Invented keys inside edits[] items (loose sampling); strict decoding removes them",
+                "claim": "Newer models sometimes append made-up keys inside edits[] items; strict mode (closed objects) "
+                "made the failure disappear.",
+                "measured": f"{model}, agentic: " + "; ".join(parts),
+                "verdict": _e1_verdict(e1),
+                "command": cmd,
+            }
+        )
         # 2. payload correct in rejected calls
         loose = _arm_filter(e1.samples, mode="loose")
         inv = [s for s in loose if verdict_of(e1, s).get("verdict") == "invented_key"]
         pc = rate_of(inv, lambda s: bool((verdict_of(e1, s).get("payload") or {}).get("file_correct")))
         val = [s for s in loose if verdict_of(e1, s).get("verdict") == "valid"]
         pv = rate_of(val, lambda s: bool((verdict_of(e1, s).get("payload") or {}).get("file_correct")))
-        rows.append({
-            "observation": "Payloads of rejected calls were byte-correct",
-            "claim": "The oldText/newText payloads of calls rejected for invented keys were byte-for-byte correct.",
-            "measured": f"{model}: file byte-correct after applying the call in invented-key calls {pc}; "
-                        f"in valid calls {pv} (loose, all levels)",
-            "verdict": "reproduces" if pc.n and pc.lo > 0.5 else ("inconclusive" if pc.n < 5 else "does not reproduce"),
-            "command": cmd,
-        })
+        rows.append(
+            {
+                "observation": "Payloads of rejected calls were byte-correct",
+                "claim": "The oldText/newText payloads of calls rejected for invented keys were byte-for-byte correct.",
+                "measured": f"{model}: file byte-correct after applying the call in invented-key calls {pc}; "
+                f"in valid calls {pv} (loose, all levels)",
+                "verdict": "reproduces"
+                if pc.n and pc.lo > 0.5
+                else ("inconclusive" if pc.n < 5 else "does not reproduce"),
+                "command": cmd,
+            }
+        )
         # 7. where the masked mass goes
         rows.append(_e7_row(e1))
         # lenient harness
@@ -269,14 +293,38 @@ def build_findings(runs_dir: Path) -> list[dict[str, str]]:
         missing("Invented keys inside edits[] items; strict removes them", "brief §1", "e1_strict_vs_loose")
 
     for spec, field, a, b, obs, claim in [
-        ("e2-history", "history", "agentic", "fresh", "History: agentic vs fresh",
-         "A fresh single-turn prompt did not reproduce the failure; an agentic history did (about 20%)."),
-        ("e3-thinking", "thinking", True, False, "Thinking blocks kept vs stripped",
-         "Removing thinking blocks from the history roughly halved the failure rate."),
-        ("e8-schema-view", "schema_view", "closed", "as-written", "Schema presentation: additionalProperties:false shown",
-         "The schema text itself may be what the model copies; closing objects in the text could change it."),
-        ("e9-prior", "prior", True, False, "Prior from a flat edit tool in the history",
-         "A prior for a flat edit tool with one optional flag makes the model add a field in the nested shape."),
+        (
+            "e2-history",
+            "history",
+            "agentic",
+            "fresh",
+            "History: agentic vs fresh",
+            "A fresh single-turn prompt did not reproduce the failure; an agentic history did (about 20%).",
+        ),
+        (
+            "e3-thinking",
+            "thinking",
+            True,
+            False,
+            "Thinking blocks kept vs stripped",
+            "Removing thinking blocks from the history roughly halved the failure rate.",
+        ),
+        (
+            "e8-schema-view",
+            "schema_view",
+            "closed",
+            "as-written",
+            "Schema presentation: additionalProperties:false shown",
+            "The schema text itself may be what the model copies; closing objects in the text could change it.",
+        ),
+        (
+            "e9-prior",
+            "prior",
+            True,
+            False,
+            "Prior from a flat edit tool in the history",
+            "A prior for a flat edit tool with one optional flag makes the model add a field in the nested shape.",
+        ),
     ]:
         run = runs.get(spec)
         if not run:
@@ -285,8 +333,17 @@ def build_findings(runs_dir: Path) -> list[dict[str, str]]:
         rows.append(_variant_row(run, field, a, b, obs, claim))
 
     e4 = runs.get("e4-tool-shape")
-    rows.append(_shape_row(e4) if e4 else {"observation": "Tool shape", "claim": "", "measured": "not run",
-                                             "verdict": "not measured", "command": "tooldecode run experiments/e4_tool_shape.toml"})
+    rows.append(
+        _shape_row(e4)
+        if e4
+        else {
+            "observation": "Tool shape",
+            "claim": "",
+            "measured": "not run",
+            "verdict": "not measured",
+            "command": "tooldecode run experiments/e4_tool_shape.toml",
+        }
+    )
     e5 = runs.get("e5-close-brace")
     if e5:
         rows.append(_entropy_row(e5))
@@ -312,16 +369,26 @@ def _e0_row(e0: Run) -> dict[str, str]:
     parts = []
     for (model, fmt, temp), ss in sorted(groups.items()):
         vs = [verdict_of(e0, s) for s in ss]
-        edit = [v for v in vs if v.get("tool") == "edit" and v.get("verdict") not in ("no_call", "json_syntax", "truncated")]
+        edit = [
+            v
+            for v in vs
+            if v.get("tool") == "edit" and v.get("verdict") not in ("no_call", "json_syntax", "truncated")
+        ]
         wraps = Counter(v.get("wrapping") or "none" for v in vs)
         tools = Counter(v.get("tool") or "-" for v in vs)
         short = model.replace("qwen2.5-coder-", "").replace("-instruct", "")
-        parts.append(f"{short} {fmt} T={temp}: parseable edit call {wilson(len(edit), len(vs))}; "
-                     f"wrappings {dict(wraps.most_common(4))}; tools {dict(tools.most_common(3))}")
-    return {"observation": "L0: do small models call the edit tool on their own, and in which wrapping?",
-            "claim": "Brief §8: no <tool_call> tags; 33-51% of free samples were edit calls; a diagnosis before "
-                     "the call lowered the rate.",
-            "measured": "; ".join(parts), "verdict": "descriptive", "command": e0.command()}
+        parts.append(
+            f"{short} {fmt} T={temp}: parseable edit call {wilson(len(edit), len(vs))}; "
+            f"wrappings {dict(wraps.most_common(4))}; tools {dict(tools.most_common(3))}"
+        )
+    return {
+        "observation": "L0: do small models call the edit tool on their own, and in which wrapping?",
+        "claim": "Brief §8: no <tool_call> tags; 33-51% of free samples were edit calls; a diagnosis before "
+        "the call lowered the rate.",
+        "measured": "; ".join(parts),
+        "verdict": "descriptive",
+        "command": e0.command(),
+    }
 
 
 def _e1_verdict(e1: Run) -> str:
@@ -340,7 +407,11 @@ def _e1_verdict(e1: Run) -> str:
         return "BUG: strict L2 sample continued with an invented key"
     if bl["invented key"].lo > 0:
         return "reproduces at L2 (loose invents keys after the gold newText; strict never does)"
-    return "strict 0 by construction; loose rate not distinguishable from 0 at this n" if k_l == 0 else "inconclusive"
+    return (
+        "strict 0 by construction; loose rate not distinguishable from 0 at this n"
+        if k_l == 0
+        else "inconclusive"
+    )
 
 
 def _variant_row(run: Run, field: str, a: Any, b: Any, obs: str, claim: str) -> dict[str, str]:
@@ -348,9 +419,18 @@ def _variant_row(run: Run, field: str, a: Any, b: Any, obs: str, claim: str) -> 
     sb = _arm_filter(run.samples, **{field: b})
     ra, rb = l2_rates(sa)["continue"], l2_rates(sb)["continue"]
     cont = lambda s: continuation_class(s["text"])[0] == "continue"  # noqa: E731
-    d, lo, hi = (cluster_bootstrap_diff([cont(s) for s in sa], [s["scenario"] for s in sa],
-                                        [cont(s) for s in sb], [s["scenario"] for s in sb], paired=True, seed=0)
-                 if sa and sb else (float("nan"),) * 3)
+    d, lo, hi = (
+        cluster_bootstrap_diff(
+            [cont(s) for s in sa],
+            [s["scenario"] for s in sa],
+            [cont(s) for s in sb],
+            [s["scenario"] for s in sb],
+            paired=True,
+            seed=0,
+        )
+        if sa and sb
+        else (float("nan"),) * 3
+    )
     pa = probe_values(run, "newText", **{field: a})
     pb = probe_values(run, "newText", **{field: b})
     pd, plo, phi, pn = paired_probe_diff(pa, pb)
@@ -363,9 +443,13 @@ def _variant_row(run: Run, field: str, a: Any, b: Any, obs: str, claim: str) -> 
         f"L3 P(continue) after newText: {field}={a} {mean_over_scenarios(pa)}; {field}={b} {mean_over_scenarios(pb)}; "
         f"paired difference {pd:.3f} [{plo:.3f}, {phi:.3f}] (n={pn})"
     )
-    return {"observation": obs, "claim": claim, "measured": measured,
-            "verdict": _verdict_word(lo, hi) + " (L2)" + f"; {_verdict_word(plo, phi)} (L3)",
-            "command": run.command()}
+    return {
+        "observation": obs,
+        "claim": claim,
+        "measured": measured,
+        "verdict": _verdict_word(lo, hi) + " (L2)" + f"; {_verdict_word(plo, phi)} (L3)",
+        "command": run.command(),
+    }
 
 
 def _e7_row(e1: Run) -> dict[str, str]:
@@ -375,6 +459,7 @@ def _e7_row(e1: Run) -> dict[str, str]:
         loose = _arm_filter(e1.samples, level=level, mode="loose")
         if not strict:
             continue
+
         def summary(ss: list[dict]) -> str:
             n = len(ss)
             vs = [verdict_of(e1, s) for s in ss]
@@ -382,16 +467,28 @@ def _e7_row(e1: Run) -> dict[str, str]:
             for v in vs:
                 p = v.get("payload") or {}
                 if p:
-                    items["more items than gold" if p.get("n_edits", 0) > p.get("n_gold", 0) else
-                          "fewer items than gold" if p.get("n_edits", 0) < p.get("n_gold", 0) else "same items"] += 1
+                    items[
+                        "more items than gold"
+                        if p.get("n_edits", 0) > p.get("n_gold", 0)
+                        else "fewer items than gold"
+                        if p.get("n_edits", 0) < p.get("n_gold", 0)
+                        else "same items"
+                    ] += 1
             fc = sum(1 for v in vs if (v.get("payload") or {}).get("file_correct"))
             removed = [max(s.get("mask_removed") or [0]) for s in ss]
-            return (f"n={n}, file byte-correct {wilson(fc, n)}, items {dict(items)}, "
-                    f"median max mask-removed mass {np.median(removed) if removed else float('nan'):.3f}")
+            return (
+                f"n={n}, file byte-correct {wilson(fc, n)}, items {dict(items)}, "
+                f"median max mask-removed mass {np.median(removed) if removed else float('nan'):.3f}"
+            )
+
         out.append(f"{level} strict: {summary(strict)}; {level} loose: {summary(loose)}")
-    return {"observation": "E7: where the masked probability mass goes under strict decoding",
-            "claim": "Grammar masking removes the ',' branch; the wish to continue must go somewhere.",
-            "measured": " | ".join(out) or "no strict samples", "verdict": "descriptive", "command": e1.command()}
+    return {
+        "observation": "E7: where the masked probability mass goes under strict decoding",
+        "claim": "Grammar masking removes the ',' branch; the wish to continue must go somewhere.",
+        "measured": " | ".join(out) or "no strict samples",
+        "verdict": "descriptive",
+        "command": e1.command(),
+    }
 
 
 def _repair_row(e1: Run) -> dict[str, str]:
@@ -400,21 +497,39 @@ def _repair_row(e1: Run) -> dict[str, str]:
     acc = rescue_accounting(e1.samples, e1.manifest)
 
     def r(d: dict) -> str:
-        return str(Rate(d["k"], d["n"], d["rate"] if d["rate"] is not None else float("nan"),
-                        d["lo"] if d["lo"] is not None else 0.0, d["hi"] if d["hi"] is not None else 1.0))
+        return str(
+            Rate(
+                d["k"],
+                d["n"],
+                d["rate"] if d["rate"] is not None else float("nan"),
+                d["lo"] if d["lo"] is not None else 0.0,
+                d["hi"] if d["hi"] is not None else 1.0,
+            )
+        )
 
-    table = "; ".join(f"{t['method']}: valid {r(t['valid'])}, valid with byte-correct payload {r(t['valid_payload'])}"
-                      for t in acc.get("table", []) if t.get("condition") == "all")
+    table = "; ".join(
+        f"{t['method']}: valid {r(t['valid'])}, valid with byte-correct payload {r(t['valid_payload'])}"
+        for t in acc.get("table", [])
+        if t.get("condition") == "all"
+    )
     kinds = ", ".join(f"{k} {v['samples']}" for k, v in acc.get("kinds", {}).items() if v["samples"])
-    by = ", ".join(f"{k} {v['n']}" for k, v in sorted(acc.get("by_verdict", {}).items(), key=lambda kv: -kv[1]["n"]))
-    measured = (f"loose samples failing strict validation: {acc['n_failing_strict']} of {acc['n_loose']} "
-                f"({by}); rescued by repair {r(acc['rescued_share'])}; of those payload byte-correct "
-                f"{r(acc['rescued_payload_share'])}; repairs applied: {kinds or 'none'}; retry signals "
-                f"{acc['n_retry_signal']}. Same scenarios, all levels: {table}")
-    return {"observation": "A lenient harness silently repairs sloppy calls: how much would it rescue?",
-            "claim": "A tolerant client drops unknown keys, accepts aliases, coerces types, repairs escapes, and "
-                     "does not use strict mode.",
-            "measured": measured, "verdict": "descriptive", "command": f"tooldecode repair {e1.path}"}
+    by = ", ".join(
+        f"{k} {v['n']}" for k, v in sorted(acc.get("by_verdict", {}).items(), key=lambda kv: -kv[1]["n"])
+    )
+    measured = (
+        f"loose samples failing strict validation: {acc['n_failing_strict']} of {acc['n_loose']} "
+        f"({by}); rescued by repair {r(acc['rescued_share'])}; of those payload byte-correct "
+        f"{r(acc['rescued_payload_share'])}; repairs applied: {kinds or 'none'}; retry signals "
+        f"{acc['n_retry_signal']}. Same scenarios, all levels: {table}"
+    )
+    return {
+        "observation": "A lenient harness silently repairs sloppy calls: how much would it rescue?",
+        "claim": "A tolerant client drops unknown keys, accepts aliases, coerces types, repairs escapes, and "
+        "does not use strict mode.",
+        "measured": measured,
+        "verdict": "descriptive",
+        "command": f"tooldecode repair {e1.path}",
+    }
 
 
 def _agreement_row(e1: Run, e5: Run) -> dict[str, str]:
@@ -432,19 +547,27 @@ def _agreement_row(e1: Run, e5: Run) -> dict[str, str]:
             last = max(probe[sc], key=lambda r: r.get("item_index") or 0)
             pairs.append((float(np.mean(vals)), last["p_continue"], len(vals)))
     if not pairs:
-        return {"observation": "L2 sampled rate vs L3 exact probability", "claim": "", "measured": "no overlap",
-                "verdict": "not measured", "command": ""}
+        return {
+            "observation": "L2 sampled rate vs L3 exact probability",
+            "claim": "",
+            "measured": "no overlap",
+            "verdict": "not measured",
+            "command": "",
+        }
     sampled = sum(p[0] * p[2] for p in pairs) / sum(p[2] for p in pairs)
     exact = float(np.mean([p[1] for p in pairs]))
     k = sum(round(p[0] * p[2]) for p in pairs)
     n = sum(p[2] for p in pairs)
     r = wilson(k, n)
     inside = r.lo <= exact <= r.hi
-    return {"observation": "Instrument check: L2 sampled continue-rate vs L3 exact P(continue) at the same point",
-            "claim": "They measure the same event (T=1, no truncation), so they must agree.",
-            "measured": f"{len(pairs)} scenarios: sampled {r} vs mean exact {exact:.3f} "
-                        f"(sample-weighted sampled mean {sampled:.3f})",
-            "verdict": "agree" if inside else "disagree (check the harness)", "command": f"{e1.command()}; {e5.command()}"}
+    return {
+        "observation": "Instrument check: L2 sampled continue-rate vs L3 exact P(continue) at the same point",
+        "claim": "They measure the same event (T=1, no truncation), so they must agree.",
+        "measured": f"{len(pairs)} scenarios: sampled {r} vs mean exact {exact:.3f} "
+        f"(sample-weighted sampled mean {sampled:.3f})",
+        "verdict": "agree" if inside else "disagree (check the harness)",
+        "command": f"{e1.command()}; {e5.command()}",
+    }
 
 
 def _entropy_row(e5: Run) -> dict[str, str]:
@@ -465,22 +588,33 @@ def _entropy_row(e5: Run) -> dict[str, str]:
     share = wilson(first, len(calls))
     top = "newText" if share.lo > 0.5 else None
     pc = probe_values(e5, "newText")
-    return {"observation": "E5: the close-brace decision after newText is the highest-entropy point of the call",
-            "claim": "Right after closing a long escaped multi-line newText the model chooses between '}' and one "
-                     "more key; that is the highest-entropy point.",
-            "measured": "Entropy (nats) of the next-token distribution at each decision point, mean [95% t CI]: "
-                        + "; ".join(parts) + f". Calls whose highest-entropy decision is a newText close: {share}. "
-                        f"P(continue) after newText: {mean_over_scenarios(pc)}",
-            "verdict": ("reproduces" if top == "newText" else
-                        "does not reproduce: the newText close is one of several high-entropy points, not the highest"),
-            "command": e5.command()}
+    return {
+        "observation": "E5: the close-brace decision after newText is the highest-entropy point of the call",
+        "claim": "Right after closing a long escaped multi-line newText the model chooses between '}' and one "
+        "more key; that is the highest-entropy point.",
+        "measured": "Entropy (nats) of the next-token distribution at each decision point, mean [95% t CI]: "
+        + "; ".join(parts)
+        + f". Calls whose highest-entropy decision is a newText close: {share}. "
+        f"P(continue) after newText: {mean_over_scenarios(pc)}",
+        "verdict": (
+            "reproduces"
+            if top == "newText"
+            else "does not reproduce: the newText close is one of several high-entropy points, not the highest"
+        ),
+        "command": e5.command(),
+    }
 
 
 def _length_row(e5: Run) -> dict[str, str]:
     rows = [r for r in e5.probe if r.get("after") == "newText"]
     if len(rows) < 3:
-        return {"observation": "P(continue) vs newText length", "claim": "", "measured": "too few points",
-                "verdict": "inconclusive", "command": e5.command()}
+        return {
+            "observation": "P(continue) vs newText length",
+            "claim": "",
+            "measured": "too few points",
+            "verdict": "inconclusive",
+            "command": e5.command(),
+        }
     x = np.array([r["newtext_lines"] for r in rows], dtype=float)
     y = np.array([r["p_continue"] for r in rows], dtype=float)
     rx, ry = _rank(x), _rank(y)
@@ -495,18 +629,29 @@ def _length_row(e5: Run) -> dict[str, str]:
     lo, hi = np.percentile(boots, [2.5, 97.5])
     short = [r["p_continue"] for r in rows if r["newtext_lines"] <= 2]
     long_ = [r["p_continue"] for r in rows if r["newtext_lines"] >= 15]
-    last = [r["p_continue"] for r in rows if r.get("item_index") is not None and r["item_index"] == r["n_items"] - 1]
-    notlast = [r["p_continue"] for r in rows if r.get("item_index") is not None and r["item_index"] < r["n_items"] - 1]
-    return {"observation": "E5: P(continue) after newText against newText length and position in the call",
-            "claim": "The failure appeared after long, escaped, multi-line newText values; the brief's first probe "
-                     "found it higher after the first item of a two-edit call than after the last.",
-            "measured": f"{len(rows)} decision points: Spearman rho(lines, P(continue)) = {rho:.3f} "
-                        f"[{lo:.3f}, {hi:.3f}] (bootstrap); mean P(continue) newText <= 2 lines "
-                        f"{np.mean(short) if short else float('nan'):.3f} (n={len(short)}), >= 15 lines "
-                        f"{np.mean(long_) if long_ else float('nan'):.3f} (n={len(long_)}); last item "
-                        f"{np.mean(last) if last else float('nan'):.3f} (n={len(last)}) vs earlier items "
-                        f"{np.mean(notlast) if notlast else float('nan'):.3f} (n={len(notlast)})",
-            "verdict": _verdict_word(lo, hi) + " (length effect)", "command": e5.command()}
+    last = [
+        r["p_continue"]
+        for r in rows
+        if r.get("item_index") is not None and r["item_index"] == r["n_items"] - 1
+    ]
+    notlast = [
+        r["p_continue"]
+        for r in rows
+        if r.get("item_index") is not None and r["item_index"] < r["n_items"] - 1
+    ]
+    return {
+        "observation": "E5: P(continue) after newText against newText length and position in the call",
+        "claim": "The failure appeared after long, escaped, multi-line newText values; the brief's first probe "
+        "found it higher after the first item of a two-edit call than after the last.",
+        "measured": f"{len(rows)} decision points: Spearman rho(lines, P(continue)) = {rho:.3f} "
+        f"[{lo:.3f}, {hi:.3f}] (bootstrap); mean P(continue) newText <= 2 lines "
+        f"{np.mean(short) if short else float('nan'):.3f} (n={len(short)}), >= 15 lines "
+        f"{np.mean(long_) if long_ else float('nan'):.3f} (n={len(long_)}); last item "
+        f"{np.mean(last) if last else float('nan'):.3f} (n={len(last)}) vs earlier items "
+        f"{np.mean(notlast) if notlast else float('nan'):.3f} (n={len(notlast)})",
+        "verdict": _verdict_word(lo, hi) + " (length effect)",
+        "command": e5.command(),
+    }
 
 
 def _rank(a: np.ndarray) -> np.ndarray:
@@ -529,15 +674,24 @@ def _shape_row(e4: Run) -> dict[str, str]:
         parts.append(f"{ts}: P(continue) after {key} {mean_over_scenarios(vals)}")
         c: Counter = Counter()
         for row in e4.probe:
-            if row.get("after") == key and row.get("variant", {}).get("toolset") == ts and row.get("continuations"):
+            if (
+                row.get("after") == key
+                and row.get("variant", {}).get("toolset") == ts
+                and row.get("continuations")
+            ):
                 c.update(row["continuations"])
         tally[ts] = c
-    zoo = "; ".join(f"{ts}: " + ", ".join(f"{k} {v}" for k, v in c.most_common(6)) for ts, c in tally.items() if c)
-    return {"observation": "E4: tool shape (nested edits[] vs flat Edit vs MultiEdit)",
-            "claim": "A flat edit tool with one optional flag (replace_all) trains a prior for 'one more key'.",
-            "measured": "; ".join(parts) + (f". Sampled continuations from the decision point: {zoo}" if zoo else ""),
-            "verdict": "descriptive (flat Edit legitimately allows replace_all after new_string)",
-            "command": e4.command()}
+    zoo = "; ".join(
+        f"{ts}: " + ", ".join(f"{k} {v}" for k, v in c.most_common(6)) for ts, c in tally.items() if c
+    )
+    return {
+        "observation": "E4: tool shape (nested edits[] vs flat Edit vs MultiEdit)",
+        "claim": "A flat edit tool with one optional flag (replace_all) trains a prior for 'one more key'.",
+        "measured": "; ".join(parts)
+        + (f". Sampled continuations from the decision point: {zoo}" if zoo else ""),
+        "verdict": "descriptive (flat Edit legitimately allows replace_all after new_string)",
+        "command": e4.command(),
+    }
 
 
 def _wire_row(e6: Run) -> dict[str, str]:
@@ -546,10 +700,13 @@ def _wire_row(e6: Run) -> dict[str, str]:
         vals = probe_values(e6, "newText", call_format=fmt)
         if vals:
             parts.append(f"{fmt}: {mean_over_scenarios(vals)}")
-    return {"observation": "E6: wire format as a variable",
-            "claim": "The channel (serialization, route) is an independent variable.",
-            "measured": "P(continue) after newText by call format: " + "; ".join(parts),
-            "verdict": "descriptive", "command": e6.command()}
+    return {
+        "observation": "E6: wire format as a variable",
+        "claim": "The channel (serialization, route) is an independent variable.",
+        "measured": "P(continue) after newText by call format: " + "; ".join(parts),
+        "verdict": "descriptive",
+        "command": e6.command(),
+    }
 
 
 def _noise_row(e10: Run) -> dict[str, str]:
@@ -560,26 +717,41 @@ def _noise_row(e10: Run) -> dict[str, str]:
         by_seed[s["seed"]].append(s)
     rates = {seed: l2_rates(ss)["continue"] for seed, ss in sorted(by_seed.items())}
     nf = noise_floor([r.rate for r in rates.values()])
-    return {"observation": "E10: noise floor (E1 L2 loose, three seeds)",
-            "claim": "Reruns differ; measure the noise before ranking.",
-            "measured": "continue-after-newText per seed: " + "; ".join(f"seed {k}: {v}" for k, v in rates.items())
-                        + f"; spread max-min {nf['max_abs_diff']:.3f}, sd {nf['sd']:.3f}",
-            "verdict": "descriptive (every other L2 difference is read against this spread)", "command": e10.command()}
+    return {
+        "observation": "E10: noise floor (E1 L2 loose, three seeds)",
+        "claim": "Reruns differ; measure the noise before ranking.",
+        "measured": "continue-after-newText per seed: "
+        + "; ".join(f"seed {k}: {v}" for k, v in rates.items())
+        + f"; spread max-min {nf['max_abs_diff']:.3f}, sd {nf['sd']:.3f}",
+        "verdict": "descriptive (every other L2 difference is read against this spread)",
+        "command": e10.command(),
+    }
 
 
 def _e11_row(e11: Run) -> dict[str, str]:
     with_kw = [s for s in e11.samples if s["arm"].get("schema_extra")]
     without = [s for s in e11.samples if not s["arm"].get("schema_extra")]
+
     def empty_field(s: dict) -> bool:
         args = verdict_of(e11, s).get("arguments") or {}
         edits = args.get("edits") if isinstance(args, dict) else None
-        return bool(isinstance(edits, list) and any(isinstance(e, dict) and (e.get("oldText") == "" or e.get("newText") == "")
-                                                     for e in edits))
+        return bool(
+            isinstance(edits, list)
+            and any(isinstance(e, dict) and (e.get("oldText") == "" or e.get("newText") == "") for e in edits)
+        )
+
     def over(s: dict) -> bool:
         args = verdict_of(e11, s).get("arguments") or {}
         edits = args.get("edits") if isinstance(args, dict) else None
-        return bool(isinstance(edits, list) and any(isinstance(e, dict) and any(isinstance(e.get(k), str) and len(e[k]) > 256
-                                                                                 for k in ("oldText", "newText")) for e in edits))
+        return bool(
+            isinstance(edits, list)
+            and any(
+                isinstance(e, dict)
+                and any(isinstance(e.get(k), str) and len(e[k]) > 256 for k in ("oldText", "newText"))
+                for e in edits
+            )
+        )
+
     valid = lambda s: verdict_of(e11, s).get("verdict") == "valid"  # noqa: E731
     parts = [
         f"valid calls: with keywords {rate_of(with_kw, valid)} vs without {rate_of(without, valid)}",
@@ -587,22 +759,32 @@ def _e11_row(e11: Run) -> dict[str, str]:
         f"a field longer than 256 chars: {rate_of(with_kw, over)} vs {rate_of(without, over)}",
     ]
     d = newcombe_diff(sum(map(valid, with_kw)), len(with_kw), sum(map(valid, without)), len(without))
-    return {"observation": "E11: minLength/maxLength in the prompt's schema (claims of the third article)",
-            "claim": "'maxLength: 256 keeps 99.99% of tool blocks intact'; 'minLength: 1 means the model never emits "
-                     "an empty field' (unsourced).",
-            "measured": "; ".join(parts) + f"; difference in valid rate {d.diff:+.3f} [{d.lo:+.3f}, {d.hi:+.3f}], "
-                        f"Fisher p={d.p_fisher:.3f}",
-            "verdict": "no detectable effect" if d.lo < 0 < d.hi else "effect detected",
-            "command": e11.command()}
+    return {
+        "observation": "E11: minLength/maxLength in the prompt's schema (claims of the third article)",
+        "claim": "'maxLength: 256 keeps 99.99% of tool blocks intact'; 'minLength: 1 means the model never emits "
+        "an empty field' (unsourced).",
+        "measured": "; ".join(parts)
+        + f"; difference in valid rate {d.diff:+.3f} [{d.lo:+.3f}, {d.hi:+.3f}], "
+        f"Fisher p={d.p_fisher:.3f}",
+        "verdict": "no detectable effect" if d.lo < 0 < d.hi else "effect detected",
+        "command": e11.command(),
+    }
 
 
 def write_findings(rows: list[dict[str, str]], out: Path, *, preamble: str = "") -> Path:
-    lines = ["# Findings", "", preamble.strip(), "",
-             "| # | observation (brief) | claim | measured (model, n, rate, 95% interval) | verdict | command |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "# Findings",
+        "",
+        preamble.strip(),
+        "",
+        "| # | observation (brief) | claim | measured (model, n, rate, 95% interval) | verdict | command |",
+        "|---|---|---|---|---|---|",
+    ]
     for i, r in enumerate(rows, 1):
-        cells = [str(i)] + [r[k].replace("|", "\\|").replace("\n", " ") for k in
-                            ("observation", "claim", "measured", "verdict", "command")]
+        cells = [str(i)] + [
+            r[k].replace("|", "\\|").replace("\n", " ")
+            for k in ("observation", "claim", "measured", "verdict", "command")
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     out.write_text("\n".join(lines) + "\n")
     return out

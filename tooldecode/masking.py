@@ -194,19 +194,24 @@ def _llama_grammar(grammar: str, backend: Any) -> MaskEngine:
     n_vocab = backend.n_vocab
     probe = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
     if not probe:
-        raise MaskError("llama.cpp's grammar parser rejected the grammar (set TOOLDECODE_LLAMA_VERBOSE=1 to see why)")
+        raise MaskError(
+            "llama.cpp's grammar parser rejected the grammar (set TOOLDECODE_LLAMA_VERBOSE=1 to see why)"
+        )
     llama_cpp.llama_sampler_free(probe)
 
     class LlamaMatcher:
         def __init__(self, prefill: str, prefill_ids: Sequence[int]) -> None:
             self.s = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
             self.data = np.zeros(
-                n_vocab, dtype=np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
+                n_vocab,
+                dtype=np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True),
             )
             self.data["id"] = np.arange(n_vocab, dtype=np.int32)
             self.arr = llama_cpp.llama_token_data_array(
                 data=self.data.ctypes.data_as(llama_cpp.llama_token_data_p),
-                size=n_vocab, selected=-1, sorted=False,
+                size=n_vocab,
+                selected=-1,
+                sorted=False,
             )
             for t in prefill_ids:
                 self.accept(t)

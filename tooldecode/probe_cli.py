@@ -21,14 +21,17 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     call = gold_call_text(sc, opts, ref.family)
     kw = {"n_ctx": 8192, "max_seqs": 32} if args.backend == "llamacpp" else {}
     be = load_backend(args.backend, ref, **kw)
-    points = probe_call(be, prompt.text, call, select=args.select, config=ProbeConfig(depth=args.depth),
-                        samples=args.samples)
+    points = probe_call(
+        be, prompt.text, call, select=args.select, config=ProbeConfig(depth=args.depth), samples=args.samples
+    )
     if args.json:
         for p in points:
             print(json.dumps(p.to_dict()))
         return 0
-    print(f"model {ref.id} ({args.backend}), scenario {sc.id}, variant {args.variant or 'default'}, "
-          f"wire {prompt.wire}, style {opts.call_style}, prompt {len(be.tokenize(prompt.text))} tokens")
+    print(
+        f"model {ref.id} ({args.backend}), scenario {sc.id}, variant {args.variant or 'default'}, "
+        f"wire {prompt.wire}, style {opts.call_style}, prompt {len(be.tokenize(prompt.text))} tokens"
+    )
     print(summarize(points))
     if args.samples:
         for p in points:
@@ -38,13 +41,21 @@ def _cmd_probe(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("probe", help="P(close) / P(continue) at each decision point of a scenario's gold call")
+    p = sub.add_parser(
+        "probe", help="P(close) / P(continue) at each decision point of a scenario's gold call"
+    )
     p.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
     p.add_argument("--scenario", required=True)
-    p.add_argument("--variant", default="", help="transcript variant words, e.g. agentic,thinking (see docs/prompts.md)")
+    p.add_argument(
+        "--variant", default="", help="transcript variant words, e.g. agentic,thinking (see docs/prompts.md)"
+    )
     p.add_argument("--backend", default="llamacpp", choices=["llamacpp", "hf"])
     p.add_argument("--select", help="only decision points after this key (e.g. newText)")
-    p.add_argument("--depth", type=int, default=3, help="expansion depth for tokens that stop before the decision")
-    p.add_argument("--samples", type=int, default=0, help="also sample K continuations per point and tally keys")
+    p.add_argument(
+        "--depth", type=int, default=3, help="expansion depth for tokens that stop before the decision"
+    )
+    p.add_argument(
+        "--samples", type=int, default=0, help="also sample K continuations per point and tally keys"
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per decision point")
     p.set_defaults(func=_cmd_probe)

@@ -245,7 +245,9 @@ def _hit_stop(row: _Row, stops: tuple[str, ...]) -> bool:
     return False
 
 
-def _choose(row: _Row, x: np.ndarray, params: SamplingParams, masked: bool, eog: frozenset[int]) -> int | None:
+def _choose(
+    row: _Row, x: np.ndarray, params: SamplingParams, masked: bool, eog: frozenset[int]
+) -> int | None:
     logp = _log_softmax(x.astype(np.float32, copy=False))
     h = float(_entropy(logp))
     weights = x
@@ -294,4 +296,8 @@ def _choose(row: _Row, x: np.ndarray, params: SamplingParams, masked: bool, eog:
 
 def structural_positions(backend: Backend, token_ids: Sequence[int]) -> list[int]:
     """Positions whose token carries a JSON structural character (where top-k is worth keeping)."""
-    return [i for i, t in enumerate(token_ids) if _STRUCTURAL & set(backend.token_bytes(t).decode("utf-8", "ignore"))]
+    return [
+        i
+        for i, t in enumerate(token_ids)
+        if _STRUCTURAL & set(backend.token_bytes(t).decode("utf-8", "ignore"))
+    ]

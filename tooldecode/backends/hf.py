@@ -199,7 +199,11 @@ def _quiet_gguf_progress() -> None:
 
 def _byte_decoder(tokenizer: Any) -> dict[str, int] | None:
     """GPT-2 style byte-level BPE: map the printable stand-in characters back to bytes."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    bs = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     cs = bs[:]
     n = 0
     for b in range(256):

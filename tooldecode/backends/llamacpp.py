@@ -86,11 +86,15 @@ class LlamaCppBackend(Backend):
         try:
             self._ctx = LlamaContext(model=self._model, params=cparams, verbose=False)
         except ValueError:
-            raise ModelError(f"llama.cpp could not create a context of {n_ctx} tokens for '{model.id}'") from None
+            raise ModelError(
+                f"llama.cpp could not create a context of {n_ctx} tokens for '{model.id}'"
+            ) from None
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx.ctx)
         self._vocab = self._model.vocab
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
-        self.eog_ids = frozenset(i for i in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, i))
+        self.eog_ids = frozenset(
+            i for i in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, i)
+        )
         self._add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self._batch = LlamaBatch(n_tokens=max(n_batch, max_seqs), embd=0, n_seq_max=1, verbose=False)
         self._cached: list[int] = []  # tokens held by sequence 0
@@ -140,7 +144,9 @@ class LlamaCppBackend(Backend):
             b.logits[i] = i in wanted
         rc = self._lc.llama_decode(self._ctx.ctx, b)
         if rc != 0:
-            raise ModelError(f"llama_decode failed (code {rc}); the prompt may exceed the context of {self.n_ctx}")
+            raise ModelError(
+                f"llama_decode failed (code {rc}); the prompt may exceed the context of {self.n_ctx}"
+            )
 
     def _logits_row(self, i: int) -> np.ndarray:
         ptr = self._lc.llama_get_logits_ith(self._ctx.ctx, i)
