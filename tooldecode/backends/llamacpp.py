@@ -22,7 +22,6 @@ from tooldecode.backends.base import Backend
 from tooldecode.errors import ModelError
 from tooldecode.models import ModelRef
 
-
 # ggml's OpenMP threads spin while waiting by default; on a shared 2-core machine that turns a 40 ms
 # decode step into ~900 ms whenever another process wants the CPU (measured: 867 ms vs 122 ms per step
 # under load). Passive waiting must be chosen before libgomp is loaded, i.e. before llama_cpp is imported.
