@@ -481,7 +481,18 @@ def _e7_row(e1: Run) -> dict[str, str]:
                 f"median max mask-removed mass {np.median(removed) if removed else float('nan'):.3f}"
             )
 
-        out.append(f"{level} strict: {summary(strict)}; {level} loose: {summary(loose)}")
+        extra = ""
+        if level == "L2":
+            first = [s for s in strict if s.get("mask_removed")]
+            removed0 = [s["mask_removed"][0] for s in first]
+            big = [s for s in first if s["mask_removed"][0] > 0.2]
+            goes_on = sum(1 for s in big if continuation_class(s["text"])[0] == "other")
+            extra = (
+                f"; at the decision right after the gold newText the mask removed a mean {np.mean(removed0):.3f} "
+                f"of the probability (max {max(removed0):.3f}, n={len(first)}); when it removed > 0.2 "
+                f"({len(big)} samples) the string went on instead of closing in {wilson(goes_on, len(big))}"
+            )
+        out.append(f"{level} strict: {summary(strict)}; {level} loose: {summary(loose)}{extra}")
     return {
         "observation": "E7: where the masked probability mass goes under strict decoding",
         "claim": "Grammar masking removes the ',' branch; the wish to continue must go somewhere.",
