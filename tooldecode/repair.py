@@ -656,8 +656,8 @@ def rescue_accounting(records: Iterable[dict], manifest: dict) -> dict:
 
 def _fmt_rate(r: dict) -> str:
     if r["rate"] is None:
-        return "–"
-    return f"{r['rate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] ({r['k']}/{r['n']})"
+        return f"{r['k']}/{r['n']} = n/a"
+    return f"{r['k']}/{r['n']} = {100 * r['rate']:.1f}% [{100 * r['lo']:.1f}, {100 * r['hi']:.1f}]"
 
 
 def format_rescue(summary: dict) -> str:
@@ -680,9 +680,34 @@ def format_rescue(summary: dict) -> str:
         for verdict, c in sorted(summary["by_verdict"].items()):
             lines.append(f"| {verdict} | {c['n']} | {c['rescued']} | {c['rescued_payload']} |")
     lines += ["", "| condition | method | valid | valid + payload correct |", "|---|---|---|---|"]
+    labels = _condition_labels([row["condition"] for row in summary["table"]])
     for row in summary["table"]:
         lines.append(
-            f"| {row['condition']} | {row['method']} | {_fmt_rate(row['valid'])} | "
+            f"| {labels[row['condition']]} | {row['method']} | {_fmt_rate(row['valid'])} | "
             f"{_fmt_rate(row['valid_payload'])} |"
         )
     return "\n".join(lines)
+
+
+def _condition_labels(conditions: list[str]) -> dict[str, str]:
+    """Short labels for condition keys: only the fields that differ between conditions."""
+    parsed: dict[str, dict] = {}
+    for c in conditions:
+        try:
+            value = json.loads(c)
+        except (TypeError, ValueError):
+            value = None
+        if isinstance(value, dict):
+            parsed[c] = value
+    varying = {
+        k
+        for d in parsed.values()
+        for k in d
+        if len({json.dumps(p.get(k), sort_keys=True) for p in parsed.values()}) > 1
+    }
+    out = {}
+    for c in conditions:
+        d = parsed.get(c)
+        out[c] = ", ".join(f"{k}={d[k]}" for k in sorted(varying) if k in d) if d else c
+        out[c] = out[c] or c
+    return out
