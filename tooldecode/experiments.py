@@ -70,6 +70,7 @@ class Spec:
     probe: dict[str, Any] = field(default_factory=dict)
     claim: str = ""
     path: Path | None = None
+    quick: bool = False
 
     def arms(self) -> list[dict[str, Any]]:
         fields = [f for f in VARIANT_FIELDS if f in self.variant]
@@ -102,7 +103,7 @@ def load_spec(path: str | os.PathLike[str], *, quick: bool = False) -> Spec:
     quick_over = raw.pop("quick", {})
     if quick:
         raw.update(quick_over)
-    known = set(Spec.__dataclass_fields__) - {"path"}
+    known = set(Spec.__dataclass_fields__) - {"path", "quick"}
     unknown = set(raw) - known
     if unknown:
         raise SpecError(
@@ -124,7 +125,7 @@ def load_spec(path: str | os.PathLike[str], *, quick: bool = False) -> Spec:
     for mode in raw.get("modes", []):
         if mode not in ("loose", "strict"):
             raise SpecError(f"{p}: modes must be 'loose' or 'strict', got {mode!r}")
-    return Spec(**raw, variant=variant, path=p)
+    return Spec(**raw, variant=variant, path=p, quick=quick)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,7 +267,7 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
     manifest["claim"] = spec.claim
     manifest["description"] = spec.description
     manifest["command"] = " ".join(
-        ["tooldecode", "run", str(spec.path)] + ([] if out is None else ["--out", str(out)])
+        ["tooldecode", "run", str(spec.path)] + (["--quick"] if spec.quick else []) + ["--out", str(out)]
     )
     store = RunStore.create(out, manifest)
     done = store.completed_keys()
