@@ -267,7 +267,7 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
     manifest["claim"] = spec.claim
     manifest["description"] = spec.description
     manifest["command"] = " ".join(
-        ["tooldecode", "run", str(spec.path)] + (["--quick"] if spec.quick else []) + ["--out", str(out)]
+        ["tooldecode", "run", _rel(spec.path)] + (["--quick"] if spec.quick else []) + ["--out", _rel(out)]
     )
     store = RunStore.create(out, manifest)
     done = store.completed_keys()
@@ -355,6 +355,15 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
             pass
     store.write_derived("timing.json", json.dumps(timing) + "\n")
     return out
+
+
+def _rel(path: Path | None) -> str:
+    if path is None:
+        return "?"
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def _runs(indices: list[int]) -> Iterable[tuple[int, int]]:
