@@ -434,12 +434,14 @@ def _variant_row(run: Run, field: str, a: Any, b: Any, obs: str, claim: str) -> 
     pa = probe_values(run, "newText", **{field: a})
     pb = probe_values(run, "newText", **{field: b})
     pd, plo, phi, pn = paired_probe_diff(pa, pb)
-    inv_a = rate_of(sa, lambda s: bool(invented_in_items(verdict_of(run, s))))
-    inv_b = rate_of(sb, lambda s: bool(invented_in_items(verdict_of(run, s))))
+    (ba, zoo_a), (bb, zoo_b) = l2_breakdown(sa), l2_breakdown(sb)
+    inv_a, inv_b = ba["invented key"], bb["invented key"]
+    zoo = dict((zoo_a + zoo_b).most_common(6))
     model = run.manifest.get("model", {}).get("id", "?")
     measured = (
         f"{model}, L2 continue-after-newText: {field}={a} {ra} vs {field}={b} {rb}; difference "
-        f"{fmt_ci(d, lo, hi)} (paired cluster bootstrap over scenarios). Invented keys in items: {inv_a} vs {inv_b}. "
+        f"{fmt_ci(d, lo, hi)} (paired cluster bootstrap over scenarios). Continue with an invented key: "
+        f"{inv_a} vs {inv_b} (keys: {zoo}). "
         f"L3 P(continue) after newText: {field}={a} {mean_over_scenarios(pa)}; {field}={b} {mean_over_scenarios(pb)}; "
         f"paired difference {pd:.3f} [{plo:.3f}, {phi:.3f}] (n={pn})"
     )
