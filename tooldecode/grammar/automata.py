@@ -266,6 +266,18 @@ def opt(item: RNode) -> RNode:
 
 
 def star(item: RNode) -> RNode:
+    """``item*``; ``(c | x)*`` with one character class ``c`` is written ``c* (x c*)*`` (same language).
+
+    The unrolled form lets grammar engines precompute the mask inside long runs of plain characters:
+    xgrammar fills the mask for ``(class | escape)*`` in ~160 ms on a 262k vocabulary but for
+    ``class* (escape class*)*`` in ~0.02 ms.
+    """
+    if isinstance(item, Or):
+        classes = [i for i in item.items if isinstance(i, Chars)]
+        others = [i for i in item.items if not isinstance(i, Chars)]
+        if len(classes) == 1 and others and EPS not in item.items:
+            c = Rep(classes[0], 0, None)
+            return cat(c, Rep(cat(alt(*others), c), 0, None))
     return rep(item, 0, None)
 
 
