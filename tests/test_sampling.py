@@ -179,3 +179,15 @@ def test_strict_edit_calls_validate_against_the_strict_schema(llama_smol, engine
     for s in finished:
         call = json.loads('{"name": "edit", "arguments": {"' + s.text)
         jsonschema.validate(call["arguments"], strictify(edit.parameters))
+
+
+@pytest.mark.slow
+def test_hf_prefix_reuse_matches_a_fresh_prompt(hf_smol):
+    """A second prompt sharing a prefix with the cached one gives the same greedy tokens as from scratch."""
+    p = SamplingParams(temperature=0, max_new_tokens=8)
+    sample(hf_smol, PROMPT, 1, p)
+    other = PROMPT.replace("small number", "large number")
+    reused = sample(hf_smol, other, 2, p, batch_size=2)
+    hf_smol.forward(hf_smol.tokenize(other), [0])  # drops the cache
+    fresh = sample(hf_smol, other, 1, p)
+    assert reused[0].token_ids == reused[1].token_ids == fresh[0].token_ids

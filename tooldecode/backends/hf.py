@@ -133,7 +133,9 @@ class HFBackend(Backend):
             common += 1
         common = min(common, len(ids) - 1)
         if self._cached_kv is not None and common > 0:
-            self._cached_kv.crop(common)
+            extra = self._cached_kv.get_seq_length() - common
+            if extra > 0:
+                self._cached_kv.crop(-extra)  # transformers >= 5: a negative count removes that many tokens
             past = self._cached_kv
         else:
             past, common = None, 0
