@@ -351,12 +351,30 @@ def build_findings(runs_dir: Path) -> list[dict[str, str]]:
     e6 = runs.get("e6-wire-format")
     if e6:
         rows.append(_wire_row(e6))
+    else:
+        missing(
+            "E6: wire format as a variable (native, hermes, antml, harmony, json)",
+            "The channel (serialization, route) is an independent variable.",
+            "e6_wire_format",
+        )
     e10 = runs.get("e10-noise-floor")
     if e10:
         rows.append(_noise_row(e10))
+    else:
+        missing(
+            "E10: noise floor (E1's L2 loose arm, three seeds)",
+            "Reruns differ; measure the noise before ranking.",
+            "e10_noise_floor",
+        )
     e11 = runs.get("e11-schema-keywords")
     if e11:
         rows.append(_e11_row(e11))
+    else:
+        missing(
+            "E11: minLength/maxLength in the prompt's schema (third article)",
+            "'maxLength: 256 keeps 99.99% of tool blocks intact'; 'minLength: 1 means never an empty field'.",
+            "e11_schema_keywords",
+        )
     return rows
 
 
