@@ -35,7 +35,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     seed: int = 0
     top_logprobs: int = 20
-    keep_top: str = "all"  # "all" | "none" | "structural" (positions whose token has a JSON structural char)
+    keep_top: str = "all"  # "all" | "none" (runs keep top-k only at structural positions when stored)
 
 
 @dataclass
@@ -245,11 +245,22 @@ def _hit_stop(row: _Row, stops: tuple[str, ...]) -> bool:
     return False
 
 
+def _draw_p(p: np.ndarray, rng: np.random.Generator) -> int:
+    """Draw from non-negative weights ``p`` (zero-weight tokens are never drawn)."""
+    cum = np.cumsum(p, dtype=np.float64)
+    u = rng.random() * cum[-1]
+    return int(min(np.searchsorted(cum, u, side="right"), p.size - 1))
+
+
 def _choose(
     row: _Row, x: np.ndarray, params: SamplingParams, masked: bool, eog: frozenset[int]
 ) -> int | None:
     logp = _log_softmax(x.astype(np.float32, copy=False))
-    h = float(_entropy(logp))
+    p = np.exp(logp)
+    h = float(-np.dot(p, np.where(p > 0, logp, 0.0)))
+    # plain T=1 sampling draws straight from the (masked) probabilities: one pass over the vocabulary
+    plain = params.temperature == 1.0 and not params.top_k and params.top_p >= 1.0 and params.min_p <= 0
+    dist = p
     weights = x
     if masked:
         assert row.matcher is not None
@@ -267,12 +278,22 @@ def _choose(
         if not allowed.any():
             row.finish, row.error = "error", "grammar dead end: no token is allowed"
             return None
-        kept = float(np.exp(logp[allowed]).sum())
+        dist = np.where(allowed, p, 0.0)
+        kept = float(dist.sum())
         row.mask_removed.append(max(0.0, 1.0 - kept))
         weights = np.where(allowed, x, -np.inf)
-        row.entropy_masked.append(float(_entropy(_log_softmax(weights))))
+        if kept > 0:
+            # entropy of the renormalised masked distribution, from the unmasked log-probabilities
+            row.entropy_masked.append(
+                -float(np.dot(dist, np.where(allowed, logp, 0.0))) / kept + math.log(kept)
+            )
+        else:  # every allowed token underflowed: fall back to the masked logits
+            row.entropy_masked.append(float(_entropy(_log_softmax(weights))))
+            plain = False
     if params.temperature <= 0:
         tok = int(np.argmax(weights))
+    elif plain:
+        tok = _draw_p(dist, row.rng)
     else:
         tok = _draw(_filter(weights, params), row.rng)
     if masked:
@@ -283,8 +304,7 @@ def _choose(
             return None
     row.logprobs.append(float(logp[tok]))
     row.entropy.append(h)
-    keep = params.keep_top == "all" or (params.keep_top == "structural" and False)
-    if params.top_logprobs and keep:
+    if params.top_logprobs and params.keep_top == "all":
         k = params.top_logprobs
         top = np.argpartition(-logp, k)[:k]
         top = top[np.argsort(-logp[top])]
