@@ -278,18 +278,18 @@ def _choose(
         if not allowed.any():
             row.finish, row.error = "error", "grammar dead end: no token is allowed"
             return None
-        dist = np.where(allowed, p, 0.0)
+        dist = p * allowed
         kept = float(dist.sum())
         row.mask_removed.append(max(0.0, 1.0 - kept))
-        weights = np.where(allowed, x, -np.inf)
         if kept > 0:
             # entropy of the renormalised masked distribution, from the unmasked log-probabilities
-            row.entropy_masked.append(
-                -float(np.dot(dist, np.where(allowed, logp, 0.0))) / kept + math.log(kept)
-            )
+            # (logits are finite, so logp is too and disallowed tokens contribute 0 * logp = 0)
+            row.entropy_masked.append(-float(np.dot(dist, logp)) / kept + math.log(kept))
         else:  # every allowed token underflowed: fall back to the masked logits
-            row.entropy_masked.append(float(_entropy(_log_softmax(weights))))
+            row.entropy_masked.append(float(_entropy(_log_softmax(np.where(allowed, x, -np.inf)))))
             plain = False
+        if params.temperature <= 0 or not plain:
+            weights = np.where(allowed, x, -np.inf)
     if params.temperature <= 0:
         tok = int(np.argmax(weights))
     elif plain:
