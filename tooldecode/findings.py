@@ -332,49 +332,44 @@ def build_findings(runs_dir: Path) -> list[dict[str, str]]:
             continue
         rows.append(_variant_row(run, field, a, b, obs, claim))
 
-    e4 = runs.get("e4-tool-shape")
-    rows.append(
-        _shape_row(e4)
-        if e4
-        else {
-            "observation": "Tool shape",
-            "claim": "",
-            "measured": "not run",
-            "verdict": "not measured",
-            "command": "tooldecode run experiments/e4_tool_shape.toml",
-        }
-    )
-    e5 = runs.get("e5-close-brace")
-    if e5:
-        rows.append(_entropy_row(e5))
-        rows.append(_length_row(e5))
-    e6 = runs.get("e6-wire-format")
-    if e6:
-        rows.append(_wire_row(e6))
-    else:
-        missing(
+    single: list[tuple[str, Callable[[Run], list[dict[str, str]]], str, str]] = [
+        (
+            "e4-tool-shape",
+            lambda r: [_shape_row(r)],
+            "E4: tool shape (nested edits[] vs flat Edit vs MultiEdit)",
+            "A flat edit tool with one optional flag trains a prior for 'one more key'.",
+        ),
+        (
+            "e5-close-brace",
+            lambda r: [_entropy_row(r), _length_row(r)],
+            "E5: the close-brace position (entropy, P(continue) vs newText length)",
+            "Right after closing a long escaped multi-line newText the model chooses between '}' and one more key.",
+        ),
+        (
+            "e6-wire-format",
+            lambda r: [_wire_row(r)],
             "E6: wire format as a variable (native, hermes, antml, harmony, json)",
             "The channel (serialization, route) is an independent variable.",
-            "e6_wire_format",
-        )
-    e10 = runs.get("e10-noise-floor")
-    if e10:
-        rows.append(_noise_row(e10))
-    else:
-        missing(
+        ),
+        (
+            "e10-noise-floor",
+            lambda r: [_noise_row(r)],
             "E10: noise floor (E1's L2 loose arm, three seeds)",
             "Reruns differ; measure the noise before ranking.",
-            "e10_noise_floor",
-        )
-    e11 = runs.get("e11-schema-keywords")
-    if e11:
-        rows.append(_e11_row(e11))
-    else:
-        missing(
+        ),
+        (
+            "e11-schema-keywords",
+            lambda r: [_e11_row(r)],
             "E11: minLength/maxLength in the prompt's schema (third article)",
             "'maxLength: 256 keeps 99.99% of tool blocks intact'; 'minLength: 1 means never an empty field'.",
-            "e11_schema_keywords",
-        )
+        ),
+    ]
+    for name, make, obs, claim in single:
+        run = runs.get(name)
+        if run:
+            rows.extend(make(run))
+        else:
+            missing(obs, claim, name.replace("-", "_"))
     return rows
 
 
