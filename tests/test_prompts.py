@@ -525,3 +525,17 @@ def test_cli_show(smol_ref, capsys):
     vocab = _vocab(smol_ref)
     n = len(vocab.tokenize(expected.text.encode(), add_bos=False, special=True))
     assert f"--- {n} tokens" in err
+
+
+@pytest.mark.parametrize("family", ["qwen2.5", "smollm2", "gemma3-base"])
+@pytest.mark.parametrize("style", ["compact", "tight", "pretty"])
+def test_strict_grammar_of_the_native_wire_accepts_the_gold_call(models, family, style):
+    """Strict decoding needs a grammar for every family's native wire (SmolLM2: its call list)."""
+    from tooldecode.grammar import check, render_toolset
+
+    ws = {"compact": "bounded", "tight": "compact", "pretty": "pretty"}[style]
+    opts = parse_variant(f"agentic,{style}")
+    prompt = render_prompt(SCENARIO, models[family], opts)
+    gold = gold_call_text(SCENARIO, opts, models[family])
+    grammar = render_toolset(list(prompt.tools), format="gbnf", wire=prompt.wire, mode="strict", ws=ws)
+    assert check.accepts("xgrammar", grammar, gold), gold[:120]

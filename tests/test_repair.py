@@ -251,7 +251,7 @@ def test_retry_signal_for_markup_leaked_into_visible_text():
     broken = "I will call <tool_call> edit on calc/numbers.py now."
     assert repair_text(broken, NESTED, wire="hermes", expected_tool="edit").retry_signal
     smol = "<tool_call>[" + json.dumps({"name": "edit", "arguments": GOLD}) + "]</tool_call>"
-    assert not repair_text(smol, NESTED, wire="smollm2", expected_tool="edit").retry_signal
+    assert not repair_text(smol, NESTED, wire="call-list", expected_tool="edit").retry_signal
     stray = clean + "\nDone. </tool_call>"
     assert repair_text(stray, NESTED, wire="hermes", expected_tool="edit").retry_signal
 

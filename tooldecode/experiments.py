@@ -272,8 +272,16 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
     store = RunStore.create(out, manifest)
     done = store.completed_keys()
     models = _Models(n_ctx=8192, max_seqs=max(spec.batch_size, 16) + 1)
-    # scenario-major: arms of one scenario share the prompt prefix, which stays in the KV cache
-    jobs = [(arm, sc, seed) for sc in scenarios for seed in spec.seeds for arm in arms]
+    # model-major (one model loaded at a time), then scenario-major: arms of one scenario share the
+    # prompt prefix, which stays in the KV cache
+    jobs = [
+        (arm, sc, seed)
+        for model in spec.models
+        for sc in scenarios
+        for seed in spec.seeds
+        for arm in arms
+        if arm["model"] == model
+    ]
     total = len(jobs) * spec.n if not spec.probe.get("only") else 0
     t_start = time.perf_counter()
     cols = [

@@ -75,7 +75,7 @@ _CUT_RE = re.compile(r"^(?:(after-newtext|after-oldtext)(?::(\d+))?|before-edits
 # call_format → wire name of tooldecode.grammar (for "native" see _wires)
 FORMAT_WIRE = {"hermes": "hermes", "antml": "antml", "harmony": "harmony", "json": "call-json"}
 # SmolLM2's trained format: a JSON list of {"name", "arguments"} objects inside <tool_call>…</tool_call>.
-SMOLLM2_WIRE = "smollm2"
+SMOLLM2_WIRE = "call-list"
 
 
 @dataclass(frozen=True)
@@ -237,13 +237,21 @@ def _calls_text(calls: Sequence[tuple[str, dict]], wire: str, style: str) -> str
     """One or more calls in ``wire``. Several calls are written one after another, separated by a newline
     (the way Qwen2.5's template writes several ``<tool_call>`` blocks); SmolLM2 puts them in one list."""
     if wire == SMOLLM2_WIRE:
-        items = [serialize_call(name, args, wire="call-json", ws=_WS[style]) for name, args in calls]
+        if len(calls) == 1:
+            return serialize_call(calls[0][0], calls[0][1], wire=wire, ws=_WS[style])
+        # several calls share one list; each item is written as the one-call list writes it
+        items = [_list_item(serialize_call(name, args, wire=wire, ws=_WS[style])) for name, args in calls]
         if style == "pretty":
             body = "[\n" + ",\n".join(items) + "\n]"
         else:
             body = "[" + ("," if style == "tight" else ", ").join(items) + "]"
         return f"<tool_call>{body}</tool_call>"
     return "\n".join(serialize_call(name, args, wire=wire, ws=_WS[style]) for name, args in calls)
+
+
+def _list_item(one: str) -> str:
+    """The call inside a one-call ``call-list`` text (``<tool_call>[`` … ``]</tool_call>``)."""
+    return one[len("<tool_call>") : -len("</tool_call>")].strip()[1:-1].strip()
 
 
 def _stop_strings(family: str, wire: str, eos: str | None = None) -> tuple[str, ...]:

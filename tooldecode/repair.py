@@ -417,7 +417,7 @@ def _errors(args: Any, tool: Tool) -> list[str]:
 
 # Markup of each wire family, and the wire formats whose servers parse it.
 _MARKUP = {
-    "hermes": (re.compile(r"</?tool_call>"), {"hermes", "smollm2"}),
+    "hermes": (re.compile(r"</?tool_call>"), {"hermes", "call-list"}),
     "antml": (re.compile(r"</?(?:antml:)?(?:function_calls|invoke|parameter)\b"), {"antml"}),
     "harmony": (re.compile(r"<\|(?:channel|message|constrain|call)\|>|\bto=functions\.[\w\-]"), {"harmony"}),
 }

@@ -9,6 +9,8 @@
                any other parameter is JSON
 ``harmony``    ``<|start|>assistant<|channel|>commentary to=functions.edit <|constrain|>json<|message|>``
                ``{...}<|call|>``
+``call-list``  ``<tool_call>[{"name": "edit", "arguments": {...}}]</tool_call>`` (SmolLM2's tool-call
+               format: a JSON list of calls; the grammar admits a list of one call)
 =============  ==========================================================================================
 
 Each wire but ``json``/``call-json`` has a closing delimiter (``</tool_call>``, ``</parameter>``,
@@ -29,13 +31,14 @@ from tooldecode.grammar.ir import AnyA, ArrA, BoolA, ConstA, Node, NullA, NumA, 
 from tooldecode.grammar.lower import Lowerer, json_str, number_ast, number_text, ws_max_for
 from tooldecode.grammar.schema import SchemaIR
 
-WIRES = ("json", "call-json", "hermes", "antml", "harmony")
+WIRES = ("json", "call-json", "hermes", "antml", "harmony", "call-list")
 FORBID: dict[str, str | None] = {
     "json": None,
     "call-json": None,
     "hermes": "</tool_call>",
     "antml": "</parameter>",
     "harmony": "<|call|>",
+    "call-list": "</tool_call>",
 }
 HARMONY_HEAD = "<|start|>assistant<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>"
 ANTML_CLOSE = "</parameter>"
@@ -90,6 +93,8 @@ def frame(wire: str, name: str, low: Lowerer, sir: SchemaIR, hint: str) -> GExpr
     )
     if wire == "call-json":
         return call
+    if wire == "call-list":
+        return gseq(GLit("<tool_call>"), p.lbrack, call, p.rbrack, GLit("</tool_call>"))
     return gseq(GLit("<tool_call>\n"), call, GLit("\n</tool_call>"))
 
 
@@ -310,6 +315,8 @@ def serialize(name: str, sir: SchemaIR | None, args: Any, *, wire: str, ws: str,
     )
     if wire == "call-json":
         return call
+    if wire == "call-list":
+        return "<tool_call>" + canon._open("[", -1) + call + canon._close("]", -1) + "</tool_call>"
     return "<tool_call>\n" + call + "\n</tool_call>"
 
 
