@@ -4,7 +4,10 @@ Prints `name: value` lines:
 - per-step decode time at batch 1, 4, 8, 16 (llama.cpp backend, qwen 0.5B);
 - throughput of tooldecode (batched, prompt evaluated once) over the loop a user would write by hand
   (llama-cpp-python `create_completion` per sample, its prefix cache active), loose and strict;
-- strict ÷ loose decode speed for each mask engine, on qwen 0.5B and gemma 270M;
+- strict ÷ loose decode speed for each mask engine, on qwen 0.5B and gemma 270M: at batch 1
+  (`strict_over_loose_<engine>_<model>`: one sequence per step in both modes) and at batch 16 with
+  refilled slots (`strict_over_loose_batch16_...`: strict samples end when the call closes, so fewer
+  sequences share the tail of the run; the mean sample lengths are printed next to it);
 - harness overhead: tooldecode loose at batch 1 ÷ the raw `create_completion` loop;
 - transformers: samples/s at batch 8 ÷ batch 1, and transformers ÷ llama.cpp.
 
@@ -38,10 +41,18 @@ def _prompt(model: str, min_tokens: int):
     return ref, best[0]
 
 
-def _tok_s(out) -> float:
-    toks = sum(len(s.token_ids) for s in out)
-    secs = max(s.timing["batch_s"] for s in out) if out else 1.0
-    return toks / secs
+def _timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def _tok_s(out, secs: float) -> float:
+    return sum(len(s.token_ids) for s in out) / secs
+
+
+def _mean_len(out) -> float:
+    return round(sum(len(s.token_ids) for s in out) / max(1, len(out)), 1)
 
 
 def bench_model(model: str, n: int, tokens: int, quick: bool, naive: bool) -> dict[str, float]:
@@ -68,11 +79,14 @@ def bench_model(model: str, n: int, tokens: int, quick: bool, naive: bool) -> di
         del t0
         res[f"step_ms_batch{b}_{short}"] = round(dt * 1000, 2)
     batch = 16 if n >= 16 else n
-    t_loose = time.perf_counter()
-    loose = sample(be, ids, n, params, batch_size=batch, prefill=prompt.prefill)
-    loose_sps = n / (time.perf_counter() - t_loose)
+    loose, loose_dt = _timed(lambda: sample(be, ids, n, params, batch_size=batch, prefill=prompt.prefill))
+    loose_sps = n / loose_dt
     res[f"tooldecode_loose_samples_s_{short}"] = round(loose_sps, 3)
-    res[f"tooldecode_loose_tok_s_{short}"] = round(_tok_s(loose), 2)
+    res[f"tooldecode_loose_tok_s_{short}"] = round(_tok_s(loose, loose_dt), 2)
+    res[f"loose_mean_tokens_{short}"] = _mean_len(loose)
+    n1 = max(2, n // 8)  # batch 1: every step decodes one sequence, whatever the sample lengths
+    loose1, dt1 = _timed(lambda: sample(be, ids, n1, params, batch_size=1, prefill=prompt.prefill))
+    loose1_tok_s = _tok_s(loose1, dt1)
     strict_sps = float("nan")
     for engine in ("xgrammar", "llguidance", "llama-grammar"):
         if quick and engine != "xgrammar":
@@ -84,17 +98,26 @@ def bench_model(model: str, n: int, tokens: int, quick: bool, naive: bool) -> di
             )
         mask = compile_mask(engine, g, be)
         mask.matcher(prompt.prefill, be.tokenize(prompt.prefill, special=False))  # warm the engine once
-        t_strict = time.perf_counter()
-        strict = sample(be, ids, n, params, mask=mask, prefill=prompt.prefill, batch_size=batch)
+        strict, dt = _timed(
+            lambda mask=mask: sample(be, ids, n, params, mask=mask, prefill=prompt.prefill, batch_size=batch)
+        )
         if engine == "xgrammar":
-            strict_sps = n / (time.perf_counter() - t_strict)
+            strict_sps = n / dt
             res[f"tooldecode_strict_samples_s_{short}"] = round(strict_sps, 3)
         errors = sum(1 for s in strict if s.error)
-        res[f"strict_{engine}_tok_s_{short}"] = round(_tok_s(strict), 2)
-        res[f"strict_over_loose_{engine}_{short}"] = round(_tok_s(strict) / _tok_s(loose), 3)
+        res[f"strict_{engine}_tok_s_{short}"] = round(_tok_s(strict, dt), 2)
+        res[f"strict_{engine}_mean_tokens_{short}"] = _mean_len(strict)
+        # batch 16 with refill: strict samples are shorter (the grammar ends the call), so the tail of
+        # the run has fewer sequences per step than loose; batch 1 compares equal work per step
+        res[f"strict_over_loose_batch{batch}_{engine}_{short}"] = round(
+            _tok_s(strict, dt) / _tok_s(loose, loose_dt), 3
+        )
+        strict1, dts1 = _timed(
+            lambda mask=mask: sample(be, ids, n1, params, mask=mask, prefill=prompt.prefill, batch_size=1)
+        )
+        res[f"strict_over_loose_{engine}_{short}"] = round(_tok_s(strict1, dts1) / loose1_tok_s, 3)
         res[f"strict_{engine}_errors_{short}"] = errors
-    one = sample(be, ids, min(n, 8), params, batch_size=1, prefill=prompt.prefill)
-    tok_s_b1 = sum(len(s.token_ids) for s in one) / sum(s.timing["batch_s"] for s in one)
+    tok_s_b1 = loose1_tok_s
     res[f"tooldecode_loose_b1_tok_s_{short}"] = round(tok_s_b1, 2)
     if naive:
         from llama_cpp import Llama, LlamaGrammar

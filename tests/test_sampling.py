@@ -10,7 +10,7 @@ import pytest
 
 from tooldecode.errors import MaskError
 from tooldecode.masking import MaskEngine, compile_mask
-from tooldecode.sampling import SamplingParams, _log_softmax, sample
+from tooldecode.sampling import SamplingParams, _draw_w, _log_softmax, _top_indices, sample
 
 pytestmark = pytest.mark.model
 
@@ -191,3 +191,44 @@ def test_hf_prefix_reuse_matches_a_fresh_prompt(hf_smol):
     hf_smol.forward(hf_smol.tokenize(other), [0])  # drops the cache
     fresh = sample(hf_smol, other, 1, p)
     assert reused[0].token_ids == reused[1].token_ids == fresh[0].token_ids
+
+
+def test_refilled_slots_restart_from_the_prompt(llama_smol):
+    """With more samples than slots, a finished slot is refilled (continuous batching): a restarted
+    sequence must see exactly the prompt again, so greedy samples through every slot agree."""
+    p = SamplingParams(temperature=0, max_new_tokens=6)
+    out = sample(llama_smol, PROMPT, 5, p, batch_size=2)
+    assert [s.index for s in out] == [0, 1, 2, 3, 4]
+    assert all(s.token_ids == out[0].token_ids for s in out)
+    assert max(s.timing["start_s"] for s in out) > 0  # later samples started after earlier ones
+
+
+def test_refill_keeps_per_index_randomness(llama_smol):
+    p = SamplingParams(temperature=1.0, max_new_tokens=8, seed=11)
+    seen: list[int] = []
+    a = sample(llama_smol, PROMPT, 6, p, batch_size=2, on_batch=lambda b: seen.extend(s.index for s in b))
+    b = sample(llama_smol, PROMPT, 6, p, batch_size=2)
+    assert sorted(seen) == list(range(6))
+    assert [s.token_ids for s in a] == [s.token_ids for s in b]
+    assert len({tuple(s.token_ids) for s in a}) > 1
+
+
+def test_two_level_draw_follows_the_weights():
+    rng = np.random.default_rng(0)
+    w = np.zeros(5000, dtype=np.float32)
+    w[[3, 2047, 2048, 4999]] = [1.0, 2.0, 3.0, 4.0]
+    draws = np.array([_draw_w(w, rng) for _ in range(20000)])
+    assert set(np.unique(draws)) == {3, 2047, 2048, 4999}  # zero weights are never drawn
+    freq = np.array([(draws == i).mean() for i in (3, 2047, 2048, 4999)])
+    assert np.allclose(freq, [0.1, 0.2, 0.3, 0.4], atol=0.015)
+
+
+@pytest.mark.parametrize("size", [50, 3000, 262144])
+def test_block_top_k_equals_a_full_sort(size):
+    rng = np.random.default_rng(size)
+    x = np.round(rng.normal(size=size), 2).astype(np.float32)  # many ties
+    for k in (1, 5, 20):
+        got = _top_indices(x, k)
+        assert len(got) == k and len(set(got.tolist())) == k
+        assert np.array_equal(np.sort(x[got])[::-1], np.sort(x)[::-1][:k])
+        assert np.all(np.diff(x[got]) <= 0)

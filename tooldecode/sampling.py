@@ -115,6 +115,8 @@ class _Row:
     text: bytes = b""
     finish: str | None = None
     error: str | None = None
+    t_start: float = 0.0
+    t_end: float = 0.0
 
 
 def sample(
@@ -129,26 +131,51 @@ def sample(
     start_index: int = 0,
     on_batch: Callable[[list[Sample]], None] | None = None,
 ) -> list[Sample]:
-    """Draw ``n`` samples (indices ``start_index`` … ) from ``prompt``.
+    """Draw ``n`` samples (indices ``start_index`` … ) from ``prompt``, ``batch_size`` sequences at a time.
 
     ``prompt`` is the full prompt text (special tokens as text) or token ids; ``prefill`` is the part
     of it that the call already contains (the mask's matcher is advanced over it). With ``mask``, every
     token is drawn from the masked distribution; a matcher failure aborts that sample
     (``finish_reason="error"``), never continuing unconstrained.
+
+    On a backend that can restart a sequence (llama.cpp), a finished sample's slot is refilled at once
+    with the next sample (continuous batching), so early stops do not leave the batch half empty.
+    ``on_batch`` receives the samples as they finish (in finishing order); the return value is in
+    index order.
     """
     ids = backend.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
     prefill_ids = backend.tokenize(prefill, special=False) if (mask is not None and prefill) else []
+    indices = list(range(start_index, start_index + n))
+    slots = max(1, batch_size)
+    if getattr(backend, "can_restart", False):
+        groups = [indices] if indices else []
+    else:
+        groups = [indices[k : k + slots] for k in range(0, n, slots)]
     out: list[Sample] = []
-    for b0 in range(0, n, batch_size):
-        idx = list(range(start_index + b0, start_index + min(n, b0 + batch_size)))
-        batch = _sample_batch(backend, ids, idx, params, mask, prefill, prefill_ids)
-        out.extend(batch)
-        if on_batch is not None:
-            on_batch(batch)
-    return out
+    for group in groups:
+        out.extend(_stream(backend, ids, group, params, mask, prefill, prefill_ids, slots, on_batch))
+    return sorted(out, key=lambda s: s.index)
 
 
-def _sample_batch(
+def _new_row(
+    i: int, params: SamplingParams, mask: MaskEngine | None, prefill: str, prefill_ids: list[int]
+) -> _Row:
+    matcher = None
+    err = None
+    if mask is not None:
+        try:
+            matcher = mask.matcher(prefill, prefill_ids)
+        except MaskError as e:
+            err = str(e)
+        except Exception as e:  # engine bug: never fall back to unconstrained sampling
+            err = f"mask engine failed: {type(e).__name__}: {e}"
+    row = _Row(i, np.random.default_rng([params.seed, i]), matcher, t_start=time.perf_counter())
+    if err:
+        row.finish, row.error = "error", err
+    return row
+
+
+def _stream(
     backend: Backend,
     ids: list[int],
     indices: list[int],
@@ -156,81 +183,112 @@ def _sample_batch(
     mask: MaskEngine | None,
     prefill: str,
     prefill_ids: list[int],
+    slots: int,
+    on_batch: Callable[[list[Sample]], None] | None,
 ) -> list[Sample]:
     t0 = time.perf_counter()
-    rows: list[_Row] = []
-    for i in indices:
-        matcher = None
-        err = None
-        if mask is not None:
-            try:
-                matcher = mask.matcher(prefill, prefill_ids)
-            except MaskError as e:
-                err = str(e)
-            except Exception as e:  # engine bug: never fall back to unconstrained sampling
-                err = f"mask engine failed: {type(e).__name__}: {e}"
-        row = _Row(i, np.random.default_rng([params.seed, i]), matcher)
-        if err:
-            row.finish, row.error = "error", err
-        rows.append(row)
-    logits = backend.begin(ids, len(rows))
+    pending = list(reversed(indices))
+    n_slots = min(slots, len(indices))
+    logits = backend.begin(ids, n_slots)
+    first = np.array(logits[0], dtype=np.float32)  # the prompt's next-token logits, for refilled slots
     t_prefill = time.perf_counter() - t0
-    active = [r for r in range(len(rows)) if rows[r].finish is None]
     eog = backend.eog_ids
-    steps = 0
-    while active and steps < params.max_new_tokens:
-        steps += 1
-        chosen: list[int] = []
-        keep_rows: list[int] = []
-        for pos, r in enumerate(active):
-            row = rows[r]
-            x = logits[pos] if logits.shape[0] == len(active) else logits[r]
-            tok = _choose(row, x, params, mask is not None, eog)
-            if tok is None:
-                continue
-            row.ids.append(tok)
-            piece = backend.token_bytes(tok) if tok not in eog else b""
-            row.text += piece
-            if tok in eog:
-                row.finish = "stop"
-                continue
-            if params.stop and _hit_stop(row, params.stop):
-                row.finish = "stop"
-                continue
-            chosen.append(tok)
-            keep_rows.append(r)
-        active = keep_rows
-        if active and steps < params.max_new_tokens:
-            logits = backend.step(chosen, active)
-    for r in active:
-        rows[r].finish = "length"
-    backend.end()
-    elapsed = time.perf_counter() - t0
-    samples = []
-    for row in rows:
-        text = row.text.decode("utf-8", errors="replace")
-        samples.append(
-            Sample(
-                index=row.index,
-                seed=params.seed,
-                text=text,
-                token_ids=row.ids,
-                logprobs=row.logprobs,
-                top=row.top,
-                entropy=row.entropy,
-                entropy_masked=row.entropy_masked if mask is not None else None,
-                mask_removed=row.mask_removed if mask is not None else None,
-                finish_reason=row.finish or "length",
-                error=row.error,
-                timing={
-                    "prefill_s": round(t_prefill, 4),
-                    "batch_s": round(elapsed, 4),
-                    "batch_size": len(rows),
-                    "tokens": len(row.ids),
-                },
-            )
-        )
-    return samples
+    results: list[Sample] = []
+    finished: list[_Row] = []
+
+    def next_row() -> _Row | None:
+        while pending:
+            row = _new_row(pending.pop(), params, mask, prefill, prefill_ids)
+            if row.finish is None:
+                return row
+            row.t_end = time.perf_counter()
+            finished.append(row)
+        return None
+
+    rows: dict[int, _Row] = {}
+    for slot in range(n_slots):
+        row = next_row()
+        if row is None:
+            break
+        rows[slot] = row
+    active = list(rows)
+    current: list[np.ndarray] = [logits[slot] for slot in active]
+    try:
+        while active:
+            chosen: list[int] = []
+            keep: list[int] = []
+            freed: list[int] = []
+            for slot, x in zip(active, current, strict=True):
+                row = rows[slot]
+                tok = _choose(row, x, params, mask is not None, eog)
+                if tok is not None:
+                    row.ids.append(tok)
+                    if tok in eog:
+                        row.finish = "stop"
+                    else:
+                        row.text += backend.token_bytes(tok)
+                        if params.stop and _hit_stop(row, params.stop):
+                            row.finish = "stop"
+                        elif len(row.ids) >= params.max_new_tokens:
+                            row.finish = "length"
+                if row.finish is None:
+                    chosen.append(tok)  # type: ignore[arg-type]
+                    keep.append(slot)
+                else:
+                    row.t_end = time.perf_counter()
+                    finished.append(row)
+                    freed.append(slot)
+            fresh: list[int] = []
+            for slot in freed:
+                row = next_row()
+                if row is None:
+                    del rows[slot]
+                    continue
+                backend.restart(slot)  # type: ignore[attr-defined]
+                rows[slot] = row
+                fresh.append(slot)
+            if finished:
+                done = [_to_sample(r, params, mask, t0, t_prefill, n_slots) for r in finished]
+                finished.clear()
+                results.extend(done)
+                if on_batch is not None:
+                    on_batch(done)
+            stepped = backend.step(chosen, keep) if keep else np.empty((0, 0), dtype=np.float32)
+            active = keep + fresh
+            current = [stepped[k] for k in range(len(keep))] + [first] * len(fresh)
+    finally:
+        backend.end()
+    if finished:  # rows that failed before their first token after the last step
+        done = [_to_sample(r, params, mask, t0, t_prefill, n_slots) for r in finished]
+        results.extend(done)
+        if on_batch is not None:
+            on_batch(done)
+    return results
+
+
+def _to_sample(
+    row: _Row, params: SamplingParams, mask: MaskEngine | None, t0: float, t_prefill: float, n_slots: int
+) -> Sample:
+    return Sample(
+        index=row.index,
+        seed=params.seed,
+        text=row.text.decode("utf-8", errors="replace"),
+        token_ids=row.ids,
+        logprobs=row.logprobs,
+        top=row.top,
+        entropy=row.entropy,
+        entropy_masked=row.entropy_masked if mask is not None else None,
+        mask_removed=row.mask_removed if mask is not None else None,
+        finish_reason=row.finish or "length",
+        error=row.error,
+        timing={
+            "prefill_s": round(t_prefill, 4),
+            "start_s": round(row.t_start - t0, 4),
+            "end_s": round(row.t_end - t0, 4),
+            "slots": n_slots,
+            "tokens": len(row.ids),
+        },
+    )
 
 
 def _hit_stop(row: _Row, stops: tuple[str, ...]) -> bool:
@@ -245,23 +303,59 @@ def _hit_stop(row: _Row, stops: tuple[str, ...]) -> bool:
     return False
 
 
-def _draw_p(p: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw from non-negative weights ``p`` (zero-weight tokens are never drawn)."""
-    cum = np.cumsum(p, dtype=np.float64)
+_BLOCK = 2048  # block size of the two-level draw and top-k searches
+
+
+def _draw_w(w: np.ndarray, rng: np.random.Generator) -> int:
+    """Draw an index with probability proportional to the non-negative weights ``w`` (a zero weight is
+    never drawn). Two levels: block sums, then a cumulative sum inside the chosen block only."""
+    starts = np.arange(0, w.size, _BLOCK)
+    bsum = np.add.reduceat(w, starts, dtype=np.float64)
+    cum = np.cumsum(bsum)
     u = rng.random() * cum[-1]
-    return int(min(np.searchsorted(cum, u, side="right"), p.size - 1))
+    b = int(np.searchsorted(cum, u, side="right"))
+    if b >= len(cum):  # u rounded onto the total: the last block with weight
+        b = int(np.flatnonzero(bsum > 0)[-1])
+    lo = int(starts[b])
+    block = w[lo : lo + _BLOCK]
+    inner = np.cumsum(block, dtype=np.float64)
+    j = int(np.searchsorted(inner, u - (cum[b - 1] if b else 0.0), side="right"))
+    if j >= block.size:  # the block's own sum rounded below its share: its last token with weight
+        j = int(np.flatnonzero(block > 0)[-1])
+    return lo + j
+
+
+def _top_indices(x: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest entries of ``x``, largest first. The ``k`` blocks with the largest
+    maxima hold a top-k set (ties included), so only they are searched."""
+    k = min(k, x.size)
+    bs = 64
+    if x.size < 4 * bs * k:
+        top = np.argpartition(-x, k - 1)[:k]
+    else:
+        starts = np.arange(0, x.size, bs)
+        bmax = np.maximum.reduceat(x, starts)
+        blocks = np.argpartition(-bmax, k - 1)[:k]
+        cand = (starts[blocks][:, None] + np.arange(bs)[None, :]).ravel()
+        cand = cand[cand < x.size]
+        top = cand[np.argpartition(-x[cand], k - 1)[:k]]
+    return top[np.argsort(-x[top], kind="stable")]
 
 
 def _choose(
     row: _Row, x: np.ndarray, params: SamplingParams, masked: bool, eog: frozenset[int]
 ) -> int | None:
-    logp = _log_softmax(x.astype(np.float32, copy=False))
-    p = np.exp(logp)
-    h = float(-np.dot(p, np.where(p > 0, logp, 0.0)))
-    # plain T=1 sampling draws straight from the (masked) probabilities: one pass over the vocabulary
+    x = x.astype(np.float32, copy=False)
+    m = float(x.max())
+    z = x - m  # logits are finite: z <= 0
+    e = np.exp(z)
+    s = float(e.sum(dtype=np.float64))
+    log_s = math.log(s)
+    h = log_s - float(np.dot(e, z)) / s
+    # plain T=1 sampling draws straight from the (masked) exp-weights
     plain = params.temperature == 1.0 and not params.top_k and params.top_p >= 1.0 and params.min_p <= 0
-    dist = p
-    weights = x
+    w = e
+    allowed = None
     if masked:
         assert row.matcher is not None
         try:
@@ -269,46 +363,44 @@ def _choose(
             if row.matcher.done():
                 allowed = np.zeros_like(allowed)
                 allowed[list(eog)] = True
-        except MaskError as e:
-            row.finish, row.error = "error", str(e)
+        except MaskError as err:
+            row.finish, row.error = "error", str(err)
             return None
-        except Exception as e:  # never continue unconstrained
-            row.finish, row.error = "error", f"mask engine failed: {type(e).__name__}: {e}"
+        except Exception as err:  # never continue unconstrained
+            row.finish, row.error = "error", f"mask engine failed: {type(err).__name__}: {err}"
             return None
         if not allowed.any():
             row.finish, row.error = "error", "grammar dead end: no token is allowed"
             return None
-        dist = p * allowed
-        kept = float(dist.sum())
-        row.mask_removed.append(max(0.0, 1.0 - kept))
-        if kept > 0:
-            # entropy of the renormalised masked distribution, from the unmasked log-probabilities
-            # (logits are finite, so logp is too and disallowed tokens contribute 0 * logp = 0)
-            row.entropy_masked.append(-float(np.dot(dist, logp)) / kept + math.log(kept))
+        w = e * allowed
+        sa = float(w.sum(dtype=np.float64))
+        row.mask_removed.append(max(0.0, 1.0 - sa / s))
+        if sa > 0:
+            # entropy of the renormalised masked distribution (disallowed tokens have weight 0)
+            row.entropy_masked.append(math.log(sa) - float(np.dot(w, z)) / sa)
         else:  # every allowed token underflowed: fall back to the masked logits
             row.entropy_masked.append(float(_entropy(_log_softmax(np.where(allowed, x, -np.inf)))))
             plain = False
-        if params.temperature <= 0 or not plain:
-            weights = np.where(allowed, x, -np.inf)
     if params.temperature <= 0:
-        tok = int(np.argmax(weights))
+        tok = int(np.argmax(np.where(allowed, x, -np.inf) if allowed is not None else x))
     elif plain:
-        tok = _draw_p(dist, row.rng)
+        tok = _draw_w(w, row.rng)
     else:
+        weights = np.where(allowed, x, -np.inf) if allowed is not None else x
         tok = _draw(_filter(weights, params), row.rng)
     if masked:
         try:
             row.matcher.accept(tok)  # type: ignore[union-attr]
-        except MaskError as e:
-            row.finish, row.error = "error", str(e)
+        except MaskError as err:
+            row.finish, row.error = "error", str(err)
             return None
-    row.logprobs.append(float(logp[tok]))
+    lse = m + log_s
+    row.logprobs.append(float(x[tok]) - lse)
     row.entropy.append(h)
     if params.top_logprobs and params.keep_top == "all":
-        k = params.top_logprobs
-        top = np.argpartition(-logp, k)[:k]
-        top = top[np.argsort(-logp[top])]
-        row.top.append([[int(t), round(float(logp[t]), 5)] for t in top])
+        top = _top_indices(x, params.top_logprobs)
+        vals = np.round(x[top].astype(np.float64) - lse, 5).tolist()
+        row.top.append([[t, v] for t, v in zip(top.tolist(), vals, strict=True)])
     else:
         row.top.append(None)
     return tok

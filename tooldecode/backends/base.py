@@ -51,7 +51,18 @@ class Backend(ABC):
 
     @abstractmethod
     def step(self, tokens: Sequence[int], rows: Sequence[int]) -> np.ndarray:
-        """Append ``tokens[i]`` to sequence ``rows[i]``; return the next logits, shape ``(len(rows), n_vocab)``."""
+        """Append ``tokens[i]`` to sequence ``rows[i]``; return the next logits, shape ``(len(rows), n_vocab)``.
+
+        The array may be a view of the runtime's buffer: it is valid until the next ``begin``/``step``/
+        ``forward`` call (copy what must outlive it)."""
+
+    #: whether ``restart`` is implemented (the sampler then refills finished slots: continuous batching)
+    can_restart: bool = False
+
+    def restart(self, row: int) -> None:
+        """Reset sequence ``row`` of the current ``begin`` to the bare prompt (its next logits are the
+        prompt's, as ``begin`` returned them); the other sequences are untouched."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restart a sequence")
 
     @abstractmethod
     def end(self) -> None:

@@ -101,6 +101,7 @@ class LlamaCppBackend(Backend):
         self._cached: list[int] = []  # tokens held by sequence 0
         self._n_branches = 0
         self._pos: list[int] = []
+        self._prompt_len = 0
 
     # --- tokens -------------------------------------------------------------------------------
     def tokenize(self, text: str, *, special: bool = True, add_bos: bool = False) -> list[int]:
@@ -190,6 +191,7 @@ class LlamaCppBackend(Backend):
             self._lc.llama_memory_seq_rm(mem, s, -1, -1)
             self._lc.llama_memory_seq_cp(mem, 0, s, -1, -1)
         self._n_branches = n_seqs
+        self._prompt_len = len(ids)
         self._pos = [len(ids)] * n_seqs
         return np.repeat(logits, n_seqs, axis=0)
 
@@ -210,7 +212,22 @@ class LlamaCppBackend(Backend):
                 "is full: lower the batch size or max_new_tokens, or raise n_ctx"
             )
         ptr = self._lc.llama_get_logits(self._ctx.ctx)
-        return np.ctypeslib.as_array(ptr, shape=(len(tokens), self.n_vocab)).copy()
+        # a view of llama.cpp's logits buffer (valid until the next decode): no per-step copy
+        return np.ctypeslib.as_array(ptr, shape=(len(tokens), self.n_vocab))
+
+    can_restart = True
+
+    def restart(self, row: int) -> None:
+        if not 0 <= row < self._n_branches:
+            raise ValueError(f"row {row} is not a sequence of the current begin ({self._n_branches})")
+        mem = self._mem()
+        n_prompt = self._prompt_len
+        if row == 0:  # sequence 0 holds the prompt: drop only what it generated
+            self._lc.llama_memory_seq_rm(mem, 0, n_prompt, -1)
+        else:
+            self._lc.llama_memory_seq_rm(mem, row, -1, -1)
+            self._lc.llama_memory_seq_cp(mem, 0, row, 0, n_prompt)
+        self._pos[row] = n_prompt
 
     def end(self) -> None:
         mem = self._mem()
