@@ -54,7 +54,7 @@ _CACHE: dict[tuple[str, str, int], MaskEngine] = {}
 
 def _bits_to_bool(bits: np.ndarray, n_vocab: int) -> np.ndarray:
     as_bytes = bits.view(np.uint8)
-    return np.unpackbits(as_bytes, bitorder="little")[:n_vocab].astype(bool)
+    return np.unpackbits(as_bytes, bitorder="little")[:n_vocab].view(bool)
 
 
 def compile_mask(engine: str, grammar: str, backend: Any) -> MaskEngine:
@@ -100,12 +100,13 @@ def _xgrammar(grammar: str, backend: Any) -> MaskEngine:
         def __init__(self, prefill: str, prefill_ids: Sequence[int]) -> None:
             self.m = xgr.GrammarMatcher(compiled)
             self.bits = xgr.allocate_token_bitmask(1, n_vocab)
+            self.view = self.bits[0].numpy()  # shares the tensor's memory
             if prefill and not self.m.accept_string(prefill):
                 raise MaskError(f"the grammar rejects the forced prefill {prefill[-60:]!r}")
 
         def allowed(self) -> np.ndarray:
             self.m.fill_next_token_bitmask(self.bits, 0)
-            return _bits_to_bool(self.bits[0].numpy(), n_vocab)
+            return _bits_to_bool(self.view, n_vocab)
 
         def accept(self, token_id: int) -> None:
             if not self.m.accept_token(int(token_id)):

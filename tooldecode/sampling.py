@@ -303,41 +303,59 @@ def _hit_stop(row: _Row, stops: tuple[str, ...]) -> bool:
     return False
 
 
-_BLOCK = 2048  # block size of the two-level draw and top-k searches
+_GROUPS = 256  # the vocabulary is searched in strided groups {c, c + G, c + 2G, ...} of 256 tokens
 
 
-def _draw_w(w: np.ndarray, rng: np.random.Generator) -> int:
+def _split(size: int) -> tuple[int, int]:
+    """(G, n): G strided groups of ``_GROUPS`` tokens cover the first n = G * _GROUPS tokens; the
+    rest (fewer than _GROUPS) is the tail."""
+    g = size // _GROUPS
+    return g, g * _GROUPS
+
+
+def _group_sums(w: np.ndarray) -> np.ndarray:
+    """Sum of each strided group, then the tail's sum as the last entry (float64; each group's 256
+    terms are added in float32, a relative error below 1e-5, the groups in float64)."""
+    g, n = _split(w.size)
+    out = np.empty(g + 1, dtype=np.float64)
+    if g:
+        out[:g] = w[:n].reshape(_GROUPS, g).sum(axis=0)
+    out[g] = w[n:].sum(dtype=np.float64)
+    return out
+
+
+def _draw_w(w: np.ndarray, rng: np.random.Generator, sums: np.ndarray | None = None) -> int:
     """Draw an index with probability proportional to the non-negative weights ``w`` (a zero weight is
-    never drawn). Two levels: block sums, then a cumulative sum inside the chosen block only."""
-    starts = np.arange(0, w.size, _BLOCK)
-    bsum = np.add.reduceat(w, starts, dtype=np.float64)
-    cum = np.cumsum(bsum)
+    never drawn). Two levels: a group by the groups' sums, then a token inside that group."""
+    g, n = _split(w.size)
+    if sums is None:
+        sums = _group_sums(w)
+    cum = np.cumsum(sums)
     u = rng.random() * cum[-1]
-    b = int(np.searchsorted(cum, u, side="right"))
-    if b >= len(cum):  # u rounded onto the total: the last block with weight
-        b = int(np.flatnonzero(bsum > 0)[-1])
-    lo = int(starts[b])
-    block = w[lo : lo + _BLOCK]
-    inner = np.cumsum(block, dtype=np.float64)
-    j = int(np.searchsorted(inner, u - (cum[b - 1] if b else 0.0), side="right"))
-    if j >= block.size:  # the block's own sum rounded below its share: its last token with weight
-        j = int(np.flatnonzero(block > 0)[-1])
-    return lo + j
+    c = int(np.searchsorted(cum, u, side="right"))
+    if c >= len(cum):  # u rounded onto the total: the last group with weight
+        c = int(np.flatnonzero(sums > 0)[-1])
+    members = np.arange(n, w.size) if c == g else c + g * np.arange(_GROUPS)
+    inner = np.cumsum(w[members], dtype=np.float64)
+    j = int(np.searchsorted(inner, u - (cum[c - 1] if c else 0.0), side="right"))
+    if j >= members.size:  # the group's own sum rounded below its share: its last token with weight
+        j = int(np.flatnonzero(w[members] > 0)[-1])
+    return int(members[j])
 
 
 def _top_indices(x: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the ``k`` largest entries of ``x``, largest first. The ``k`` blocks with the largest
-    maxima hold a top-k set (ties included), so only they are searched."""
+    """Indices of the ``k`` largest entries of ``x``, largest first. The ``k`` strided groups with the
+    largest maxima (plus the tail) hold a top-k set, ties included, so only they are searched."""
     k = min(k, x.size)
-    bs = 64
-    if x.size < 4 * bs * k:
+    g, n = _split(x.size)
+    if g < 4 * k:
         top = np.argpartition(-x, k - 1)[:k]
     else:
-        starts = np.arange(0, x.size, bs)
-        bmax = np.maximum.reduceat(x, starts)
-        blocks = np.argpartition(-bmax, k - 1)[:k]
-        cand = (starts[blocks][:, None] + np.arange(bs)[None, :]).ravel()
-        cand = cand[cand < x.size]
+        gmax = x[:n].reshape(_GROUPS, g).max(axis=0)
+        groups = np.argpartition(-gmax, k - 1)[:k]
+        cand = (groups[None, :] + g * np.arange(_GROUPS)[:, None]).ravel()
+        if n < x.size:
+            cand = np.concatenate([cand, np.arange(n, x.size)])
         top = cand[np.argpartition(-x[cand], k - 1)[:k]]
     return top[np.argsort(-x[top], kind="stable")]
 
@@ -349,7 +367,8 @@ def _choose(
     m = float(x.max())
     z = x - m  # logits are finite: z <= 0
     e = np.exp(z)
-    s = float(e.sum(dtype=np.float64))
+    sums = _group_sums(e)
+    s = float(sums.sum())
     log_s = math.log(s)
     h = log_s - float(np.dot(e, z)) / s
     # plain T=1 sampling draws straight from the (masked) exp-weights
@@ -372,8 +391,9 @@ def _choose(
         if not allowed.any():
             row.finish, row.error = "error", "grammar dead end: no token is allowed"
             return None
-        w = e * allowed
-        sa = float(w.sum(dtype=np.float64))
+        w = np.multiply(e, allowed.view(np.uint8) if allowed.dtype == bool else allowed, dtype=np.float32)
+        sums = _group_sums(w)
+        sa = float(sums.sum())
         row.mask_removed.append(max(0.0, 1.0 - sa / s))
         if sa > 0:
             # entropy of the renormalised masked distribution (disallowed tokens have weight 0)
@@ -384,7 +404,7 @@ def _choose(
     if params.temperature <= 0:
         tok = int(np.argmax(np.where(allowed, x, -np.inf) if allowed is not None else x))
     elif plain:
-        tok = _draw_w(w, row.rng)
+        tok = _draw_w(w, row.rng, sums)
     else:
         weights = np.where(allowed, x, -np.inf) if allowed is not None else x
         tok = _draw(_filter(weights, params), row.rng)
