@@ -8,7 +8,8 @@ Prints `name: value` lines:
   (`strict_over_loose_<engine>_<model>`: one sequence per step in both modes) and at batch 16 with
   refilled slots (`strict_over_loose_batch16_...`: strict samples end when the call closes, so fewer
   sequences share the tail of the run; the mean sample lengths are printed next to it);
-- harness overhead: tooldecode loose at batch 1 ÷ the raw `create_completion` loop;
+- harness overhead: tooldecode's loose decode speed at batch 1 ÷ llama-cpp-python's own `generate`
+  loop (T=1, full vocabulary), both with the prompt already evaluated;
 - transformers: samples/s at batch 8 ÷ batch 1, and transformers ÷ llama.cpp.
 
 Usage: python benchmarks/bench_sampling.py [--quick] [--samples 32] [--tokens 120]
@@ -84,7 +85,7 @@ def bench_model(model: str, n: int, tokens: int, quick: bool, naive: bool) -> di
     res[f"tooldecode_loose_samples_s_{short}"] = round(loose_sps, 3)
     res[f"tooldecode_loose_tok_s_{short}"] = round(_tok_s(loose, loose_dt), 2)
     res[f"loose_mean_tokens_{short}"] = _mean_len(loose)
-    n1 = max(2, n // 8)  # batch 1: every step decodes one sequence, whatever the sample lengths
+    n1 = max(2, n // 4)  # batch 1: every step decodes one sequence, whatever the sample lengths
     loose1, dt1 = _timed(lambda: sample(be, ids, n1, params, batch_size=1, prefill=prompt.prefill))
     loose1_tok_s = _tok_s(loose1, dt1)
     strict_sps = float("nan")
@@ -117,8 +118,12 @@ def bench_model(model: str, n: int, tokens: int, quick: bool, naive: bool) -> di
         )
         res[f"strict_over_loose_{engine}_{short}"] = round(_tok_s(strict1, dts1) / loose1_tok_s, 3)
         res[f"strict_{engine}_errors_{short}"] = errors
-    tok_s_b1 = loose1_tok_s
-    res[f"tooldecode_loose_b1_tok_s_{short}"] = round(tok_s_b1, 2)
+    res[f"tooldecode_loose_b1_tok_s_{short}"] = round(loose1_tok_s, 2)
+    # decode only (the prompt is cached): tokens over the time from each sample's start to its end
+    decode_b1 = sum(len(x.token_ids) for x in loose1) / sum(
+        x.timing["end_s"] - x.timing["start_s"] for x in loose1
+    )
+    res[f"tooldecode_loose_b1_decode_tok_s_{short}"] = round(decode_b1, 2)
     if naive:
         from llama_cpp import Llama, LlamaGrammar
 
@@ -137,11 +142,30 @@ def bench_model(model: str, n: int, tokens: int, quick: bool, naive: bool) -> di
             dt = time.perf_counter() - t0
             return n / dt, toks / dt
 
+        def raw_decode(n_samples: int) -> float:
+            """llama-cpp-python's own generate loop, T=1 over the full vocabulary: decode tok/s after the
+            first token (the prompt is evaluated before it)."""
+            pids = llm.tokenize(prompt.text.encode(), add_bos=False, special=True)
+            count_all, secs = 0, 0.0
+            for _ in range(n_samples):
+                t_first, count = 0.0, 0
+                for tok in llm.generate(pids, temp=1.0, top_k=0, top_p=1.0, min_p=0.0, reset=False):
+                    if count == 0:
+                        t_first = time.perf_counter()
+                    count += 1
+                    if count >= tokens or tok == llm.token_eos():
+                        break
+                secs += time.perf_counter() - t_first
+                count_all += count - 1
+            return count_all / secs
+
         sps, tps = run(None)
         res[f"naive_loose_samples_s_{short}"] = round(sps, 3)
         res[f"naive_loose_tok_s_{short}"] = round(tps, 2)
         res[f"throughput_over_naive_loose_{short}"] = round(loose_sps / sps, 2)
-        res[f"loose_over_raw_llamacpp_{short}"] = round(tok_s_b1 / tps, 3)
+        raw = raw_decode(n1)
+        res[f"raw_generate_decode_tok_s_{short}"] = round(raw, 2)
+        res[f"loose_over_raw_llamacpp_{short}"] = round(decode_b1 / raw, 3)
         if not quick:
             sps_s, tps_s = run(LlamaGrammar.from_string(grammar, verbose=False))
             res[f"naive_strict_samples_s_{short}"] = round(sps_s, 3)

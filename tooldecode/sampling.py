@@ -13,8 +13,10 @@ numerics for different batch shapes, see ``Backend.info()["eval_mode"]``).
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -157,6 +159,20 @@ def sample(
     return sorted(out, key=lambda s: s.index)
 
 
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor | None:
+    """Threads for the per-row draws (``TOOLDECODE_SAMPLER_THREADS``, default: the CPU count, at most 4)."""
+    global _POOL
+    n = int(os.environ.get("TOOLDECODE_SAMPLER_THREADS", 0)) or min(4, os.cpu_count() or 1)
+    if n <= 1:
+        return None
+    if _POOL is None or _POOL._max_workers != n:
+        _POOL = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tooldecode-sampler")
+    return _POOL
+
+
 def _new_row(
     i: int, params: SamplingParams, mask: MaskEngine | None, prefill: str, prefill_ids: list[int]
 ) -> _Row:
@@ -205,6 +221,12 @@ def _stream(
             finished.append(row)
         return None
 
+    pool = _pool() if n_slots > 1 else None
+    masked = mask is not None
+
+    def choose(row: _Row, x: np.ndarray) -> int | None:
+        return _choose(row, x, params, masked, eog)
+
     rows: dict[int, _Row] = {}
     for slot in range(n_slots):
         row = next_row()
@@ -218,9 +240,14 @@ def _stream(
             chosen: list[int] = []
             keep: list[int] = []
             freed: list[int] = []
-            for slot, x in zip(active, current, strict=True):
-                row = rows[slot]
-                tok = _choose(row, x, params, mask is not None, eog)
+            batch_rows = [rows[slot] for slot in active]
+            if pool is not None and len(active) > 1:
+                # rows are independent (own generator, own matcher): numpy and the mask engines
+                # release the GIL on the vocabulary-sized work, so the rows' draws share the cores
+                toks = list(pool.map(choose, batch_rows, current))
+            else:
+                toks = [choose(r, x) for r, x in zip(batch_rows, current, strict=True)]
+            for slot, row, tok in zip(active, batch_rows, toks, strict=True):
                 if tok is not None:
                     row.ids.append(tok)
                     if tok in eog:
