@@ -128,7 +128,8 @@ def bench_model(model: str, n: int, tokens: int, quick: bool, naive: bool) -> di
         from llama_cpp import Llama, LlamaGrammar
 
         be.close()
-        llm = Llama(str(ref.path), n_ctx=8192, verbose=False)
+        threads = be.n_threads  # the same threads as our backend (the default would be half the cores)
+        llm = Llama(str(ref.path), n_ctx=8192, n_threads=threads, n_threads_batch=threads, verbose=False)
         llm.create_completion(prompt.text, max_tokens=1)
 
         def run(grammar_obj):
@@ -149,7 +150,7 @@ def bench_model(model: str, n: int, tokens: int, quick: bool, naive: bool) -> di
             count_all, secs = 0, 0.0
             for _ in range(n_samples):
                 t_first, count = 0.0, 0
-                for tok in llm.generate(pids, temp=1.0, top_k=0, top_p=1.0, min_p=0.0, reset=False):
+                for tok in llm.generate(pids, temp=1.0, top_k=0, top_p=1.0, min_p=0.0):
                     if count == 0:
                         t_first = time.perf_counter()
                     count += 1
