@@ -98,3 +98,28 @@ def test_tiny_run_resumes_without_duplicates(tmp_path):
     assert all(first[r["key"]] == r["token_ids"] for r in again)  # same seeds per index: same samples
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["model"]["sha256"] and manifest["config"]["n"] == 3
+
+
+@pytest.mark.model
+def test_strict_smollm2_panel_run_scores_and_reports(tmp_path):
+    """SmolLM2 writes its calls as a <tool_call>[...] list: the call-list grammar makes strict L2 work,
+    and the panel rows of FINDINGS read the run."""
+    from tooldecode.findings import _panel_rows, load_run
+
+    spec_path = tmp_path / "panel.toml"
+    spec_path.write_text(
+        'name = "panel"\nmodels = ["smollm2-135m-instruct"]\nmax_scenarios = 1\nn = 3\nmax_new_tokens = 24\n'
+        'modes = ["loose", "strict"]\nbatch_size = 2\n[variant]\nconditioning = ["gold-prefix"]\n'
+        '[probe]\nselect = "newText"\n'
+    )
+    out = tmp_path / "run"
+    run_spec(load_spec(spec_path), out, progress=False)
+    recs = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    strict = [r for r in recs if r["arm"]["mode"] == "strict"]
+    assert len(strict) == 3 and all(r["arm"]["wire"] == "call-list" for r in strict)
+    assert all(r["error"] is None for r in strict), [r["error"] for r in strict]
+    assert all(r["mask_removed"] and len(r["mask_removed"]) == len(r["token_ids"]) for r in strict)
+    rows = _panel_rows(load_run(out))
+    assert len(rows) == 1 and "smollm2-135m-instruct" in rows[0]["measured"]
+    assert "strict" in rows[0]["measured"] and not rows[0]["verdict"].startswith("bug")
+    assert "over 1 scenarios" in rows[0]["measured"]  # the L3 probe after newText was read

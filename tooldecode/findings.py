@@ -358,6 +358,12 @@ def build_findings(runs_dir: Path) -> list[dict[str, str]]:
             "Reruns differ; measure the noise before ranking.",
         ),
         (
+            "e12-model-panel",
+            _panel_rows,
+            "E12: model panel (Qwen2.5-Coder 1.5B, SmolLM2 135M, Gemma 3 270M)",
+            "Other small models also continue past a byte-correct newText; strict removes the invented keys.",
+        ),
+        (
             "e11-schema-keywords",
             lambda r: [_e11_row(r)],
             "E11: minLength/maxLength in the prompt's schema (third article)",
@@ -721,18 +727,90 @@ def _shape_row(e4: Run) -> dict[str, str]:
 
 
 def _wire_row(e6: Run) -> dict[str, str]:
-    parts = []
+    parts, diffs = [], []
+    base = probe_values(e6, "newText", call_format="native")
+    verdicts = []
     for fmt in ("native", "hermes", "antml", "harmony", "json"):
         vals = probe_values(e6, "newText", call_format=fmt)
-        if vals:
-            parts.append(f"{fmt}: {mean_over_scenarios(vals)}")
+        if not vals:
+            continue
+        parts.append(f"{fmt}: {mean_over_scenarios(vals)}")
+        if fmt != "native" and base:
+            d, lo, hi, n = paired_probe_diff(vals, base)
+            diffs.append(f"{fmt} − native {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (n={n})")
+            verdicts.append(not np.isnan(lo) and (lo > 0 or hi < 0))
+    model = e6.manifest.get("model", {}).get("id", "?")
+    if not verdicts:
+        verdict = "inconclusive"
+    elif any(verdicts):
+        verdict = "reproduces (at least one format differs from native beyond its interval)"
+    else:
+        verdict = "inconclusive (no format differs from native at this n)"
     return {
         "observation": "E6: wire format as a variable",
         "claim": "The channel (serialization, route) is an independent variable.",
-        "measured": "P(continue) after newText by call format: " + "; ".join(parts),
-        "verdict": "descriptive",
+        "measured": f"{model}, L3 P(continue) after newText by call format: "
+        + "; ".join(parts)
+        + (". Paired differences over scenarios: " + "; ".join(diffs) if diffs else ""),
+        "verdict": verdict,
         "command": e6.command(),
     }
+
+
+def _panel_rows(e12: Run) -> list[dict[str, str]]:
+    """One row per model of the panel: L2 loose vs strict and the L3 probe after newText."""
+    rows = []
+    models = e12.manifest.get("config", {}).get("arms", [])
+    order = list(dict.fromkeys(a["model"] for a in models))
+    for model in order:
+        loose = _arm_filter(e12.samples, model=model, mode="loose")
+        strict = _arm_filter(e12.samples, model=model, mode="strict")
+        errors = [s for s in e12.samples if s["arm"].get("model") == model and s.get("error")]
+        inv = lambda s: bool(invented_in_items(verdict_of(e12, s)))  # noqa: E731
+        r_l, r_s = rate_of(loose, inv), rate_of(strict, inv)
+        bl, zoo = l2_breakdown(loose)
+        bs, _ = l2_breakdown(strict)
+        probe: dict[str, list[float]] = defaultdict(list)
+        for row in e12.probe:
+            if row.get("model") == model and row.get("after") == "newText":
+                probe[row["scenario"]].append(row["p_continue"])
+        pvals = {k: float(np.mean(v)) for k, v in probe.items()}
+        wire = next((s["arm"].get("wire") for s in loose + strict), "?")
+        keys = "; ".join(f"{k[:40]!r} {v}" for k, v in zoo.most_common(6))
+        measured = (
+            f"{model} (wire {wire}), L2, what follows the gold newText — loose: close {bl['close']}, invented "
+            f"key {bl['invented key']}, gold key again {bl['gold key again']}, next item {bl['next item']}, "
+            f"string goes on {bl['other']}; strict: close {bs['close']}, invented key {bs['invented key']}, "
+            f"string goes on {bs['other']}; keys seen (loose): {keys or 'none'}. Scored calls with an invented "
+            f"key in an item: loose {r_l}, strict {r_s} (most calls are cut by the 64-token budget and score "
+            f"as truncated). L3 P(continue) after newText: {mean_over_scenarios(pvals)}"
+            + (f". Sampling errors (not scored): {len(errors)}" if errors else "")
+        )
+        inv_l, inv_s = bl["invented key"], bs["invented key"]
+        if inv_s.k or r_s.k:
+            verdict = "bug: strict produced invented keys"
+        elif inv_l.n == 0:
+            verdict = "not measured"
+        elif inv_l.lo > 0:
+            ident = sum(v for k, v in zoo.items() if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k))
+            verdict = f"reproduces (loose continues with an invented key {100 * inv_l.rate:.0f}%; strict 0)"
+            if ident * 2 < sum(zoo.values()):
+                verdict += (
+                    f"; but only {ident} of {sum(zoo.values())} keys are identifiers, the rest junk text"
+                )
+        else:
+            verdict = f"does not reproduce at this n (loose invented key {inv_l.k}/{inv_l.n}; strict 0)"
+        rows.append(
+            {
+                "observation": f"E12: model panel — {model}",
+                "claim": "Other small models also continue past a byte-correct newText with invented keys; strict "
+                "decoding removes them.",
+                "measured": measured,
+                "verdict": verdict,
+                "command": e12.command(),
+            }
+        )
+    return rows
 
 
 def _noise_row(e10: Run) -> dict[str, str]:
