@@ -182,6 +182,18 @@ def test_strict_edit_calls_validate_against_the_strict_schema(llama_smol, engine
 
 
 @pytest.mark.slow
+def test_hf_batch_size_from_memory(hf_smol):
+    cfg = hf_smol.hf.config
+    per_token = (
+        2 * cfg.num_hidden_layers * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads) * 4
+    )
+    assert hf_smol.sequence_bytes(1000) == per_token * 1000 + 4 * hf_smol.n_vocab
+    assert 1 <= hf_smol.suggest_batch_size(1000, 100) <= 16
+    out = sample(hf_smol, PROMPT, 2, SamplingParams(temperature=0, max_new_tokens=3))  # batch from memory
+    assert out[0].token_ids == out[1].token_ids and out[0].timing["slots"] == 2
+
+
+@pytest.mark.slow
 def test_hf_prefix_reuse_matches_a_fresh_prompt(hf_smol):
     """A second prompt sharing a prefix with the cached one gives the same greedy tokens as from scratch."""
     p = SamplingParams(temperature=0, max_new_tokens=8)
@@ -232,3 +244,15 @@ def test_block_top_k_equals_a_full_sort(size):
         assert len(got) == k and len(set(got.tolist())) == k
         assert np.array_equal(np.sort(x[got])[::-1], np.sort(x)[::-1][:k])
         assert np.all(np.diff(x[got]) <= 0)
+
+
+def test_batch_size_follows_memory_and_context(llama_smol):
+    from tooldecode.backends.hf import batch_for_memory
+
+    assert batch_for_memory(8 << 30, 100 << 20, cap=256) == 40  # half of 8 GiB in 100 MiB sequences
+    assert batch_for_memory(1 << 20, 100 << 20, cap=256) == 1  # never below one
+    assert batch_for_memory(1 << 40, 1 << 20, cap=16) == 16
+    assert llama_smol.suggest_batch_size(100, 64) == min(16, llama_smol.max_seqs)
+    room = (llama_smol.n_ctx - 100) // 64
+    assert llama_smol.suggest_batch_size(100, llama_smol.n_ctx) == 1
+    assert llama_smol.suggest_batch_size(100, 64) <= room

@@ -129,11 +129,13 @@ def sample(
     *,
     mask: MaskEngine | None = None,
     prefill: str = "",
-    batch_size: int = 16,
+    batch_size: int | None = None,
     start_index: int = 0,
     on_batch: Callable[[list[Sample]], None] | None = None,
 ) -> list[Sample]:
-    """Draw ``n`` samples (indices ``start_index`` … ) from ``prompt``, ``batch_size`` sequences at a time.
+    """Draw ``n`` samples (indices ``start_index`` … ) from ``prompt``, ``batch_size`` sequences at a time
+    (default: the backend's ``suggest_batch_size``, from its memory and context; ``TOOLDECODE_BATCH``
+    overrides it).
 
     ``prompt`` is the full prompt text (special tokens as text) or token ids; ``prefill`` is the part
     of it that the call already contains (the mask's matcher is advanced over it). With ``mask``, every
@@ -148,6 +150,9 @@ def sample(
     ids = backend.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
     prefill_ids = backend.tokenize(prefill, special=False) if (mask is not None and prefill) else []
     indices = list(range(start_index, start_index + n))
+    if batch_size is None:
+        env = os.environ.get("TOOLDECODE_BATCH")
+        batch_size = int(env) if env else backend.suggest_batch_size(len(ids), params.max_new_tokens)
     slots = max(1, batch_size)
     if getattr(backend, "can_restart", False):
         groups = [indices] if indices else []

@@ -56,6 +56,10 @@ class Backend(ABC):
         The array may be a view of the runtime's buffer: it is valid until the next ``begin``/``step``/
         ``forward`` call (copy what must outlive it)."""
 
+    def suggest_batch_size(self, prompt_tokens: int, max_new_tokens: int) -> int:
+        """How many sequences to decode in parallel for this prompt and budget (``sample``'s default)."""
+        return 16
+
     #: whether ``restart`` is implemented (the sampler then refills finished slots: continuous batching)
     can_restart: bool = False
 

@@ -20,6 +20,26 @@ from tooldecode.errors import ModelError
 from tooldecode.models import ModelRef
 
 
+def batch_for_memory(free_bytes: int, per_sequence_bytes: int, *, cap: int) -> int:
+    """Sequences that fit in half of ``free_bytes`` (the rest is left for activations and the
+    allocator), at least 1 and at most ``cap``."""
+    return max(1, min(cap, int(0.5 * free_bytes) // max(1, per_sequence_bytes)))
+
+
+def _free_bytes(device: str) -> int:
+    import torch
+
+    if device.startswith("cuda"):
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    try:
+        for line in open("/proc/meminfo", encoding="ascii"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 4 << 30
+
+
 def default_device() -> str:
     import torch
 
@@ -85,6 +105,24 @@ class HFBackend(Backend):
         self._kv: Any = None
         self._n = 0
         self._cur: list[int] = []
+
+    def sequence_bytes(self, tokens: int) -> int:
+        """Memory one sequence of ``tokens`` needs: its own copy of the KV cache (the prompt's is
+        expanded per sequence) plus a row of float32 logits."""
+        cfg = self.hf.config
+        cfg = getattr(cfg, "text_config", cfg)
+        layers = int(cfg.num_hidden_layers)
+        heads = int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads)
+        head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+        elem = self._torch.finfo(getattr(self._torch, self.dtype)).bits // 8
+        return 2 * layers * heads * head_dim * elem * tokens + 4 * self.n_vocab
+
+    def suggest_batch_size(self, prompt_tokens: int, max_new_tokens: int) -> int:
+        """From free memory (CUDA: the device's; CPU: MemAvailable); capped at 256 on CUDA and at 16 on
+        the CPU, where a larger batch no longer raises throughput."""
+        cap = 256 if self.device.startswith("cuda") else 16
+        per = self.sequence_bytes(prompt_tokens + max_new_tokens)
+        return batch_for_memory(_free_bytes(self.device), per, cap=cap)
 
     # --- tokens -------------------------------------------------------------------------------
     def tokenize(self, text: str, *, special: bool = True, add_bos: bool = False) -> list[int]:

@@ -217,6 +217,12 @@ class LlamaCppBackend(Backend):
 
     can_restart = True
 
+    def suggest_batch_size(self, prompt_tokens: int, max_new_tokens: int) -> int:
+        """16 parallel sequences (past that, a step on 2 CPU cores costs as much per token), fewer when
+        the unified KV cache cannot hold every sequence's new tokens next to the shared prompt."""
+        room = (self.n_ctx - prompt_tokens) // max(1, max_new_tokens)
+        return max(1, min(16, self.max_seqs, room))
+
     def restart(self, row: int) -> None:
         if not 0 <= row < self._n_branches:
             raise ValueError(f"row {row} is not a sequence of the current begin ({self._n_branches})")
