@@ -256,3 +256,25 @@ def test_batch_size_follows_memory_and_context(llama_smol):
     room = (llama_smol.n_ctx - 100) // 64
     assert llama_smol.suggest_batch_size(100, llama_smol.n_ctx) == 1
     assert llama_smol.suggest_batch_size(100, 64) <= room
+
+
+def test_sample_command_scores_strict_samples(capsys):
+    from tooldecode.cli import main as cli_main
+
+    argv = ["sample", "--model", "smollm2-135m-instruct", "--scenario", "py-pagination-off-by-one"]
+    argv += [
+        "--variant",
+        "agentic,gold-prefix",
+        "--mode",
+        "strict",
+        "-n",
+        "2",
+        "--max-new-tokens",
+        "16",
+        "--json",
+    ]
+    assert cli_main(argv) == 0
+    recs = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [r["index"] for r in recs] == [0, 1]
+    assert all(r["verdict"] and r["error"] is None and r["mask_removed"] for r in recs)
+    assert all(r["verdict"] != "invented_key" for r in recs)

@@ -1,0 +1,94 @@
+"""`tooldecode sample`: draw loose or strict samples of a scenario's edit call and score each one."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def _cmd_sample(args: argparse.Namespace) -> int:
+    from tooldecode.backends import load_backend
+    from tooldecode.grammar import render_toolset
+    from tooldecode.masking import compile_mask
+    from tooldecode.models import resolve
+    from tooldecode.prompts import TranscriptOptions, parse_variant, render_prompt
+    from tooldecode.sampling import SamplingParams, sample
+    from tooldecode.scenarios import get_scenario
+    from tooldecode.scoring import score_text
+
+    ref = resolve(args.model, fetch=True)
+    sc = get_scenario(args.scenario)
+    opts = parse_variant(args.variant) if args.variant else TranscriptOptions()
+    prompt = render_prompt(sc, ref, opts)
+    kw = {"n_ctx": 8192, "max_seqs": 33} if args.backend == "llamacpp" else {}
+    be = load_backend(args.backend, ref, **kw)
+    mask = None
+    if args.mode == "strict":
+        fmt = "lark" if args.engine == "llguidance" else "gbnf"
+        grammar = render_toolset(
+            list(prompt.tools), format=fmt, wire=prompt.wire, mode="strict", ws="bounded"
+        )
+        mask = compile_mask(args.engine, grammar, be)
+    params = SamplingParams(
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        stop=tuple(prompt.stop),
+        seed=args.seed,
+        top_logprobs=args.top_logprobs,
+    )
+    out = sample(
+        be, prompt.text, args.n, params, mask=mask, prefill=prompt.prefill, batch_size=args.batch_size
+    )
+    if not args.json:
+        print(
+            f"model {ref.id} ({args.backend}), scenario {sc.id}, variant {args.variant or 'default'}, "
+            f"mode {args.mode}, wire {prompt.wire}, conditioning {opts.conditioning}"
+        )
+    for s in out:
+        v = score_text(
+            prompt.prefill + s.text,
+            list(prompt.tools),
+            wire=prompt.wire,
+            expected_tool=prompt.expected_tool,
+            scenario=sc,
+            finish_reason=s.finish_reason,
+        )
+        if args.json:
+            rec = s.to_record()
+            rec["prefill"] = prompt.prefill
+            rec["verdict"] = v.verdict
+            rec["invented_keys"] = v.invented_keys
+            print(json.dumps(rec, ensure_ascii=False))
+            continue
+        inv = ", ".join(f"{k['key']} at {k['path']}" for k in v.invented_keys)
+        extra = f" ({inv})" if inv else (f" ({s.error})" if s.error else "")
+        print(f"\n--- sample {s.index}: {v.verdict}{extra}, {len(s.token_ids)} tokens, {s.finish_reason}")
+        print((prompt.prefill + s.text) if args.show_prefill else s.text)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sample", help="sample a scenario's edit call (loose or strict) and score each sample")
+    p.add_argument("--scenario", required=True, help="scenario id (see `tooldecode scenarios list`)")
+    p.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    p.add_argument("--backend", default="llamacpp", choices=["llamacpp", "hf"])
+    p.add_argument(
+        "--variant",
+        default="",
+        help="transcript variant words, e.g. agentic,gold-prefix (see docs/prompts.md)",
+    )
+    p.add_argument("--mode", default="loose", choices=["loose", "strict"])
+    p.add_argument("--engine", default="xgrammar", choices=["xgrammar", "llguidance", "llama-grammar"])
+    p.add_argument("-n", type=int, default=4, help="number of samples")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--top-logprobs", type=int, default=20)
+    p.add_argument(
+        "--batch-size", type=int, default=None, help="parallel sequences (default: from the backend)"
+    )
+    p.add_argument("--show-prefill", action="store_true", help="print the forced prefill before each sample")
+    p.add_argument("--json", action="store_true", help="one JSON record per sample (with its verdict)")
+    p.set_defaults(func=_cmd_sample)
