@@ -777,13 +777,25 @@ def _panel_rows(e12: Run) -> list[dict[str, str]]:
         pvals = {k: float(np.mean(v)) for k, v in probe.items()}
         wire = next((s["arm"].get("wire") for s in loose + strict), "?")
         keys = "; ".join(f"{k[:40]!r} {v}" for k, v in zoo.most_common(6))
+        truncated = sum(1 for x in loose if verdict_of(e12, x).get("verdict") == "truncated")
+        cut = (
+            " (most loose calls are cut by the token budget and score as truncated)"
+            if 2 * truncated > len(loose)
+            else ""
+        )
+
+        def verdicts(ss: list[dict]) -> str:
+            c = Counter(verdict_of(e12, x).get("verdict", "?") for x in ss)
+            return ", ".join(f"{k} {v}/{len(ss)}" for k, v in c.most_common())
+
         measured = (
             f"{model} (wire {wire}), L2, what follows the gold newText — loose: close {bl['close']}, invented "
             f"key {bl['invented key']}, gold key again {bl['gold key again']}, next item {bl['next item']}, "
             f"string goes on {bl['other']}; strict: close {bs['close']}, invented key {bs['invented key']}, "
             f"string goes on {bs['other']}; keys seen (loose): {keys or 'none'}. Scored calls with an invented "
-            f"key in an item: loose {r_l}, strict {r_s} (most calls are cut by the 64-token budget and score "
-            f"as truncated). L3 P(continue) after newText: {mean_over_scenarios(pvals)}"
+            f"key in an item: loose {r_l}, strict {r_s}{cut}. Verdicts: loose {verdicts(loose)}; strict "
+            f"{verdicts(strict)}. "
+            f"L3 P(continue) after newText: {mean_over_scenarios(pvals)}"
             + (f". Sampling errors (not scored): {len(errors)}" if errors else "")
         )
         inv_l, inv_s = bl["invented key"], bs["invented key"]
@@ -800,6 +812,14 @@ def _panel_rows(e12: Run) -> list[dict[str, str]]:
                 )
         else:
             verdict = f"does not reproduce at this n (loose invented key {inv_l.k}/{inv_l.n}; strict 0)"
+            top, k = Counter(verdict_of(e12, x).get("verdict", "?") for x in loose).most_common(1)[0]
+            if top == "json_syntax" and 2 * k > len(loose):
+                bad = [x for x in loose if verdict_of(e12, x).get("verdict") == "json_syntax"]
+                brackets = sum(1 for x in bad if re.fullmatch(r'"\s*[\]}\s]+', x["text"]))
+                verdict += (
+                    f"; loose calls fail on JSON syntax instead ({k}/{len(loose)}; in {brackets} of them the model "
+                    "wrote only closing brackets, in the wrong number or order)"
+                )
         rows.append(
             {
                 "observation": f"E12: model panel — {model}",
