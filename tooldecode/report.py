@@ -376,7 +376,7 @@ def _labels(
     columns = [k for k in varying if not _determined(k, independent, arms)]
     labels = []
     for a, run in zip(arms, runs, strict=True):
-        text = ", ".join(f"{k}={_fmt_value(a.get(k))}" for k in columns)
+        text = ", ".join(f"{k}={_fmt_value(a.get(k))}" for k in columns if a.get(k) is not None)
         if several_runs:
             text = f"{run}: {text}" if text else run
         if not text and full_when_one:
@@ -849,7 +849,8 @@ def plot_rates(s: Summary, metrics: Sequence[str] = COMPARED):
     if not arms:
         return None
     height = 1.2 + 0.32 * max(1, len(arms))
-    fig = _figure((4.2 * len(metrics) + 2.5, height))
+    longest = max(len(a.label) for a in arms)
+    fig = _figure((4.2 * len(metrics) + max(2.5, 0.075 * longest), height))
     axes = fig.subplots(1, len(metrics), sharey=True, squeeze=False)
     ys = list(range(len(arms)))[::-1]
     for ax, metric in zip(axes[0], metrics, strict=True):
