@@ -123,3 +123,21 @@ def test_strict_smollm2_panel_run_scores_and_reports(tmp_path):
     assert len(rows) == 1 and "smollm2-135m-instruct" in rows[0]["measured"]
     assert "strict" in rows[0]["measured"] and not rows[0]["verdict"].startswith("bug")
     assert "over 1 scenarios" in rows[0]["measured"]  # the L3 probe after newText was read
+
+
+def test_zoo_row_separates_schema_words_from_a_zoo():
+    from tooldecode.findings import Run, _zoo_row
+
+    def run(texts: list[str]) -> Run:
+        arm = {"model": "qwen2.5-coder-0.5b-instruct", "mode": "loose", "level": "L2"}
+        samples = [
+            {"key": str(i), "arm": arm, "scenario": "s", "text": t, "error": None}
+            for i, t in enumerate(texts)
+        ]
+        return Run("r", Path("r"), {}, samples, {}, [])
+
+    echo = _zoo_row({"r": run(['", "required": ["x"]}'] * 8 + ['", "matchCase": true}', '"}]}}'])})
+    assert echo is not None and "8/9" in echo["measured"] and echo["verdict"].startswith("does not reproduce")
+    zoo = _zoo_row({"r": run([f'", "{k}": 1}}' for k in ("kind", "unique", "matchCase", "notes", "type")])})
+    assert zoo is not None and "1/5" in zoo["measured"] and zoo["verdict"].startswith("reproduces")
+    assert _zoo_row({"r": run(['"}]}}'])}) is None

@@ -376,7 +376,49 @@ def build_findings(runs_dir: Path) -> list[dict[str, str]]:
             rows.extend(make(run))
         else:
             missing(obs, claim, name.replace("-", "_"))
+    zoo = _zoo_row(runs)
+    if zoo:
+        rows.append(zoo)
     return rows
+
+
+def _zoo_row(runs: dict[str, Run]) -> dict[str, str] | None:
+    """The invented keys after the gold newText, pooled over every L2 loose arm of the default model."""
+    model = "qwen2.5-coder-0.5b-instruct"
+    zoo: Counter = Counter()
+    used, n_samples = [], 0
+    for name, run in sorted(runs.items()):
+        loose = [
+            s for s in _arm_filter(run.samples, mode="loose", model=model) if s["arm"].get("level") == "L2"
+        ]
+        if not loose:
+            continue
+        _, z = l2_breakdown(loose)
+        zoo.update(z)
+        used.append(name)
+        n_samples += len(loose)
+    total = sum(zoo.values())
+    if not total:
+        return None
+    schema = sum(v for k, v in zoo.items() if k in SCHEMA_WORDS)
+    share = wilson(schema, total)
+    top, top_n = zoo.most_common(1)[0]
+    keys = ", ".join(f"{k} {v}" for k, v in zoo.most_common(10))
+    return {
+        "observation": "What the invented keys are: a zoo of plausible names, or the schema's own words?",
+        "claim": "The model has no name for the extra field in the nested shape and samples a plausible one each "
+        "time: a zoo of keys (type, id, kind, unique, requireUnique, matchCase, …, even additionalProperties).",
+        "measured": f"{model}, L2 loose arms of {', '.join(used)} pooled ({n_samples} samples, arms overlap in "
+        f"scenarios and seeds, so the interval is optimistic): {total} continuations with a key that is not in "
+        f"the schema; {len(zoo)} distinct keys; words of the tool definition in the prompt (JSON Schema keywords "
+        f"such as required, properties, items, additionalProperties, and the tool block's parameters, "
+        f"description) {share}; most common '{top}' {top_n}/{total}. Keys: {keys}",
+        "verdict": "does not reproduce: locally the invented key is mostly one word copied from the tool "
+        f"schema's text ('{top}'), not a zoo of plausible field names"
+        if share.lo > 0.5
+        else "reproduces: a zoo of plausible names, not the schema's own words",
+        "command": "python scripts/findings.py (pools the committed runs)",
+    }
 
 
 def _e0_row(e0: Run) -> dict[str, str]:
@@ -852,6 +894,20 @@ def _noise_row(e10: Run) -> dict[str, str]:
     }
 
 
+# words of the tool definition shown in the prompt: JSON Schema keywords and the tool block's own keys
+SCHEMA_WORDS = {
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "minLength",
+    "maxLength",
+    "parameters",
+    "description",
+}
+
+
 def _e11_row(e11: Run) -> dict[str, str]:
     with_kw = [s for s in e11.samples if s["arm"].get("schema_extra")]
     without = [s for s in e11.samples if not s["arm"].get("schema_extra")]
@@ -883,6 +939,20 @@ def _e11_row(e11: Run) -> dict[str, str]:
         f"a field longer than 256 chars: {rate_of(with_kw, over)} vs {rate_of(without, over)}",
     ]
     d = newcombe_diff(sum(map(valid, with_kw)), len(with_kw), sum(map(valid, without)), len(without))
+    invented = lambda s: verdict_of(e11, s).get("verdict") == "invented_key"  # noqa: E731
+    di = newcombe_diff(sum(map(invented, with_kw)), len(with_kw), sum(map(invented, without)), len(without))
+    echo = Counter(
+        k["key"]
+        for s in with_kw
+        if invented(s)
+        for k in verdict_of(e11, s).get("invented_keys") or []
+        if k.get("key") in SCHEMA_WORDS
+    )
+    parts.append(
+        f"an invented key: {rate_of(with_kw, invented)} vs {rate_of(without, invented)} (difference "
+        f"{di.diff:+.3f} [{di.lo:+.3f}, {di.hi:+.3f}], Fisher p={di.p_fisher:.3f}); JSON Schema words among "
+        f"the invented keys with keywords shown: {dict(echo) or 'none'}"
+    )
     return {
         "observation": "E11: minLength/maxLength in the prompt's schema (claims of the third article)",
         "claim": "'maxLength: 256 keeps 99.99% of tool blocks intact'; 'minLength: 1 means the model never emits "
