@@ -141,3 +141,47 @@ def test_zoo_row_separates_schema_words_from_a_zoo():
     zoo = _zoo_row({"r": run([f'", "{k}": 1}}' for k in ("kind", "unique", "matchCase", "notes", "type")])})
     assert zoo is not None and "1/5" in zoo["measured"] and zoo["verdict"].startswith("reproduces")
     assert _zoo_row({"r": run(['"}]}}'])}) is None
+
+
+def test_strict_spec_mode_masks_with_the_open_grammar(tmp_path):
+    from types import SimpleNamespace
+
+    from tooldecode.experiments import _grammar_for
+    from tooldecode.grammar import check, load_tool
+
+    spec = load_spec(ROOT / "experiments" / "e13_open_grammar.toml")
+    assert {a["mode"]: a.get("engine") for a in spec.arms()} == {
+        "loose": None,
+        "strict-spec": "xgrammar",
+        "strict": "xgrammar",
+    }
+    prompt = SimpleNamespace(tools=[load_tool("edit")], wire="call-json")
+    extra = '{"name": "edit", "arguments": {"path": "a", "edits": [{"oldText": "x", "newText": "y", "required": 1}]}}'
+    assert check.accepts("xgrammar", _grammar_for(prompt, "bounded", "strict-spec"), extra)
+    assert not check.accepts("xgrammar", _grammar_for(prompt, "bounded", "strict"), extra)
+
+
+def test_open_grammar_row_reads_the_three_modes():
+    from tooldecode.findings import Run, _open_grammar_row
+
+    texts = {
+        "loose": ['", "required": ["x"]}'] * 3 + ['"}]}}'] * 5,
+        "strict-spec": ['", "required": ["x"]}'] * 4 + ['"}]}}'] * 4,
+        "strict": ['"}]}}'] * 8,
+    }
+    samples = [
+        {
+            "key": f"{m}{i}",
+            "arm": {"mode": m, "level": "L2"},
+            "scenario": f"s{i % 4}",
+            "text": t,
+            "error": None,
+        }
+        for m, ts in texts.items()
+        for i, t in enumerate(ts)
+    ]
+    row = _open_grammar_row(Run("e13", Path("e13"), {}, samples, {}, []))
+    assert "strict-spec: close 4/8" in row["measured"] and "invented key 4/8" in row["measured"]
+    assert row["verdict"].startswith("reproduces")
+    samples[-1]["text"] = '", "notes": 1}'  # a closed grammar can never do this: flagged as a bug
+    assert _open_grammar_row(Run("e13", Path("e13"), {}, samples, {}, []))["verdict"].startswith("bug")

@@ -29,6 +29,8 @@ from typing import Any
 
 from tooldecode.errors import ToolDecodeError
 
+# masked modes: "strict" (every object closed) and "strict-spec" (the schema as written)
+STRICT_MODES = ("strict", "strict-spec")
 LEVELS = {"free": "L0", "forced-tool": "L1", "gold-prefix": "L2"}
 VARIANT_FIELDS = (
     "history",
@@ -82,7 +84,7 @@ class Spec:
             arm = {"model": model, "backend": self.backend, "mode": mode, "temperature": temp}
             arm.update(dict(zip(fields, combo, strict=True)))
             arm["level"] = LEVELS[arm.get("conditioning", "free")]
-            if mode == "strict":
+            if mode in STRICT_MODES:
                 arm["engine"] = self.engine
             out.append(arm)
         return out
@@ -123,8 +125,8 @@ def load_spec(path: str | os.PathLike[str], *, quick: bool = False) -> Spec:
         if key in raw:
             raw[key] = _as_list(raw[key])
     for mode in raw.get("modes", []):
-        if mode not in ("loose", "strict"):
-            raise SpecError(f"{p}: modes must be 'loose' or 'strict', got {mode!r}")
+        if mode not in ("loose", *STRICT_MODES):
+            raise SpecError(f"{p}: modes must be 'loose', 'strict' or 'strict-spec', got {mode!r}")
     return Spec(**raw, variant=variant, path=p, quick=quick)
 
 
@@ -213,10 +215,13 @@ class _Models:
         self.cache.clear()
 
 
-def _grammar_for(prompt: Any, ws: str) -> str:
+def _grammar_for(prompt: Any, ws: str, mode: str = "strict") -> str:
+    """The mask grammar of an arm: ``strict`` closes every object; ``strict-spec`` follows the schema as
+    written (``additionalProperties`` defaults to true, so unknown keys stay possible)."""
     from tooldecode.grammar import render_toolset
 
-    return render_toolset(list(prompt.tools), format="gbnf", wire=prompt.wire, mode="strict", ws=ws)
+    grammar_mode = "spec" if mode == "strict-spec" else "strict"
+    return render_toolset(list(prompt.tools), format="gbnf", wire=prompt.wire, mode=grammar_mode, ws=ws)
 
 
 def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = True) -> Path:
@@ -305,8 +310,9 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
                     be = models.get(arm["backend"], arm["model"])
                     prompt = render_prompt(sc, resolve(arm["model"]), _options(arm))
                     mask = None
-                    if arm["mode"] == "strict":
-                        mask = compile_mask(arm.get("engine", spec.engine), _grammar_for(prompt, spec.ws), be)
+                    if arm["mode"] in STRICT_MODES:
+                        grammar = _grammar_for(prompt, spec.ws, arm["mode"])
+                        mask = compile_mask(arm.get("engine", spec.engine), grammar, be)
                     params = SamplingParams(
                         temperature=arm["temperature"],
                         top_p=spec.top_p,

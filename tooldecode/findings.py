@@ -376,10 +376,70 @@ def build_findings(runs_dir: Path) -> list[dict[str, str]]:
             rows.extend(make(run))
         else:
             missing(obs, claim, name.replace("-", "_"))
+    e13 = runs.get("e13-open-grammar")
+    if e13:
+        rows.append(_open_grammar_row(e13))
+    else:
+        missing(
+            "An open grammar still admits invented keys",
+            "additionalProperties defaults to true; a grammar from a schema that does not close its objects "
+            "still admits invented keys.",
+            "e13_open_grammar",
+        )
     zoo = _zoo_row(runs)
     if zoo:
         rows.append(zoo)
     return rows
+
+
+def _open_grammar_row(e13: Run) -> dict[str, str]:
+    model = e13.manifest.get("model", {}).get("id", "?")
+    parts, inv = [], {}
+    for mode in ("loose", "strict-spec", "strict"):
+        ss = _arm_filter(e13.samples, mode=mode)
+        if not ss:
+            continue
+        b, zoo = l2_breakdown(ss)
+        inv[mode] = (b["invented key"], ss)
+        parts.append(
+            f"{mode}: close {b['close']}, invented key {b['invented key']}, gold key again {b['gold key again']}, "
+            f"string goes on {b['other']}" + (f" (keys: {dict(zoo.most_common(5))})" if zoo else "")
+        )
+    verdict = "inconclusive"
+    if "strict-spec" in inv and "strict" in inv:
+        open_rate, closed_rate = inv["strict-spec"][0], inv["strict"][0]
+        if closed_rate.k:
+            verdict = "bug: the closed grammar let an invented key through"
+        elif open_rate.lo > 0:
+            verdict = (
+                "reproduces: the open grammar lets invented keys through; closing the objects removes them"
+            )
+        else:
+            verdict = f"does not reproduce at this n (open grammar: invented key {open_rate.k}/{open_rate.n})"
+    if "loose" in inv and "strict-spec" in inv:
+        (_, la), (_, sa) = inv["loose"], inv["strict-spec"]
+
+        def is_inv(x: dict) -> bool:
+            cls, detail = continuation_class(x["text"])
+            return cls == "continue" and detail not in GOLD_KEYS and detail != "<next item>"
+
+        d, lo, hi = cluster_bootstrap_diff(
+            [is_inv(x) for x in sa],
+            [x["scenario"] for x in sa],
+            [is_inv(x) for x in la],
+            [x["scenario"] for x in la],
+            paired=True,
+            seed=0,
+        )
+        parts.append(f"open grammar − loose, invented key: {fmt_ci(d, lo, hi)} (paired cluster bootstrap)")
+    return {
+        "observation": "An open grammar still admits invented keys (additionalProperties defaults to true)",
+        "claim": "A grammar compiled from a schema that does not close its objects still admits invented keys; "
+        "strict modes close them.",
+        "measured": f"{model}, L2, what follows the gold newText: " + "; ".join(parts),
+        "verdict": verdict,
+        "command": e13.command(),
+    }
 
 
 def _zoo_row(runs: dict[str, Run]) -> dict[str, str] | None:
