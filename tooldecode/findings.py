@@ -432,6 +432,13 @@ def _open_grammar_row(e13: Run) -> dict[str, str]:
             seed=0,
         )
         parts.append(f"open grammar − loose, invented key: {fmt_ci(d, lo, hi)} (paired cluster bootstrap)")
+        if lo > 0:
+            again = {m: l2_breakdown(ss)[0]["gold key again"] for m, (_, ss) in inv.items() if m != "strict"}
+            verdict += (
+                f"; the open grammar raises them above loose while 'gold key again' falls "
+                f"({again['loose'].k}/{again['loose'].n} → {again['strict-spec'].k}/{again['strict-spec'].n}): "
+                "a grammar that forbids repeating a declared key moves that mass to new spellings"
+            )
     return {
         "observation": "An open grammar still admits invented keys (additionalProperties defaults to true)",
         "claim": "A grammar compiled from a schema that does not close its objects still admits invented keys; "
