@@ -7,7 +7,9 @@ Prints `name: value` lines:
 - strict ÷ loose decode speed for each mask engine, on qwen 0.5B and gemma 270M: at batch 1
   (`strict_over_loose_<engine>_<model>`: one sequence per step in both modes) and at batch 16 with
   refilled slots (`strict_over_loose_batch16_...`: strict samples end when the call closes, so fewer
-  sequences share the tail of the run; the mean sample lengths are printed next to it);
+  sequences share the tail of the run; the mean sample lengths are printed next to it), and the
+  median period of batch-16 steps with every slot busy (`strict_over_loose_fullbatch16_...`: equal
+  work per step);
 - harness overhead: tooldecode's loose decode speed at batch 1 ÷ llama-cpp-python's own `generate`
   loop (T=1, full vocabulary), both with the prompt already evaluated;
 - transformers: samples/s at batch 8 ÷ batch 1, and transformers ÷ llama.cpp.
@@ -18,6 +20,7 @@ Usage: python benchmarks/bench_sampling.py [--quick] [--samples 32] [--tokens 12
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 
 from tooldecode.backends import load_backend
@@ -46,6 +49,33 @@ def _timed(fn):
     t0 = time.perf_counter()
     out = fn()
     return out, time.perf_counter() - t0
+
+
+class _StepClock:
+    """Records when the sampler calls ``backend.step`` and with how many sequences: the period between two
+    steps that both ran with every slot busy is the full-batch cost of one decode step plus its draws."""
+
+    def __init__(self, be) -> None:
+        self.be, self.calls = be, []
+
+    def __enter__(self):
+        orig = self.be.step
+
+        def step(tokens, rows):
+            self.calls.append((time.perf_counter(), len(tokens)))
+            return orig(tokens, rows)
+
+        self.be.step = step
+        return self
+
+    def __exit__(self, *exc) -> None:
+        del self.be.step
+
+    def full_period(self, width: int) -> float:
+        periods = sorted(
+            t2 - t1 for (t1, w1), (t2, w2) in itertools.pairwise(self.calls) if w1 == w2 == width
+        )
+        return periods[len(periods) // 2] if periods else float("nan")
 
 
 def _tok_s(out, secs: float) -> float:
@@ -80,7 +110,9 @@ def bench_model(model: str, n: int, tokens: int, quick: bool, naive: bool) -> di
         del t0
         res[f"step_ms_batch{b}_{short}"] = round(dt * 1000, 2)
     batch = 16 if n >= 16 else n
-    loose, loose_dt = _timed(lambda: sample(be, ids, n, params, batch_size=batch, prefill=prompt.prefill))
+    with _StepClock(be) as clock:
+        loose, loose_dt = _timed(lambda: sample(be, ids, n, params, batch_size=batch, prefill=prompt.prefill))
+    loose_period = clock.full_period(batch)
     loose_sps = n / loose_dt
     res[f"tooldecode_loose_samples_s_{short}"] = round(loose_sps, 3)
     res[f"tooldecode_loose_tok_s_{short}"] = round(_tok_s(loose, loose_dt), 2)
@@ -99,8 +131,15 @@ def bench_model(model: str, n: int, tokens: int, quick: bool, naive: bool) -> di
             )
         mask = compile_mask(engine, g, be)
         mask.matcher(prompt.prefill, be.tokenize(prompt.prefill, special=False))  # warm the engine once
-        strict, dt = _timed(
-            lambda mask=mask: sample(be, ids, n, params, mask=mask, prefill=prompt.prefill, batch_size=batch)
+        with _StepClock(be) as clock:
+            strict, dt = _timed(
+                lambda mask=mask: sample(
+                    be, ids, n, params, mask=mask, prefill=prompt.prefill, batch_size=batch
+                )
+            )
+        # equal work per step: median period of steps with all slots busy (a step = decode + every row's draw)
+        res[f"strict_over_loose_fullbatch{batch}_{engine}_{short}"] = round(
+            loose_period / clock.full_period(batch), 3
         )
         if engine == "xgrammar":
             strict_sps = n / dt
