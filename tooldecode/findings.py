@@ -164,21 +164,27 @@ def paired_probe_diff(a: dict[str, float], b: dict[str, float]) -> tuple[float, 
 GOLD_KEYS = {"oldText", "newText", "path", "edits"}
 
 
+def continuation_kind(text: str) -> tuple[str, str | None]:
+    """What follows the gold newText: close / next item / gold key again / invented key (with the key) / other."""
+    cls, detail = continuation_class(text)
+    if cls != "continue":
+        return cls, None
+    if detail == "<next item>":
+        return "next item", None
+    if detail in GOLD_KEYS:
+        return "gold key again", detail
+    return "invented key", detail or "?"
+
+
 def l2_breakdown(samples: Sequence[dict]) -> tuple[dict[str, Rate], Counter]:
     """L2 continuations split finely: close / next item / a gold key again / an invented key / other."""
     kinds: list[str] = []
     zoo: Counter = Counter()
     for s in samples:
-        cls, detail = continuation_class(s["text"])
-        if cls != "continue":
-            kinds.append(cls)
-        elif detail == "<next item>":
-            kinds.append("next item")
-        elif detail in GOLD_KEYS:
-            kinds.append("gold key again")
-        else:
-            kinds.append("invented key")
-            zoo[detail or "?"] += 1
+        kind, key = continuation_kind(s["text"])
+        kinds.append(kind)
+        if kind == "invented key":
+            zoo[key] += 1
     n = len(kinds)
     return {
         k: wilson(kinds.count(k), n)
@@ -420,8 +426,7 @@ def _open_grammar_row(e13: Run) -> dict[str, str]:
         (_, la), (_, sa) = inv["loose"], inv["strict-spec"]
 
         def is_inv(x: dict) -> bool:
-            cls, detail = continuation_class(x["text"])
-            return cls == "continue" and detail not in GOLD_KEYS and detail != "<next item>"
+            return continuation_kind(x["text"])[0] == "invented key"
 
         d, lo, hi = cluster_bootstrap_diff(
             [is_inv(x) for x in sa],
