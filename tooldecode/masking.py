@@ -22,6 +22,16 @@ import numpy as np
 from tooldecode.errors import MaskError
 
 ENGINES = ("xgrammar", "llguidance", "llama-grammar")
+# The grammar format each engine reads (``tooldecode.grammar.render(format=...)``).
+ENGINE_FORMATS = {"xgrammar": "gbnf", "llguidance": "lark", "llama-grammar": "gbnf"}
+
+
+def engine_format(engine: str) -> str:
+    """The grammar format ``engine`` reads; ``MaskError`` naming the engines for an unknown one."""
+    try:
+        return ENGINE_FORMATS[engine]
+    except KeyError:
+        raise MaskError(f"unknown mask engine '{engine}'; choose one of: {', '.join(ENGINE_FORMATS)}") from None
 
 
 class Matcher(Protocol):
