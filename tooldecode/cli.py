@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "tooldecode.repair_cli",
     "tooldecode.experiments",
     "tooldecode.report",
+    "tooldecode.distortion_cli",
 ]
 
 
