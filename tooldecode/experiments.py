@@ -19,6 +19,7 @@ import argparse
 import itertools
 import json
 import os
+import re
 import sys
 import time
 import tomllib
@@ -95,11 +96,24 @@ def _as_list(v: Any) -> list[Any]:
 
 
 def load_spec(path: str | os.PathLike[str], *, quick: bool = False) -> Spec:
+    """Read and validate an experiment spec (every field checked before any model loads).
+
+    Raises
+    ------
+    SpecError
+        One line naming the file, the field and the allowed values.
+    """
     p = Path(path)
+    if p.is_dir():
+        raise SpecError(f"{p} is a directory; pass a spec file such as experiments/e1_strict_vs_loose.toml")
     try:
-        raw = tomllib.loads(p.read_text())
+        raw = tomllib.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecError(f"experiment spec {p} not found; see experiments/ for examples") from None
+    except UnicodeDecodeError as err:
+        raise SpecError(f"{p}: not UTF-8 text (byte {err.start}); save the spec as UTF-8") from None
+    except OSError as err:
+        raise SpecError(f"cannot read experiment spec {p}: {err.strerror or err}") from None
     except tomllib.TOMLDecodeError as err:
         raise SpecError(f"{p}: invalid TOML ({err})") from None
     quick_over = raw.pop("quick", {})
@@ -127,7 +141,131 @@ def load_spec(path: str | os.PathLike[str], *, quick: bool = False) -> Spec:
     for mode in raw.get("modes", []):
         if mode not in ("loose", *STRICT_MODES):
             raise SpecError(f"{p}: modes must be 'loose', 'strict' or 'strict-spec', got {mode!r}")
-    return Spec(**raw, variant=variant, path=p, quick=quick)
+    _check_types(raw, p)
+    try:
+        spec = Spec(**raw, variant=variant, path=p, quick=quick)
+    except TypeError as err:
+        raise SpecError(f"{p}: {err}") from None
+    validate_spec(spec)
+    return spec
+
+
+# field -> (accepted types, description) for the scalar and list fields of a spec
+_FIELD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "name": ((str,), "a plain name"),
+    "description": ((str,), "text"),
+    "claim": ((str,), "text"),
+    "backend": ((str,), "a backend name"),
+    "engine": ((str,), "a mask engine name"),
+    "ws": ((str,), "a whitespace mode"),
+    "n": ((int,), "a whole number ≥ 1"),
+    "max_new_tokens": ((int,), "a whole number ≥ 1"),
+    "batch_size": ((int,), "a whole number ≥ 1"),
+    "max_scenarios": ((int,), "a whole number ≥ 1"),
+    "top_p": ((int, float), "a number in (0, 1]"),
+}
+_LIST_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "models": ((str,), "model ids or paths"),
+    "seeds": ((int,), "whole numbers"),
+    "temperatures": ((int, float), "numbers ≥ 0"),
+    "modes": ((str,), "'loose', 'strict', 'strict-spec'"),
+    "tags": ((str,), "scenario tags"),
+}
+# a run name becomes a folder under runs/: one plain path component
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def _check_types(raw: dict[str, Any], p: Path) -> None:
+    def ok(v: Any, types: tuple[type, ...]) -> bool:
+        return isinstance(v, types) and not (isinstance(v, bool) and bool not in types)
+
+    for key, (types, what) in _FIELD_TYPES.items():
+        if key in raw and not ok(raw[key], types):
+            raise SpecError(f"{p}: field '{key}' must be {what}, got {raw[key]!r}")
+    for key, (types, what) in _LIST_TYPES.items():
+        if key in raw and not all(ok(v, types) for v in raw[key]):
+            bad = next(v for v in raw[key] if not ok(v, types))
+            raise SpecError(f"{p}: field '{key}' must list {what}, got {bad!r}")
+    if "scenarios" in raw and not (
+        raw["scenarios"] == "all"
+        or isinstance(raw["scenarios"], list)
+        and all(isinstance(x, str) for x in raw["scenarios"])
+    ):
+        raise SpecError(f"{p}: field 'scenarios' must be \"all\" or a list of scenario ids")
+    for key in ("probe",):
+        if key in raw and not isinstance(raw[key], dict):
+            raise SpecError(f"{p}: [{key}] must be a table")
+
+
+def validate_spec(spec: Spec) -> None:
+    """Check a spec's values (ranges, duplicates, engines, backends, transcript words).
+
+    Raises
+    ------
+    SpecError
+        One line naming the spec file, the field and what is allowed.
+    """
+    from tooldecode.backends import BACKENDS
+    from tooldecode.grammar import WS_POLICIES
+    from tooldecode.masking import ENGINE_FORMATS
+    from tooldecode.prompts import PromptError, TranscriptOptions
+
+    where = spec.path if spec.path is not None else spec.name
+
+    def fail(msg: str) -> None:
+        raise SpecError(f"{where}: {msg}")
+
+    if not _PLAIN_NAME.fullmatch(spec.name) or spec.name.strip(".") == "":
+        fail(f"name {spec.name!r} must be a plain name (letters, digits, '.', '_', '-'; no '/' or '..')")
+    if not spec.models:
+        fail("'models' is empty; name at least one model id or path (see `tooldecode models list`)")
+    for key in ("n", "max_new_tokens", "batch_size"):
+        if getattr(spec, key) < 1:
+            fail(f"'{key}' must be ≥ 1, got {getattr(spec, key)}")
+    if spec.max_scenarios is not None and spec.max_scenarios < 1:
+        fail(f"'max_scenarios' must be ≥ 1, got {spec.max_scenarios}")
+    if not 0 < spec.top_p <= 1:
+        fail(f"'top_p' must be in (0, 1], got {spec.top_p}")
+    if not spec.temperatures:
+        fail("'temperatures' is empty; give at least one (e.g. [1.0])")
+    if not spec.seeds:
+        fail("'seeds' is empty; give at least one (e.g. [0])")
+    if not spec.modes:
+        fail("'modes' is empty; use 'loose', 'strict' or 'strict-spec'")
+    for t in spec.temperatures:
+        if t < 0:
+            fail(f"temperature {t} is negative; temperatures must be ≥ 0")
+    for key in ("models", "seeds", "temperatures", "modes"):
+        values = getattr(spec, key)
+        dup = [v for i, v in enumerate(values) if v in values[:i]]
+        if dup:
+            fail(f"'{key}' lists {dup[0]!r} twice; each value once")
+    if spec.backend not in BACKENDS:
+        fail(f"unknown backend {spec.backend!r}; choose one of: {', '.join(BACKENDS)}")
+    if any(m in STRICT_MODES for m in spec.modes) and spec.engine not in ENGINE_FORMATS:
+        fail(f"unknown engine {spec.engine!r}; choose one of: {', '.join(ENGINE_FORMATS)}")
+    if spec.ws not in WS_POLICIES:
+        fail(f"unknown ws {spec.ws!r}; choose one of: {', '.join(WS_POLICIES)}")
+    for key, values in spec.variant.items():
+        dup = [v for i, v in enumerate(values) if v in values[:i]]
+        if dup:
+            fail(f"variant '{key}' lists {dup[0]!r} twice; each value once")
+    for key, values in spec.variant.items():
+        for value in values:
+            try:
+                TranscriptOptions(**{key: value})
+            except (PromptError, TypeError) as err:
+                fail(f"variant '{key}' = {value!r}: {err}")
+    if spec.probe:
+        known = {"only", "fields", "variant", "select", "depth", "samples", *VARIANT_FIELDS}
+        unknown = set(spec.probe) - known
+        if unknown:
+            fail(f"unknown [probe] field(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+        for f in spec.probe.get("fields", []):
+            if f not in VARIANT_FIELDS:
+                fail(f"[probe] fields: {f!r} is not a variant field ({', '.join(VARIANT_FIELDS)})")
+            if f not in spec.probe:
+                fail(f"[probe] fields names {f!r} but gives no values for it")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,19 +353,77 @@ class _Models:
         self.cache.clear()
 
 
-def _grammar_for(prompt: Any, ws: str, mode: str = "strict") -> str:
-    """The mask grammar of an arm: ``strict`` closes every object; ``strict-spec`` follows the schema as
-    written (``additionalProperties`` defaults to true, so unknown keys stay possible)."""
+def _grammar_for(prompt: Any, ws: str, mode: str = "strict", engine: str = "xgrammar") -> str:
+    """The mask grammar of an arm, in the format ``engine`` reads: ``strict`` closes every object;
+    ``strict-spec`` follows the schema as written (``additionalProperties`` defaults to true, so
+    unknown keys stay possible)."""
     from tooldecode.grammar import render_toolset
+    from tooldecode.masking import engine_format
 
     grammar_mode = "spec" if mode == "strict-spec" else "strict"
-    return render_toolset(list(prompt.tools), format="gbnf", wire=prompt.wire, mode=grammar_mode, ws=ws)
+    return render_toolset(
+        list(prompt.tools), format=engine_format(engine), wire=prompt.wire, mode=grammar_mode, ws=ws
+    )
+
+
+def _is_run_dir(path: Path) -> bool:
+    """A directory holding a manifest written by tooldecode (the only kind ``--fresh`` may delete)."""
+    from tooldecode.runstore import MANIFEST, SAMPLES
+
+    mpath = path / MANIFEST
+    if not (path.is_dir() and mpath.is_file() and (path / SAMPLES).is_file()):
+        return False
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and {"format", "config", "tooldecode"} <= set(manifest)
+
+
+def _remove_run(out: Path) -> None:
+    """``--fresh``: delete the run at ``out``, refusing anything that is not a tooldecode run."""
+    import shutil
+
+    if not out.exists():
+        return
+    if not _is_run_dir(out):
+        raise RunStoreRefusal(
+            f"--fresh refuses to delete {out}: it is not a tooldecode run directory (no manifest written by "
+            "tooldecode); choose another --out or remove it yourself"
+        )
+    shutil.rmtree(out)
+
+
+class RunStoreRefusal(SpecError):
+    """An output folder that tooldecode will not touch."""
+
+
+def _check_models_match(out: Path, models_info: dict[str, dict]) -> None:
+    """Refuse to resume a run whose stored weights hash differs from the weights loaded now."""
+    from tooldecode.runstore import MANIFEST
+
+    mpath = out / MANIFEST
+    if not mpath.is_file():
+        return
+    try:
+        stored = json.loads(mpath.read_text(encoding="utf-8")).get("model")
+    except (OSError, ValueError, AttributeError):
+        return  # RunStore.create reports the corrupt manifest
+    if not isinstance(stored, dict):
+        return
+    by_id = {stored["id"]: stored} if "id" in stored else stored
+    for name, now in models_info.items():
+        before = by_id.get(now["id"]) or by_id.get(name)
+        if isinstance(before, dict) and before.get("sha256") and before["sha256"] != now["sha256"]:
+            raise RunStoreRefusal(
+                f"run {out} was sampled from '{name}' with sha256 {str(before['sha256'])[:12]}…, but the weights "
+                f"at {now['path']} hash to {now['sha256'][:12]}…; resuming would mix two models' samples: "
+                "restore those weights or use a new --out"
+            )
 
 
 def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = True) -> Path:
     """Run every arm × scenario × seed of ``spec`` into ``out`` (resuming what is already there)."""
-    import shutil
-
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -240,11 +436,12 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
     from tooldecode.masking import compile_mask
     from tooldecode.models import resolve
     from tooldecode.prompts import render_prompt
-    from tooldecode.runstore import RunStore, build_manifest
+    from tooldecode.runstore import MANIFEST, RunStore, build_manifest
     from tooldecode.sampling import SamplingParams, sample
 
-    if fresh and out.exists():
-        shutil.rmtree(out)
+    validate_spec(spec)
+    if fresh:
+        _remove_run(out)
     scenarios = _select_scenarios(spec)
     arms = spec.arms()
     config = {
@@ -263,6 +460,7 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
     for m in spec.models:
         ref = resolve(m, fetch=True)
         models_info[m] = {"id": ref.id, "sha256": ref.digest(), "path": str(ref.path)}
+    _check_models_match(out, models_info)
     manifest = build_manifest(
         config,
         model=models_info if len(models_info) > 1 else next(iter(models_info.values())),
@@ -274,7 +472,15 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
     manifest["command"] = " ".join(
         ["tooldecode", "run", _rel(spec.path)] + (["--quick"] if spec.quick else []) + ["--out", _rel(out)]
     )
+    new_run = not (out / MANIFEST).exists()
+    new_dir = not out.exists()
     store = RunStore.create(out, manifest)
+    try:
+        # the write lock before any model loads: a second writer learns of it at once
+        store.lock()
+    except BaseException:
+        store.close()
+        raise
     done = store.completed_keys()
     models = _Models(n_ctx=8192, max_seqs=max(spec.batch_size, 16) + 1)
     # model-major (one model loaded at a time), then scenario-major: arms of one scenario share the
@@ -311,8 +517,9 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
                     prompt = render_prompt(sc, resolve(arm["model"]), _options(arm))
                     mask = None
                     if arm["mode"] in STRICT_MODES:
-                        grammar = _grammar_for(prompt, spec.ws, arm["mode"])
-                        mask = compile_mask(arm.get("engine", spec.engine), grammar, be)
+                        engine = arm.get("engine", spec.engine)
+                        grammar = _grammar_for(prompt, spec.ws, arm["mode"], engine)
+                        mask = compile_mask(engine, grammar, be)
                     params = SamplingParams(
                         temperature=arm["temperature"],
                         top_p=spec.top_p,
@@ -356,6 +563,12 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
                         )
             if spec.probe:
                 _run_probe(spec, store, scenarios, models, done, bar)
+    except BaseException:
+        models.close()
+        store.close()
+        if new_run and len(store) == 0 and not store.derived_path("probe.jsonl").exists():
+            _discard_empty_run(out, remove_dir=new_dir)
+        raise
     finally:
         models.close()
         store.close()
@@ -369,6 +582,19 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
             pass
     store.write_derived("timing.json", json.dumps(timing) + "\n")
     return out
+
+
+def _discard_empty_run(out: Path, *, remove_dir: bool) -> None:
+    """Remove the manifest and empty samples file of a run that failed before its first sample."""
+    from tooldecode.runstore import MANIFEST, SAMPLES
+
+    for name in (MANIFEST, SAMPLES):
+        (out / name).unlink(missing_ok=True)
+    if remove_dir:
+        try:
+            out.rmdir()  # only if nothing else is in it
+        except OSError:
+            pass
 
 
 def _rel(path: Path | None) -> str:
@@ -495,6 +721,9 @@ def _item_index(path: str) -> int | None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec, quick=args.quick)
+    if args.model:
+        spec.models = list(args.model)
+        validate_spec(spec)
     out = Path(args.out) if args.out else Path("runs") / (spec.name + ("-quick" if args.quick else ""))
     run_spec(spec, out, fresh=args.fresh, progress=not args.no_progress)
     print(f"run written: {out}")
@@ -512,7 +741,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("spec")
     p.add_argument("--out", help="run directory (default runs/<name>)")
     p.add_argument("--quick", action="store_true", help="use the spec's [quick] overrides (small N)")
-    p.add_argument("--fresh", action="store_true", help="delete an existing run directory first")
+    p.add_argument(
+        "--model",
+        action="append",
+        metavar="ID_OR_PATH",
+        help="run on this model instead of the spec's (id, .gguf file or model folder; repeatable)",
+    )
+    p.add_argument(
+        "--fresh", action="store_true", help="delete an existing run directory (and only a run directory) first"
+    )
     p.add_argument("--report", action="store_true", help="write summary.md and report.html when done")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_run)

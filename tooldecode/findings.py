@@ -73,7 +73,7 @@ def load_run(path: Path, *, score: bool = True) -> Run | None:
     if not (path / "manifest.json").exists():
         return None
     store = RunStore.open(path)
-    samples = list(store.iter_samples())
+    samples = list(store.sample_records())
     verdicts: dict[str, dict] = {}
     if score and samples:
         from tooldecode.scoring import SCORER_VERSION, score_record

@@ -137,13 +137,14 @@ class ModelRef:
     path: Path  # the .gguf file, or a Hugging Face model folder
     family: str
     chat: bool
-    sha256: str | None = None  # known for embedded models; computed on demand for user files
+    sha256: str | None = None  # of the file on disk (checked against the registry for embedded models)
 
     @property
     def is_gguf(self) -> bool:
         return self.path.suffix == ".gguf"
 
     def digest(self) -> str:
+        """sha256 of the weights actually on disk (a folder: of its files' names and hashes)."""
         if self.sha256:
             return self.sha256
         if self.path.is_dir():
@@ -218,7 +219,15 @@ def resolve(model: str | os.PathLike[str], *, fetch: bool = False) -> ModelRef:
                     f"model '{spec.id}' is not fetched (expected {path}); run `tooldecode models fetch {spec.id}`"
                 )
             path = fetch_model(spec.id)
-        return ModelRef(spec.id, path, spec.family, spec.chat, spec.sha256)
+        # The hash of the file that will be loaded, not the registry's: memoized by size, mtime and
+        # inode, so a file changed in place is hashed again and caught here.
+        digest = cached_sha256(path)
+        if digest != spec.sha256:
+            raise ModelError(
+                f"model '{spec.id}' at {path} is corrupt (sha256 {digest[:12]}… differs from the pinned "
+                f"{spec.sha256[:12]}…); run `tooldecode models fetch {spec.id}` to fetch it again"
+            )
+        return ModelRef(spec.id, path, spec.family, spec.chat, digest)
     path = Path(text).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         family, chat = infer_family(path)
@@ -412,6 +421,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     ids = args.ids or list(REGISTRY)
     bad = 0
     for model_id in ids:
+        if model_id not in REGISTRY and Path(model_id).expanduser().exists():
+            raise ModelError(
+                f"`models verify` checks embedded models by id against their pinned hashes; {model_id} is a "
+                "path with no pinned hash (runs record the sha256 of any file they load)"
+            )
         res = verify_model(model_id)
         if res.status == "missing" and not args.ids:
             print(f"{res.id}: not fetched")
@@ -442,7 +456,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--force", action="store_true", help="refetch even when the stored file verifies")
     q.add_argument("--quiet", action="store_true", help="no progress bar")
     q.set_defaults(func=_cmd_fetch)
-    q = msub.add_parser("verify", help="re-hash stored models; exit 1 if any is corrupt")
+    q = msub.add_parser(
+        "verify", help="re-hash embedded models (by id) against their pinned sha256; exit 1 if any is corrupt"
+    )
     q.add_argument("ids", nargs="*")
     q.set_defaults(func=_cmd_verify)
     q = msub.add_parser("path", help="print the path of a fetched model")

@@ -493,8 +493,14 @@ def _gguf_chat_info(path: str, mtime_ns: int) -> tuple[str | None, str | None, s
             n_kv = struct.unpack_from("<Q", mm, 16)[0]
             off = 24
 
+            size = len(mm)
+            if n_kv > size:
+                raise ValueError(f"{n_kv} metadata keys in a file of {size} bytes")
+
             def string(at: int) -> tuple[str, int]:
                 (length,) = struct.unpack_from("<Q", mm, at)
+                if length > size:
+                    raise ValueError(f"string of {length} bytes at offset {at}")
                 return mm[at + 8 : at + 8 + length].decode("utf-8", errors="replace"), at + 8 + length
 
             for _ in range(n_kv):
@@ -506,11 +512,15 @@ def _gguf_chat_info(path: str, mtime_ns: int) -> tuple[str | None, str | None, s
                 elif vtype == 9:
                     etype, count = struct.unpack_from("<IQ", mm, off)
                     off += 12
+                    if count > size:
+                        raise ValueError(f"array of {count} items in GGUF key {key}")
                     if etype == 8:
                         keep = key == "tokenizer.ggml.tokens"
                         items = []
                         for _ in range(count):
                             (length,) = struct.unpack_from("<Q", mm, off)
+                            if length > size:
+                                raise ValueError(f"string of {length} bytes in GGUF key {key}")
                             if keep:
                                 items.append(mm[off + 8 : off + 8 + length].decode("utf-8", errors="replace"))
                             off += 8 + length
@@ -525,9 +535,10 @@ def _gguf_chat_info(path: str, mtime_ns: int) -> tuple[str | None, str | None, s
                     off += struct.calcsize(_GGUF_SCALARS[vtype])
                 else:
                     raise ModelError(f"{path}: unknown GGUF value type {vtype} for key {key}")
-    except (OSError, struct.error, ValueError) as err:
+    except (OSError, struct.error, ValueError, OverflowError, MemoryError) as err:
         raise ModelError(
-            f"{path}: cannot read GGUF metadata ({err}); run `tooldecode models verify`"
+            f"{path}: cannot read GGUF metadata ({type(err).__name__}: {err}); the file is corrupt or not a "
+            "GGUF: download or convert it again (an embedded model: `tooldecode models fetch ID --force`)"
         ) from None
 
     def token(key: str) -> str | None:

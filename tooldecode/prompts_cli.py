@@ -53,10 +53,18 @@ def count_tokens(ref: ModelRef, text: str) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
+    from tooldecode.errors import ScenarioError
     from tooldecode.prompts import _model_ref, format_variant, parse_variant, render_prompt
-    from tooldecode.scenarios import get_scenario
+    from tooldecode.scenarios import check_scenario, get_scenario
 
     scenario = get_scenario(args.id, args.dirs or None)
+    problems = check_scenario(scenario)
+    if problems:
+        raise ScenarioError(
+            f"{scenario.source}: {problems[0]}"
+            + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+            + "; fix the scenario (`tooldecode scenarios check` lists every problem)"
+        )
     options = parse_variant(args.variant)
     ref = _model_ref(args.model)
     prompt = render_prompt(scenario, ref, options)

@@ -495,6 +495,23 @@ def repair_record(record: dict, manifest: dict, *, enabled: Collection[str] = RE
     if record.get("error"):
         return {**head, "skipped": str(record["error"])}
     verdict = score_record(record, manifest)
+    if verdict["verdict"] == "too_deep":  # nothing a harness could repair; never walk it
+        return {
+            **head,
+            "mode": arm.get("mode", "loose"),
+            "strict_verdict": "too_deep",
+            "strict_payload_ok": False,
+            "valid": False,
+            "payload_ok": False,
+            "retry_signal": False,
+            "tool": None,
+            "wrapping": verdict.get("wrapping"),
+            "kinds": [],
+            "changes": [],
+            "errors": list(verdict.get("errors") or []),
+            "payload": None,
+            "arguments": None,
+        }
     tools, wire, expected, scenario = record_context(record, manifest)
     text = (record.get("prefill") or "") + (record.get("text") or "")
     result = repair_text(text, tools, wire=wire, expected_tool=expected, enabled=enabled)

@@ -41,7 +41,7 @@ def _run(args: argparse.Namespace) -> int:
     store = RunStore.open(args.run)
     manifest = store.manifest
     enabled = [k for k in REPAIRS if k not in args.disable]
-    rows = [repair_record(record, manifest, enabled=enabled) for record in store.iter_samples()]
+    rows = [repair_record(record, manifest, enabled=enabled) for record in store.sample_records()]
     path = store.write_derived(derived_name(args.disable), rows)
     summary = rescue_summary(rows)
     if args.json:

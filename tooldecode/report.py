@@ -183,7 +183,7 @@ def _verdicts_of(store: RunStore, keys: set[str]) -> tuple[dict[str, dict], Path
         written = rescore(store, score_record, version)
     except OSError:  # read-only run directory: score in memory only
         scored = {
-            r["key"]: {"key": r["key"], **score_record(r, store.manifest)} for r in store.iter_samples()
+            r["key"]: {"key": r["key"], **score_record(r, store.manifest)} for r in store.sample_records()
         }
         return scored, None, False
     return {r["key"]: r for r in _read_jsonl(written)}, written, True
@@ -193,7 +193,7 @@ def load_run(path: str | os.PathLike[str]) -> RunData:
     """Read a run's manifest, samples, verdicts (scoring and writing them if needed) and probe rows."""
     store = RunStore.open(path)
     samples: list[Sample] = []
-    for r in store.iter_samples():  # keep what the report shows, not the token-level arrays
+    for r in store.sample_records():  # keep what the report shows, not the token-level arrays
         arm = r.get("arm") if isinstance(r.get("arm"), dict) else {}
         samples.append(
             Sample(
@@ -226,7 +226,7 @@ def _rescue(store: RunStore) -> str | None:
         if err.name != "tooldecode.repair":
             raise
         return None
-    summary = rescue_accounting(store.iter_samples(), store.manifest)
+    summary = rescue_accounting(store.sample_records(), store.manifest)
     return format_rescue(summary) if summary.get("n_loose") else None
 
 

@@ -32,11 +32,13 @@ from typing import Any
 from tooldecode import __version__
 from tooldecode.errors import RunError
 
-__all__ = ["MANIFEST", "SAMPLES", "RunStore", "build_manifest", "rescore"]
+__all__ = ["MANIFEST", "SAMPLE_FIELDS", "SAMPLES", "RunStore", "build_manifest", "rescore"]
 
 MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
 RAW_FILES = frozenset({MANIFEST, SAMPLES})
+# Fields a sampled-call record always has (what scoring, reports and repair read).
+SAMPLE_FIELDS = ("key", "arm", "scenario", "text", "token_ids", "finish_reason")
 FORMAT_VERSION = 1
 
 # Libraries whose versions go into the manifest: manifest name -> distribution name.
@@ -69,6 +71,14 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _os_reason(err: OSError) -> str:
+    if err.errno == errno.ENOSPC:
+        return "disk full"
+    if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "not writable"
+    return err.strerror or str(err)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -199,21 +209,31 @@ class RunStore:
                 raise RunError(
                     f"{path} is not empty and has no {MANIFEST}; it is not a run: choose another --out"
                 )
-        path.mkdir(parents=True, exist_ok=True)
-        for stale in path.glob(f"*{_TMP_MARK}*"):
-            stale.unlink(missing_ok=True)  # left by a creation that was killed
         text = json.dumps(_jsonable(manifest), indent=2, ensure_ascii=False) + "\n"
-        # samples.jsonl first: a manifest always has its samples file beside it.
-        fd = os.open(path / SAMPLES, os.O_WRONLY | os.O_CREAT, 0o644)
-        os.fsync(fd)
-        os.close(fd)
-        _atomic_write(path / MANIFEST, [text.encode("utf-8")])
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            for stale in path.glob(f"*{_TMP_MARK}*"):
+                stale.unlink(missing_ok=True)  # left by a creation that was killed
+            # samples.jsonl first: a manifest always has its samples file beside it.
+            fd = os.open(path / SAMPLES, os.O_WRONLY | os.O_CREAT, 0o644)
+            os.fsync(fd)
+            os.close(fd)
+            _atomic_write(path / MANIFEST, [text.encode("utf-8")])
+        except OSError as err:
+            raise RunError(f"cannot create run {path} ({_os_reason(err)}); choose another --out") from None
         return cls(path, json.loads(text))
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> RunStore:
         """Open an existing run for reading (and appending)."""
         path = Path(path)
+        if path.exists() and not path.is_dir():
+            hint = (
+                f"pass its folder {path.parent}"
+                if path.name in RAW_FILES or path.name.startswith("verdicts-")
+                else "pass a run folder (the one holding manifest.json)"
+            )
+            raise RunError(f"{path} is a file, not a run directory; {hint}")
         if not path.is_dir():
             raise RunError(f"run directory {path} does not exist; check the path (`tooldecode runs list`)")
         mpath = path / MANIFEST
@@ -261,21 +281,54 @@ class RunStore:
         self._scan()
         return len(self._keys)
 
-    def iter_samples(self) -> Iterator[dict]:
-        """Yield the raw records in file order. Skips a torn last line; a corrupt line raises RunError."""
+    def iter_samples(self, *, require: Iterable[str] = ()) -> Iterator[dict]:
+        """Yield the raw records in file order.
+
+        Parameters
+        ----------
+        require
+            Fields every record must carry (e.g. :data:`SAMPLE_FIELDS` for sampled calls); a record
+            without one is corruption.
+
+        Raises
+        ------
+        RunError
+            On a line that does not parse, a duplicated key or a record lacking a required field
+            (naming the file and line). A torn last line (interrupted append) is skipped.
+        """
+        required = tuple(require)
+        seen: set[str] = set()
         with open(self._samples, "rb") as f:
             for lineno, raw in enumerate(f, start=1):
                 if not raw.endswith(b"\n"):
                     return  # torn tail of an interrupted append
-                if raw.strip():
-                    yield _parse_line(raw, self._samples, lineno)
+                if not raw.strip():
+                    continue
+                record = _parse_line(raw, self._samples, lineno)
+                key = record["key"]
+                if key in seen:
+                    raise _line_error(self._samples, lineno, f"duplicate key {key!r}")
+                seen.add(key)
+                missing = [f for f in required if f not in record]
+                if missing:
+                    raise _line_error(
+                        self._samples, lineno, f"record {key!r} lacks field(s) {', '.join(missing)}"
+                    )
+                yield record
+
+    def sample_records(self) -> Iterator[dict]:
+        """The run's sampled calls: :meth:`iter_samples` requiring :data:`SAMPLE_FIELDS`."""
+        return self.iter_samples(require=SAMPLE_FIELDS)
 
     # -- writing --
 
     def _acquire(self) -> int:
         if self._fd is not None:
             return self._fd
-        fd = os.open(self._samples, os.O_WRONLY | os.O_APPEND)
+        try:
+            fd = os.open(self._samples, os.O_WRONLY | os.O_APPEND)
+        except OSError as err:
+            raise RunError(f"cannot open {self._samples} for writing ({_os_reason(err)}); fix that and rerun") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
@@ -287,6 +340,16 @@ class RunStore:
             raise
         self._fd = fd
         return fd
+
+    def lock(self) -> None:
+        """Take the exclusive write lock now (``append`` takes it on first use otherwise).
+
+        Raises
+        ------
+        RunError
+            When another process is writing this run.
+        """
+        self._acquire()
 
     def append(self, records: list[dict]) -> None:
         """Append a batch of records (one line each) and fsync once. Keys must be new and unique."""
@@ -310,11 +373,18 @@ class RunStore:
                 f"key {sorted(dup)[0]!r} is already in {self._samples} ({len(dup)} duplicate(s)); "
                 "skip completed_keys() when resuming"
             )
-        if os.fstat(fd).st_size > self._scanned:
-            os.ftruncate(fd, self._scanned)  # cut the torn tail of an interrupted append
-        if lines:
-            _write_all(fd, b"".join(lines))
-        os.fsync(fd)
+        try:
+            if os.fstat(fd).st_size > self._scanned:
+                os.ftruncate(fd, self._scanned)  # cut the torn tail of an interrupted append
+            if lines:
+                _write_all(fd, b"".join(lines))
+            os.fsync(fd)
+        except OSError as err:
+            # a partial batch is a torn tail: never counted, cut off by the next append
+            raise RunError(
+                f"cannot write {self._samples} ({_os_reason(err)}); the samples written before are kept: "
+                "fix that and run the same command again to resume"
+            ) from None
         self._keys |= batch
         self._scanned = os.fstat(fd).st_size
         self._scanned_lines += len(lines)
@@ -430,7 +500,9 @@ def build_manifest(
 _VERSION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 
-def rescore(run: RunStore, scorer: Callable[[dict, dict], dict], version: str) -> Path:
+def rescore(
+    run: RunStore, scorer: Callable[[dict, dict], dict], version: str, *, require: Iterable[str] = ()
+) -> Path:
     """Score every raw sample again and write ``verdicts-<version>.jsonl``; raw files are only read.
 
     Each output record is ``{"key": <sample key>, **scorer(record, manifest)}``. Running it again
@@ -440,7 +512,7 @@ def rescore(run: RunStore, scorer: Callable[[dict, dict], dict], version: str) -
         raise ValueError(f"scorer version {version!r} must be a plain token like '3' or '2024.1'")
 
     def verdicts() -> Iterator[dict]:
-        for record in run.iter_samples():
+        for record in run.iter_samples(require=require):
             out = scorer(record, run.manifest)
             if not isinstance(out, dict):
                 raise TypeError(f"scorer returned {type(out).__name__} for {record['key']!r}, expected dict")

@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from tooldecode.errors import RunError
-from tooldecode.runstore import MANIFEST, SAMPLES, RunStore, rescore
+from tooldecode.runstore import MANIFEST, SAMPLE_FIELDS, SAMPLES, RunStore, rescore
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,7 +44,7 @@ def cmd_rescore(args: argparse.Namespace) -> int:
 
     for run_path in args.runs:
         run = RunStore.open(run_path)
-        out = rescore(run, score_record, SCORER_VERSION)
+        out = rescore(run, score_record, SCORER_VERSION, require=SAMPLE_FIELDS)
         counts: Counter[str] = Counter()
         with open(out, encoding="utf-8") as f:
             for line in f:

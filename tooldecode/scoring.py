@@ -31,12 +31,14 @@ VERDICTS = (
     "wrong_type",
     "json_syntax",
     "truncated",
+    "too_deep",
     "no_call",
     "wrong_tool",
 )
 # Precedence, worst first: a sample gets the first class whose condition holds.
 PRECEDENCE = (
     "no_call",
+    "too_deep",
     "truncated",
     "json_syntax",
     "wrong_tool",
@@ -122,11 +124,47 @@ class _Parsed:
     fixes: list[tuple[tuple, Any, Any]]
 
 
+# A call's JSON nested deeper than this is not scored further (verdict ``too_deep``): real tool calls are
+# a few levels deep, and walking pathological nesting would exhaust the interpreter's stack.
+MAX_JSON_DEPTH = 64
+TOO_DEEP = f"nested deeper than {MAX_JSON_DEPTH} levels"
+
+
+def json_depth(value: Any) -> int:
+    """Nesting depth of a JSON value (scalars 0, ``[]`` and ``{}`` 1), computed without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values())
+            deepest = max(deepest, d + 1)
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v)
+            deepest = max(deepest, d + 1)
+    return deepest
+
+
+def _bracket_depth(src: str) -> int:
+    """Largest bracket nesting of JSON-like text (strings skipped), one linear pass."""
+    depth = deepest = 0
+    for m in _SCAN_ANY.finditer(src):
+        c = m.group()
+        if c in "{[":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "}]":
+            depth = max(0, depth - 1)
+    return deepest
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
 def _loads(src: str, *, lenient: bool = False) -> _Parsed:
+    if _bracket_depth(src) > MAX_JSON_DEPTH:
+        raise _ParseError(TOO_DEEP)
     dups: list[str] = []
 
     def hook(pairs: list[tuple[str, Any]]) -> dict:
@@ -316,7 +354,111 @@ def _scan_balanced(text: str, start: int) -> int | None:
                 return pos
 
 
+class _BalancedScanner:
+    """``_scan_balanced`` for many starts in one text, in linear total time.
+
+    One scan from a start also settles every bracket it meets outside a string: the scan from an inner
+    bracket follows the same path, so its end is where the outer scan pops it (or None when the text
+    ends first). Only starts that an earlier scan saw inside a string are scanned again.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.ends: dict[int, int | None] = {}
+
+    def end(self, start: int) -> int | None:
+        if start in self.ends:
+            return self.ends[start]
+        text, out_re, in_re = self.text, _SCAN_OUT, _SCAN_IN
+        stack: list[int] = []
+        pos = start
+        while True:
+            m = out_re.search(text, pos)
+            if not m:
+                break
+            c = m.group()
+            pos = m.end()
+            if c == '"':
+                closed = False
+                while True:
+                    m2 = in_re.search(text, pos)
+                    if not m2:
+                        break
+                    pos = m2.end()
+                    if m2.group() == "\\":
+                        pos += 1
+                        continue
+                    closed = True
+                    break
+                if not closed:
+                    break
+            elif c in "{[":
+                stack.append(m.start())
+            else:
+                if stack:
+                    self.ends[stack.pop()] = pos
+                if not stack:
+                    break
+        for q in stack:
+            self.ends[q] = None
+        self.ends.setdefault(start, None)
+        return self.ends[start]
+
+
+class _SuffixKeyish:
+    """``_keyish(text[start:])`` for increasing starts in one text, in linear total time.
+
+    Each test of ``_keyish`` holds for a suffix whenever it holds for a shorter one, so: the first
+    name/arguments match at or after a start is remembered, and the key test has one threshold.
+    """
+
+    def __init__(self, text: str, ctx: _Ctx) -> None:
+        self.text, self.ctx = text, ctx
+        self._next: dict[str, tuple[int, re.Match | None]] = {}
+        self._key_limit: int | None = None
+        self._key_done = False
+
+    def _first(self, name: str, pattern: re.Pattern, start: int) -> re.Match | None:
+        got = self._next.get(name)
+        if got is not None:
+            searched_from, m = got
+            if searched_from <= start and (m is None or m.start() >= start):
+                return m
+        m = pattern.search(self.text, start)
+        self._next[name] = (start, m)
+        return m
+
+    def _keys_from(self) -> int:
+        """Largest start whose suffix holds two keys of one candidate tool (-1 if none)."""
+        if not self._key_done:
+            matches = [(m.start(), m.group(1)) for m in _KEYISH.finditer(self.text)]
+            seen: list[set[str]] = [set() for _ in self.ctx.candidates()]
+            keysets = [_tool_keys(t)[1] for t in self.ctx.candidates()]
+            self._key_limit = -1
+            for at, key in reversed(matches):
+                for keys, found in zip(keysets, seen, strict=True):
+                    if key in keys:
+                        found.add(key)
+                        if len(found) >= 2:
+                            self._key_limit = at
+                            break
+                if self._key_limit >= 0:
+                    break
+            self._key_done = True
+        return self._key_limit if self._key_limit is not None else -1
+
+    def holds(self, start: int) -> bool:
+        m = self._first("name", _NAME_VALUE, start)
+        if m and (m.group(1) in self.ctx.names() or m.group(1) in _catalog()):
+            return True
+        if self._first("args", _ARGS_OPEN, start):
+            return True
+        return start <= self._keys_from()
+
+
 _SCAN_OUT = re.compile(r'["{}\[\]]')
+# a whole string (escapes included, possibly unterminated) or one bracket
+_SCAN_ANY = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)|[{}\[\]]', re.S)
 _SCAN_IN = re.compile(r'["\\]')
 _JSON_START = re.compile(r"\{\s*[\"'}]|\[\s*\{")
 _KEYISH = re.compile(r"[\"']([A-Za-z_$][\w$.\-]*)[\"']\s*:")
@@ -703,6 +845,11 @@ def _bare_json(text: str, ctx: _Ctx, free: Any, taken: list[tuple[int, int]]) ->
     calls: list[ExtractedCall] = []
     pos = 0
     first_attempt = ctx.wire == "json"
+    scanner = _BalancedScanner(text)
+    tail_keyish = _SuffixKeyish(text, ctx)
+    # Closed spans that do not parse are searched again for JSON inside them; the bytes re-read that
+    # way are bounded so that scoring stays linear in the length of the text.
+    budget = 8 * len(text) + (1 << 16)
     while True:
         m = _JSON_START.search(text, pos)
         if m is None:
@@ -711,12 +858,12 @@ def _bare_json(text: str, ctx: _Ctx, free: Any, taken: list[tuple[int, int]]) ->
         if not free(start, start + 1):
             pos = start + 1
             continue
-        end = _scan_balanced(text, start)
+        end = scanner.end(start)
         if end is not None and not free(start, end):  # runs into a call found earlier: not JSON
             pos = start + 1
             continue
         if end is None:
-            if free(start, len(text)) and (_keyish(text[start:], ctx) or (first_attempt and not calls)):
+            if free(start, len(text)) and (tail_keyish.holds(start) or (first_attempt and not calls)):
                 span = (start, len(text))
                 calls.append(_failed(text, span, "bare", "unterminated JSON", unbalanced=True))
                 taken.append(span)
@@ -724,6 +871,7 @@ def _bare_json(text: str, ctx: _Ctx, free: Any, taken: list[tuple[int, int]]) ->
             pos = start + 1
             continue
         src = text[start:end]
+        budget -= 2 * len(src)
         try:
             parsed = _loads(src, lenient=ctx.lenient)
         except _ParseError as err:
@@ -732,7 +880,7 @@ def _bare_json(text: str, ctx: _Ctx, free: Any, taken: list[tuple[int, int]]) ->
                 taken.append((start, end))
                 pos = end
             else:
-                pos = start + 1
+                pos = start + 1 if budget > 0 else end
             continue
         found = _interpret(parsed, ctx, must=first_attempt and not calls, force_args=False)
         if not found:
@@ -1399,6 +1547,10 @@ def score_text(
             flags.append(f)
     if call.duplicate_keys:
         flags.append("duplicate_key")
+    if call.error is not None and TOO_DEEP in call.error:
+        return Verdict(
+            "too_deep", tool=call.name, invented_keys=[], errors=[call.error], payload=None, arguments=None, **base
+        )
     if call.error is not None or (call.unbalanced and finish_reason == "length"):
         cut = finish_reason == "length" or (finish_reason is None and call.unbalanced)
         return Verdict(
@@ -1507,12 +1659,18 @@ def score_record(record: dict, manifest: dict) -> dict:
         return {**head, "verdict": None, "skipped": str(record["error"])}
     tools, wire, expected, scenario = record_context(record, manifest)
     text = (record.get("prefill") or "") + (record.get("text") or "")
-    verdict = score_text(
-        text,
-        tools,
-        wire=wire,
-        expected_tool=expected,
-        scenario=scenario,
-        finish_reason=record.get("finish_reason"),
-    )
-    return {**head, **asdict(verdict)}
+    try:
+        verdict = score_text(
+            text,
+            tools,
+            wire=wire,
+            expected_tool=expected,
+            scenario=scenario,
+            finish_reason=record.get("finish_reason"),
+        )
+        if json_depth(verdict.arguments) > MAX_JSON_DEPTH:
+            raise RecursionError
+        return {**head, **asdict(verdict)}
+    except RecursionError:  # pathological nesting that got past the parsers' own guards
+        deep = Verdict("too_deep", [], None, None, [], [TOO_DEEP], None, None, None, 0)
+        return {**head, **asdict(deep)}

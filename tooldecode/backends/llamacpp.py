@@ -71,10 +71,14 @@ class LlamaCppBackend(Backend):
         try:
             self._model = LlamaModel(path_model=str(model.path), params=mparams, verbose=False)
         except ValueError:
-            raise ModelError(
-                f"llama.cpp could not load '{model.path}' (corrupt or unsupported GGUF); "
-                f"run `tooldecode models verify` and `tooldecode models fetch {model.id}`"
-            ) from None
+            from tooldecode.models import REGISTRY
+
+            fix = (
+                f"run `tooldecode models fetch {model.id} --force`"
+                if model.id in REGISTRY
+                else "download or convert the file again"
+            )
+            raise ModelError(f"llama.cpp could not load '{model.path}' (corrupt or unsupported GGUF); {fix}") from None
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = max(n_batch, max_seqs)
