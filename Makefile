@@ -33,7 +33,7 @@ grammars: setup
 	$(PY) scripts/render_grammars.py --out grammars
 
 conformance: setup
-	$(PY) scripts/conformance.py --suite ../shared/data/json-schema-test-suite/tests/draft2020-12 --out docs/conformance.md
+	$(PY) scripts/conformance.py $(foreach d,draft2020-12 draft2019-09 draft7 draft6 draft4,--suite ../shared/data/json-schema-test-suite/tests/$(d)) --out docs/conformance.md
 
 bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

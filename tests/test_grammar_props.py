@@ -232,6 +232,92 @@ def test_walked_texts_validate_spec(schema, seed):
         assert check.accepts("xgrammar", gbnf, text)
 
 
+# -- recursive schemas ($defs referenced from inside themselves, and "#")
+
+REF = {"$ref": "#/$defs/node"}
+
+
+@st.composite
+def recursive_schemas(draw):
+    """A tool schema whose ``node`` definition refers to itself through items, a property, a
+    nullable ``anyOf``, an ``allOf`` wrapper or ``additionalProperties`` (or the root through "#")."""
+    link = draw(st.sampled_from(["items", "prop", "nullable", "allof", "addl", "root"]))
+    ref = {"$ref": "#"} if link == "root" else REF
+    node: dict = {"type": "object", "properties": {"v": draw(schemas)}}
+    if draw(st.booleans()):
+        node["required"] = ["v"]
+    if link in ("items", "root"):
+        node["properties"]["kids"] = {"type": "array", "items": ref, "maxItems": 2}
+    elif link == "prop":
+        node["properties"]["next"] = ref
+    elif link == "nullable":
+        node["properties"]["next"] = {"anyOf": [{"type": "null"}, ref]}
+    elif link == "allof":
+        node["properties"]["next"] = {"allOf": [ref], "description": "the next node"}
+    else:
+        node["additionalProperties"] = ref
+    if link != "addl" and draw(st.integers(0, 3)) == 0:
+        node["additionalProperties"] = draw(schemas)
+    if link == "root":
+        return node
+    root: dict = {"type": "object", "properties": {"root": REF}, "$defs": {"node": node}}
+    if draw(st.booleans()):
+        root["required"] = ["root"]
+    return root
+
+
+@SETTINGS
+@given(
+    schema=recursive_schemas(),
+    wire=st.sampled_from(["json", "call-json", "hermes"]),
+    ws=st.sampled_from(["compact", "bounded"]),
+    seed=st.integers(0, 10**6),
+)
+def test_walked_texts_validate_strict_recursive(schema, wire, ws, seed):
+    g, texts = walk_texts(schema, wire, ws, "strict", seed, n=6)
+    gbnf, lark_text = emit_gbnf(g), emit_lark(g)
+    validator = jsonschema.Draft202012Validator(strictify(schema))
+    for text in texts:
+        args = parse_call(text, wire, schema)
+        errors = list(validator.iter_errors(args))
+        assert not errors, (text, errors[0].message)
+        assert check.accepts("xgrammar", gbnf, text), text
+        assert check.accepts("llguidance", lark_text, text), text
+
+
+@SETTINGS
+@given(schema=recursive_schemas(), seed=st.integers(0, 10**6))
+def test_walked_texts_validate_spec_recursive(schema, seed):
+    g, texts = walk_texts(schema, "json", "compact", "spec", seed, n=6)
+    validator = jsonschema.Draft202012Validator(schema)
+    gbnf = emit_gbnf(g)
+    for text in texts:
+        assert validator.is_valid(json.loads(text)), (text, schema)
+        assert check.accepts("xgrammar", gbnf, text)
+
+
+@pytest.mark.parametrize("fmt,engine", [("gbnf", "xgrammar"), ("lark", "llguidance"), ("lark", "lark")])
+def test_recursive_definition_is_closed_in_strict_mode(fmt, engine):
+    node = {
+        "type": "object",
+        "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": REF}},
+        "required": ["v"],
+    }
+    schema = {"type": "object", "properties": {"root": REF}, "required": ["root"], "$defs": {"node": node}}
+    text = render(schema, format=fmt)
+    validator = jsonschema.Draft202012Validator(strictify(schema))
+    for inst in (
+        {"root": {"v": 1, "kids": [{"v": 2, "extra": 3}]}},
+        {"root": {"v": 1, "extra": 0}},
+        {"root": {"v": 1, "kids": [{"v": 2, "kids": [{"v": 3, "x": None}]}]}},
+    ):
+        assert not validator.is_valid(inst)
+        assert not check.accepts(engine, text, json.dumps(inst, separators=(",", ":"))), inst
+    for inst in ({"root": {"v": 1, "kids": [{"v": 2, "kids": []}]}}, {"root": {"v": 1}}):
+        assert validator.is_valid(inst)
+        assert check.accepts(engine, text, json.dumps(inst, separators=(",", ":"))), inst
+
+
 # -- random valid instances
 
 

@@ -12,7 +12,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from tooldecode.grammar.errors import GrammarError, UnsupportedSchemaError
+from tooldecode.grammar.errors import GrammarError, InvalidSchemaError, UnsupportedSchemaError
 from tooldecode.grammar.gbnf import emit_gbnf
 from tooldecode.grammar.gir import FAIL, Grammar, RuleBook, galt, sanitize
 from tooldecode.grammar.lark import emit_lark
@@ -36,6 +36,7 @@ __all__ = [
     "Tool",
     "SchemaIR",
     "UnsupportedSchemaError",
+    "InvalidSchemaError",
     "GrammarError",
     "WIRES",
     "FORMATS",

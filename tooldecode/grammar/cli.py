@@ -34,17 +34,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--lenient",
         action="store_true",
-        help="ignore unsupported keywords (listed on stderr) instead of failing",
+        help="ignore keywords the builder knows but cannot express (listed on stderr) instead of failing",
+    )
+    p.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="list on stderr the keywords read as annotations (unknown keywords, unasserted formats)",
     )
     p.set_defaults(func=run)
 
 
 def _load(source: str) -> Any:
     from tooldecode.grammar import load_tool, tool_catalog
+    from tooldecode.grammar.tools import looks_like_tool
 
     if source in tool_catalog():
         return load_tool(source)
     path = Path(source)
+    if path.is_dir():
+        raise SchemaError(
+            f"{source}: is a directory; give a schema or tool JSON file, or a built-in tool name"
+        )
     if not path.is_file():
         try:
             return load_tool(source)
@@ -58,13 +69,20 @@ def _load(source: str) -> Any:
         raise SchemaError(f"{path}: cannot read ({e})") from e
     except json.JSONDecodeError as e:
         raise SchemaError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from e
-    if isinstance(data, dict) and "parameters" in data and "name" in data:
+    except RecursionError:
+        raise SchemaError(f"{path}: JSON nested too deeply to read; flatten the schema") from None
+    try:
+        is_tool = looks_like_tool(data)
+    except SchemaError as e:
+        raise SchemaError(f"{path}: {e}") from None
+    if is_tool:
         return load_tool(path)
     return data
 
 
 def run(args: argparse.Namespace) -> int:
-    from tooldecode.grammar import Tool, compile_schema, render
+    from tooldecode.grammar import Tool, build_grammar, compile_schema, render
+    from tooldecode.grammar.regex import backtracking_safe
 
     target = _load(args.source)
     schema = target.parameters if isinstance(target, Tool) else target
@@ -82,9 +100,21 @@ def run(args: argparse.Namespace) -> int:
         lenient=args.lenient,
         name=name,
     )
-    if args.lenient:
-        ignored = compile_schema(schema, mode=args.mode, order=args.order, lenient=True).ignored
-        for kw, ptr in ignored:
+    sir = compile_schema(schema, mode=args.mode, order=args.order, lenient=args.lenient)
+    if args.lenient or args.verbose:
+        for kw, ptr in sir.ignored:
             print(f"tooldecode: ignored '{kw}' at {ptr or '(root)'}", file=sys.stderr)
+    if args.verbose:
+        for msg in sir.warnings:
+            print(f"tooldecode: warning: {msg}", file=sys.stderr)
+    if args.format == "regex":
+        g = build_grammar([(name or "", sir)], wire=args.wire, ws=args.ws, ws_max=args.ws_max)
+        if not backtracking_safe(g):
+            print(
+                "tooldecode: note: this regex is unambiguous per token but not deterministic; use an "
+                "automaton-based engine (outlines/interegular, RE2, Rust regex) -- a backtracking "
+                "engine (Python re, PCRE, JavaScript) may take super-linear time on a non-matching text",
+                file=sys.stderr,
+            )
     sys.stdout.write(text)
     return 0

@@ -22,6 +22,19 @@ class UnsupportedSchemaError(SchemaError):
         )
 
 
+class InvalidSchemaError(UnsupportedSchemaError):
+    """A keyword whose value is not valid JSON Schema (an unknown type name, ``minLength: -1``, ...).
+
+    Not affected by ``lenient``: the schema itself needs fixing."""
+
+    def __init__(self, keyword: str, pointer: str, detail: str = "") -> None:
+        self.keyword = keyword
+        self.pointer = pointer or ""
+        where = pointer if pointer else "(root)"
+        tail = f": {detail}" if detail else ""
+        SchemaError.__init__(self, f"invalid schema keyword '{keyword}' at {where}{tail}; fix the schema")
+
+
 class GrammarError(SchemaError):
     """A schema that is fine but cannot be rendered with the requested options (format, wire, order, ...)."""
 

@@ -1,4 +1,13 @@
-"""Regex emitter: one pattern for ``re.fullmatch`` (Python) / outlines; recursive schemas are refused."""
+"""Regex emitter: one pattern for ``re.fullmatch`` (Python) / outlines; recursive schemas are refused.
+
+Backtracking engines (Python ``re``, PCRE, JavaScript) can take exponential time on an ambiguous
+pattern such as ``(a|aa)+``. Every terminal whose regex is not deterministic (``deterministic``:
+at each character at most one way to continue) is rewritten from its minimal DFA, which gives an
+unambiguous regex (each text has one parse; a backtracking matcher then explores polynomially many
+paths). ``backtracking_safe`` says whether the whole pattern is deterministic; when it is not (e.g.
+two ``anyOf`` branches that admit the same value, or optional members that start alike) use an
+automaton-based engine (outlines/interegular, RE2, Rust ``regex``).
+"""
 
 from __future__ import annotations
 
@@ -16,7 +25,7 @@ def to_ast(g: Grammar) -> A.RNode:
         if isinstance(e, GLit):
             return A.lit(e.text)
         if isinstance(e, GTok):
-            return e.ast
+            return _safe_token(e.ast)
         if isinstance(e, GRef):
             if e.name not in memo:
                 memo[e.name] = go(g.rules[e.name])
@@ -34,3 +43,68 @@ def to_ast(g: Grammar) -> A.RNode:
 
 def emit_regex(g: Grammar) -> str:
     return A.regex_str(to_ast(g))
+
+
+def backtracking_safe(g: Grammar) -> bool:
+    """Whether the emitted regex is deterministic (linear time in backtracking engines too)."""
+    return deterministic(to_ast(g))
+
+
+_NONE: A.Charset = ()
+
+
+def _info(
+    n: A.RNode, memo: dict[int, tuple[bool, A.Charset, A.Charset, bool]]
+) -> tuple[bool, A.Charset, A.Charset, bool]:
+    """(nullable, first, follow-last, deterministic) of a regex AST over character classes."""
+    key = id(n)
+    if key in memo:
+        return memo[key]
+    if isinstance(n, A.Chars):
+        r = (False, n.cs, _NONE, True)
+    elif isinstance(n, A.Sym):
+        r = _info(n.node, memo)
+    elif isinstance(n, A.Or):
+        parts = [_info(i, memo) for i in n.items]
+        det = all(p[3] for p in parts) and sum(p[0] for p in parts) <= 1
+        seen: A.Charset = _NONE
+        for p in parts:
+            if A.cs_inter(seen, p[1]):
+                det = False
+            seen = A.cs_union(seen, p[1])
+        r = (any(p[0] for p in parts), seen, A.cs_union(*(p[2] for p in parts)) if parts else _NONE, det)
+    elif isinstance(n, A.Cat):
+        null, first, fl, det = True, _NONE, _NONE, True
+        for i in n.items:
+            n2, f2, l2, d2 = _info(i, memo)
+            det = det and d2 and not A.cs_inter(fl, f2) and not (null and A.cs_inter(first, f2))
+            first = A.cs_union(first, f2) if null else first
+            fl = A.cs_union(l2, fl, f2) if n2 else l2
+            null = null and n2
+        r = (null, first, fl, det)
+    elif isinstance(n, A.Rep):
+        n2, f2, l2, d2 = _info(n.item, memo)
+        again = n.hi is None or n.hi >= 2
+        det = d2 and (not again or (not n2 and not A.cs_inter(l2, f2)))
+        more = n.hi is None or (n.hi > n.lo and n.hi >= 2)
+        r = (n.lo == 0 or n2, f2, A.cs_union(l2, f2) if more else l2, det)
+    else:
+        raise TypeError(n)
+    memo[key] = r
+    return r
+
+
+def deterministic(n: A.RNode) -> bool:
+    """Whether ``n`` is deterministic (one-unambiguous): reading left to right, each character
+    has at most one place in the pattern to go. A backtracking matcher never backtracks further
+    than one character on such a pattern."""
+    return _info(n, {})[3]
+
+
+def _safe_token(ast: A.RNode) -> A.RNode:
+    if deterministic(ast):
+        return ast
+    try:
+        return A.to_regex(A.to_dfa(ast))
+    except A.TooComplex:
+        return ast

@@ -14,8 +14,9 @@ from fractions import Fraction
 from typing import Any
 
 from tooldecode.grammar import ir
+from tooldecode.grammar.dialects import to_2020
 from tooldecode.grammar.ecma import PatternError, pattern_ast
-from tooldecode.grammar.errors import UnsupportedSchemaError, pointer_join
+from tooldecode.grammar.errors import InvalidSchemaError, UnsupportedSchemaError, pointer_join
 from tooldecode.grammar.ir import (
     ANY,
     NEVER,
@@ -89,6 +90,8 @@ STRING_KW = ("minLength", "maxLength", "pattern", "format")
 NUMBER_KW = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref")
 KNOWN = frozenset(OBJECT_KW + ARRAY_KW + STRING_KW + NUMBER_KW + APPLICATORS + ("type", "enum", "const"))
+# keywords that constrain values but have no exact rendering: refused (or skipped under lenient)
+UNEXPRESSIBLE = frozenset({"$dynamicRef", "$recursiveRef"})
 JSON_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 FORMATS = tuple(ir.FORMAT_PATTERNS)
 MAX_UNIQUE_ENUM = 2000
@@ -99,13 +102,20 @@ DIALECTS = frozenset(
 
 @dataclass
 class SchemaIR:
-    """A compiled schema. ``ignored`` lists (keyword, JSON pointer) skipped under ``lenient=True``."""
+    """A compiled schema.
+
+    ``ignored`` lists the (keyword, JSON pointer) pairs that do not constrain the grammar: unknown
+    keywords and keywords the schema's draft does not define (annotations, as JSON Schema says),
+    formats not asserted, and what ``lenient=True`` skipped. ``warnings`` says which formats were
+    read as annotations in strict mode; ``dialect`` is the draft the schema was read as."""
 
     root: Node
     defs: dict[str, Node] = field(default_factory=dict)
     ignored: list[tuple[str, str]] = field(default_factory=list)
     mode: str = "strict"
     order: str = "schema"
+    warnings: list[str] = field(default_factory=list)
+    dialect: str = "draft2020-12"
 
     def accepts(self, value: Any) -> bool:
         """Whether ``value`` is in the language of the IR (a semantic check, not a grammar run)."""
@@ -123,10 +133,44 @@ def compile_schema(
         raise GrammarError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     if order not in ORDERS:
         raise GrammarError(f"unknown order {order!r}; use one of {', '.join(ORDERS)}")
-    src = strictify(schema) if mode == "strict" else schema
+    check_depth(schema)
+    translated, dialect, dropped = to_2020(schema)
+    src = strictify(translated) if mode == "strict" else translated
     c = _Compiler(src, lenient=lenient, assert_format=(mode == "strict"))
+    c.ignored.extend(dropped)
     root = c.compile_root()
-    return SchemaIR(root, c.defs, c.ignored, mode, order)
+    return SchemaIR(root, c.defs, c.ignored, mode, order, c.warnings, dialect)
+
+
+MAX_DEPTH = 128
+
+
+def json_depth(value: Any) -> int:
+    """Nesting depth of a JSON value (a scalar is 0, ``[]`` and ``{}`` are 1), without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values())
+            deepest = max(deepest, d + 1)
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v)
+            deepest = max(deepest, d + 1)
+    return deepest
+
+
+def check_depth(schema: Any) -> None:
+    """Raise ``GrammarError`` for a schema nested deeper than ``MAX_DEPTH`` JSON levels (deeper
+    schemas would exhaust the interpreter's recursion limit while rendering)."""
+    from tooldecode.grammar.errors import GrammarError
+
+    d = json_depth(schema)
+    if d > MAX_DEPTH:
+        raise GrammarError(
+            f"the schema is nested {d} levels deep (JSON), more than the {MAX_DEPTH} this builder renders; "
+            "flatten it or move repeated parts into $defs"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,7 +178,8 @@ def compile_schema(
 
 
 def strictify(schema: Any) -> Any:
-    """A copy of ``schema`` in which every object is closed.
+    """A copy of ``schema`` (in draft 2020-12, see ``tooldecode.grammar.dialects``) in which every
+    object is closed.
 
     Every subschema in a value position (root, property values, items, ...) that can validate an
     object and gives neither ``additionalProperties`` nor ``unevaluatedProperties`` gets
@@ -145,7 +190,7 @@ def strictify(schema: Any) -> Any:
     ``additionalProperties`` schema (or ``true``) keeps it. An untyped schema without object keywords
     (``{}``, "any value") stays open.
     """
-    root = copy.deepcopy(schema)
+    root = copy.deepcopy(to_2020(schema)[0])
     return _strictify(root, True, root, set())
 
 
@@ -254,11 +299,16 @@ class _Compiler:
         self.lenient = lenient
         self.assert_format = assert_format
         self.ignored: list[tuple[str, str]] = []
+        self.warnings: list[str] = []
         self.defs: dict[str, Node] = {}
         self.memo: dict[tuple[int, str], Node] = {}
         self.progress: dict[tuple[int, str], list[Any]] = {}
         self._keep: list[Any] = []
         self._resolver = None
+        # unevaluated* applied to a recursive reference: derived definitions, built once every
+        # definition is complete ((base, kind, id(u)) -> derived name; pending: name, base, kind, u)
+        self.derived: dict[tuple[str, str, int], str] = {}
+        self.pending: list[tuple[str, str, str, Node]] = []
 
     # -- errors
     def unsupported(self, keyword: str, ptr: str, detail: str = "") -> None:
@@ -285,7 +335,41 @@ class _Compiler:
 
     def compile_root(self) -> Node:
         n = self.compile(self.root, "", self.resolver(), 0)
+        while self.pending:
+            name, base, kind, u = self.pending.pop()
+            self.defs[name] = self._uneval(self.defs[base], kind, u)
         return self.finalize(n)
+
+    def _uneval(self, cur: Node, kind: str, u: Node) -> Node:
+        """``cur`` with ``unevaluatedProperties`` (kind ``props``) or ``unevaluatedItems`` (``items``)
+        ``u`` applied to each alternative; a recursive reference gets a derived definition."""
+        out: list[ir.Alt] = []
+        for a in _expand(cur).alts:
+            if kind == "props" and isinstance(a, ObjA):
+                out.append(self._apply_uneval_props(a, u))
+            elif kind == "items" and isinstance(a, ArrA):
+                out.append(self._apply_uneval_items(a, u))
+            elif isinstance(a, RefA):
+                out.append(RefA(self._derive(a.name, kind, u)))
+            else:
+                out.append(a)
+        return node(*out)
+
+    def _derive(self, base: str, kind: str, u: Node) -> str:
+        key = (base, kind, id(u))
+        if key not in self.derived:
+            self._keep.append(u)
+            stem = f"{base}-{'closed' if u.is_never else 'uneval'}"
+            name, i = stem, 2
+            while (
+                name in self.defs
+                or name in self.derived.values()
+                or any(e[0] == name for e in self.progress.values())
+            ):
+                name, i = f"{stem}{i}", i + 1
+            self.derived[key] = name
+            self.pending.append((name, base, kind, u))
+        return self.derived[key]
 
     def compile(self, s: Any, ptr: str, resolver: Any, depth: int) -> Node:
         if s is True:
@@ -293,7 +377,7 @@ class _Compiler:
         if s is False:
             return NEVER
         if not isinstance(s, dict):
-            raise UnsupportedSchemaError(
+            raise InvalidSchemaError(
                 "(schema)", ptr, f"a schema must be an object or a boolean, not {type(s).__name__}"
             )
         if "$id" in s and s is not self.root and isinstance(s["$id"], str):
@@ -328,7 +412,11 @@ class _Compiler:
         base = base or "root"
         name = base
         i = 2
-        while name in self.defs or any(e[0] == name for e in self.progress.values()):
+        while (
+            name in self.defs
+            or name in self.derived.values()
+            or any(e[0] == name for e in self.progress.values())
+        ):
             name = f"{base}{i}"
             i += 1
         return name
@@ -338,7 +426,10 @@ class _Compiler:
         for k in s:
             if k in KNOWN or k in ANNOTATIONS or k.startswith("x-"):
                 continue
-            self.unsupported(k, pointer_join(ptr, k))
+            if k in UNEXPRESSIBLE:
+                self.unsupported(k, pointer_join(ptr, k))
+            else:  # an unknown keyword is an annotation (JSON Schema 2020-12, section 6.5)
+                self.ignored.append((k, pointer_join(ptr, k)))
         if "$schema" in s and s["$schema"] not in DIALECTS:
             # another draft or a custom metaschema (vocabularies) changes the meaning of keywords
             self.unsupported(
@@ -354,7 +445,11 @@ class _Compiler:
             t = s["type"]
             tl = [t] if isinstance(t, str) else t
             if not isinstance(tl, list) or not all(isinstance(x, str) and x in JSON_TYPES for x in tl):
-                raise UnsupportedSchemaError("type", pointer_join(ptr, "type"), f"unknown type {t!r}")
+                raise InvalidSchemaError(
+                    "type",
+                    pointer_join(ptr, "type"),
+                    f"unknown type {t!r} (JSON types: {', '.join(JSON_TYPES)})",
+                )
             types = tl
         # per-type base alternatives
         alts["null"] = NullA()
@@ -399,8 +494,6 @@ class _Compiler:
                     resolved.contents, tgt_ptr if tgt_ptr != "#" else "", resolved.resolver, depth
                 )
                 meet(target, "$ref", kptr)
-        if "$dynamicRef" in s:
-            self.unsupported("$dynamicRef", pointer_join(ptr, "$dynamicRef"))
         # allOf
         for i, sub in enumerate(self._list(s, "allOf", ptr)):
             sp = pointer_join(ptr, "allOf", i)
@@ -460,9 +553,7 @@ class _Compiler:
             for k, needs in dr.items():
                 kptr = pointer_join(ptr, "dependentRequired", k)
                 if not isinstance(needs, list) or not all(isinstance(x, str) for x in needs):
-                    raise UnsupportedSchemaError(
-                        "dependentRequired", kptr, "must map names to arrays of names"
-                    )
+                    raise InvalidSchemaError("dependentRequired", kptr, "must map names to arrays of names")
                 opt = node(
                     ObjA(keys=((k, NEVER),)),
                     ObjA(required=frozenset([k, *needs]), keys=tuple((x, ANY) for x in [k, *needs])),
@@ -482,20 +573,16 @@ class _Compiler:
         if "unevaluatedProperties" in s:
             kptr = pointer_join(ptr, "unevaluatedProperties")
             u = self.compile(s["unevaluatedProperties"], kptr, resolver, depth + 1)
-            cur = node(
-                *(self._apply_uneval_props(a, u) if isinstance(a, ObjA) else a for a in _expand(cur).alts)
-            )
+            cur = self._uneval(cur, "props", u)
         if "unevaluatedItems" in s:
             kptr = pointer_join(ptr, "unevaluatedItems")
             u = self.compile(s["unevaluatedItems"], kptr, resolver, depth + 1)
-            cur = node(
-                *(self._apply_uneval_items(a, u) if isinstance(a, ArrA) else a for a in _expand(cur).alts)
-            )
+            cur = self._uneval(cur, "items", u)
         # enum / const
         vals: list[Any] | None = None
         if "enum" in s:
             if not isinstance(s["enum"], list):
-                raise UnsupportedSchemaError("enum", pointer_join(ptr, "enum"), "must be an array")
+                raise InvalidSchemaError("enum", pointer_join(ptr, "enum"), "must be an array")
             vals = list(s["enum"])
         if "const" in s:
             c = s["const"]
@@ -518,7 +605,7 @@ class _Compiler:
         if v is None:
             return []
         if not isinstance(v, list) or not v:
-            raise UnsupportedSchemaError(kw, pointer_join(ptr, kw), "must be a non-empty array")
+            raise InvalidSchemaError(kw, pointer_join(ptr, kw), "must be a non-empty array")
         return v
 
     def _one_of(self, branches: list[Node]) -> Node:
@@ -549,7 +636,7 @@ class _Compiler:
             or not isinstance(v, (int, float))
             or (isinstance(v, float) and not math.isfinite(v))
         ):
-            raise UnsupportedSchemaError(kw, pointer_join(ptr, kw), "must be a finite number")
+            raise InvalidSchemaError(kw, pointer_join(ptr, kw), "must be a finite number")
         return Fraction(v)
 
     def _count(self, s: dict[str, Any], kw: str, ptr: str) -> int | None:
@@ -557,7 +644,7 @@ class _Compiler:
             return None
         v = s[kw]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or not float(v).is_integer():
-            raise UnsupportedSchemaError(kw, pointer_join(ptr, kw), "must be a non-negative integer")
+            raise InvalidSchemaError(kw, pointer_join(ptr, kw), "must be a non-negative integer")
         return int(v)
 
     def _number(self, s: dict[str, Any], ptr: str) -> NumA:
@@ -575,7 +662,7 @@ class _Compiler:
         m = self._num_value(s, "multipleOf", ptr)
         if m is not None:
             if m <= 0:
-                raise UnsupportedSchemaError("multipleOf", pointer_join(ptr, "multipleOf"), "must be > 0")
+                raise InvalidSchemaError("multipleOf", pointer_join(ptr, "multipleOf"), "must be > 0")
             if m.denominator != 1 or m > 10000:
                 self.unsupported(
                     "multipleOf",
@@ -596,7 +683,7 @@ class _Compiler:
             p = s["pattern"]
             kptr = pointer_join(ptr, "pattern")
             if not isinstance(p, str):
-                raise UnsupportedSchemaError("pattern", kptr, "must be a string")
+                raise InvalidSchemaError("pattern", kptr, "must be a string")
             try:
                 pattern_ast(p)
                 lang = lang.inter(StrLang(patterns=frozenset({p})))
@@ -607,10 +694,11 @@ class _Compiler:
             if f in ir.FORMAT_PATTERNS:
                 lang = lang.inter(StrLang(formats=frozenset({f})))
             else:
-                self.unsupported(
-                    "format",
-                    pointer_join(ptr, "format"),
-                    f"format {f!r} cannot be expressed exactly (supported: {', '.join(FORMATS)})",
+                fptr = pointer_join(ptr, "format")
+                self.ignored.append(("format", fptr))
+                self.warnings.append(
+                    f"format {f!r} at {fptr} is not a regular language here, so it is not asserted "
+                    f"(asserted formats: {', '.join(FORMATS)})"
                 )
         return StrA(lang)
 
@@ -619,9 +707,7 @@ class _Compiler:
         if "prefixItems" in s:
             items = s["prefixItems"]
             if not isinstance(items, list):
-                raise UnsupportedSchemaError(
-                    "prefixItems", pointer_join(ptr, "prefixItems"), "must be an array"
-                )
+                raise InvalidSchemaError("prefixItems", pointer_join(ptr, "prefixItems"), "must be an array")
             prefix = tuple(
                 self.compile(x, pointer_join(ptr, "prefixItems", i), resolver, depth + 1)
                 for i, x in enumerate(items)
@@ -653,10 +739,10 @@ class _Compiler:
     def _object(self, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> ObjA:
         props = s.get("properties", {})
         if not isinstance(props, dict):
-            raise UnsupportedSchemaError("properties", pointer_join(ptr, "properties"), "must be an object")
+            raise InvalidSchemaError("properties", pointer_join(ptr, "properties"), "must be an object")
         pats = s.get("patternProperties", {})
         if not isinstance(pats, dict):
-            raise UnsupportedSchemaError(
+            raise InvalidSchemaError(
                 "patternProperties", pointer_join(ptr, "patternProperties"), "must be an object"
             )
         pat_nodes: list[tuple[str, Node]] = []
@@ -683,9 +769,7 @@ class _Compiler:
             keys.append((k, n))
         req = s.get("required", [])
         if not isinstance(req, list) or not all(isinstance(x, str) for x in req):
-            raise UnsupportedSchemaError(
-                "required", pointer_join(ptr, "required"), "must be an array of strings"
-            )
+            raise InvalidSchemaError("required", pointer_join(ptr, "required"), "must be an array of strings")
         o = ObjA(keys=tuple(keys), extras=tuple(extras))
         extra_keys = [k for k in dict.fromkeys(req) if k not in props]
         if extra_keys:

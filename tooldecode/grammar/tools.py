@@ -27,8 +27,45 @@ class Tool:
     source: Path | None = None
 
 
+PARAMETER_KEYS = ("parameters", "input_schema", "inputSchema")  # OpenAI / Anthropic / MCP spellings
+
+
+def _unwrap(data: Any) -> Any:
+    """``{"type": "function", "function": {...}}`` (OpenAI's tool list entry) -> the inner object,
+    and ``input_schema``/``inputSchema`` spelled as ``parameters``."""
+    if isinstance(data, dict) and data.get("type") == "function" and isinstance(data.get("function"), dict):
+        data = data["function"]
+    if isinstance(data, dict) and "parameters" not in data:
+        for k in PARAMETER_KEYS[1:]:
+            if k in data:
+                data = {**{x: v for x, v in data.items() if x != k}, "parameters": data[k]}
+                break
+    return data
+
+
+def looks_like_tool(data: Any) -> bool:
+    """Whether a JSON document is a tool definition rather than a bare arguments schema: an object
+    with a ``name`` and a parameters schema (any of ``PARAMETER_KEYS``, or OpenAI's
+    ``{"type": "function", "function": {...}}``); ``SchemaError`` for an object that names a tool
+    but has no parameters and no schema keyword."""
+    from tooldecode.grammar.schema import KNOWN
+
+    data = _unwrap(data)
+    if not isinstance(data, dict) or "name" not in data:
+        return False
+    if "parameters" in data:
+        return True
+    if isinstance(data.get("name"), str) and not any(k in KNOWN for k in data):
+        raise SchemaError(
+            f"tool {data['name']!r} has no 'parameters' (nor input_schema/inputSchema); "
+            "add the JSON Schema of its arguments as 'parameters'"
+        )
+    return False
+
+
 def _from_data(data: Any, source: Path | None) -> Tool:
     where = str(source) if source else "tool data"
+    data = _unwrap(data)
     if not isinstance(data, dict):
         raise SchemaError(
             f"{where}: a tool file must hold a JSON object with name, family, description, parameters"

@@ -1,0 +1,187 @@
+"""Earlier drafts translated into 2020-12, unknown keywords as annotations, formats as annotations."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from tooldecode.grammar import Tool, check, compile_schema, render, serialize_call, strictify
+from tooldecode.grammar.dialects import dialect_of, to_2020
+
+MCP_TOOL = {
+    "name": "fetch_page",
+    "description": "Fetch a web page",
+    "inputSchema": {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {
+            "url": {"type": "string", "format": "uri", "description": "page address"},
+            "max_length": {"type": "integer", "exclusiveMinimum": 0, "maximum": 1000000},
+            "raw": {"type": "boolean", "default": False},
+        },
+        "required": ["url"],
+        "additionalProperties": False,
+    },
+}
+
+
+def _text(v) -> str:
+    return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+
+
+def test_mcp_style_draft07_tool_renders_via_api_and_cli(tmp_path, capsys):
+    from tooldecode.cli import main
+
+    schema = MCP_TOOL["inputSchema"]
+    gbnf, lark_text = render(schema), render(schema, format="lark")
+    sir = compile_schema(schema)
+    assert sir.dialect == "draft7" and ("format", "/properties/url/format") in sir.ignored
+    assert any("'uri'" in w for w in sir.warnings)
+    for inst, ok in (
+        ({"url": "https://example.com", "max_length": 5}, True),
+        ({"url": "x", "raw": True}, True),
+        ({"url": "x", "extra": 1}, False),
+        ({"url": "x", "max_length": 0}, False),
+        ({"max_length": 5}, False),
+    ):
+        assert jsonschema.Draft7Validator(schema).is_valid(inst) or not ok
+        assert check.accepts("xgrammar", gbnf, _text(inst)) == ok, inst
+        assert check.accepts("llguidance", lark_text, _text(inst)) == ok, inst
+    p = tmp_path / "fetch.json"
+    p.write_text(json.dumps(MCP_TOOL))
+    assert main(["grammar", str(p), "--wire", "hermes", "--verbose"]) == 0
+    cap = capsys.readouterr()
+    assert "fetch_page" in cap.out and "ignored 'format' at /properties/url/format" in cap.err
+    assert "warning: format 'uri'" in cap.err
+
+
+@pytest.mark.parametrize(
+    "uri, name",
+    [
+        ("http://json-schema.org/draft-04/schema#", "draft4"),
+        ("http://json-schema.org/draft-06/schema", "draft6"),
+        ("https://json-schema.org/draft-07/schema#", "draft7"),
+        ("https://json-schema.org/draft/2019-09/schema", "draft2019-09"),
+        ("https://json-schema.org/draft/2020-12/schema", "draft2020-12"),
+        ("http://json-schema.org/draft-03/schema#", None),
+    ],
+)
+def test_dialect_names(uri, name):
+    assert dialect_of(uri) == name
+
+
+def _check_exact(schema: dict, instances: list, validator_cls) -> None:
+    """Every instance: the grammar accepts it iff the draft's own validator accepts it (spec mode)."""
+    g = render(schema, mode="spec")
+    sir = compile_schema(schema, mode="spec")
+    v = validator_cls(schema)
+    from tooldecode.grammar.wire import serialize_args
+
+    for inst in instances:
+        text = serialize_args(sir, inst, wire="json", ws="compact", ws_max=None)
+        assert check.accepts("xgrammar", g, text) == v.is_valid(inst), (schema, inst)
+
+
+def test_draft04_keywords_translate_exactly():
+    schema = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "id": "http://example.com/root.json",
+        "type": "object",
+        "properties": {
+            "n": {"type": "number", "minimum": 1, "exclusiveMinimum": True, "maximum": 3},
+            "t": {
+                "type": "array",
+                "items": [{"type": "string"}, {"type": "integer"}],
+                "additionalItems": False,
+            },
+            "c": {"const": 5},  # not a draft-04 keyword: an annotation there
+            "r": {"$ref": "#/definitions/small", "type": "string"},  # $ref siblings are ignored
+        },
+        "dependencies": {"n": ["t"], "t": {"required": ["c"]}},
+        "definitions": {"small": {"type": "integer", "maximum": 2}},
+    }
+    insts = [
+        {},
+        {"n": 1},
+        {"n": 1.5, "t": ["a", 1]},
+        {"n": 3, "t": ["a"], "c": 7},
+        {"t": ["a", 1, 2], "c": 0},
+        {"t": [], "c": 1},
+        {"t": []},
+        {"r": 2},
+        {"r": "x"},
+        {"r": 3},
+        {"c": "anything"},
+    ]
+    _check_exact(schema, insts, jsonschema.Draft4Validator)
+    assert ("const", "/properties/c/const") in compile_schema(schema, mode="spec").ignored
+
+
+def test_draft07_and_2019_keywords_translate_exactly():
+    d7 = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "array",
+        "items": [{"type": "integer"}],
+        "additionalItems": {"type": "string"},
+        "contains": {"const": "z"},
+        "unevaluatedItems": False,  # not a draft-07 keyword
+    }
+    _check_exact(d7, [[], [1], [1, "z"], [1, "z", "y"], ["z"], [1, 2, "z"]], jsonschema.Draft7Validator)
+    d19 = {
+        "$schema": "https://json-schema.org/draft/2019-09/schema",
+        "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/pos", "maximum": 5}},  # siblings apply in 2019-09
+        "$defs": {"pos": {"type": "integer", "minimum": 1}},
+        "dependentRequired": {"a": ["b"]},
+    }
+    _check_exact(
+        d19,
+        [{}, {"a": 1, "b": 0}, {"a": 6, "b": 0}, {"a": 0, "b": 0}, {"a": 2}],
+        jsonschema.Draft201909Validator,
+    )
+
+
+def test_refs_follow_moved_subschemas():
+    schema = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "$ref": "#/definitions/Main",
+        "definitions": {
+            "Main": {
+                "type": "object",
+                "properties": {
+                    "xs": {"type": "array", "items": [{"$ref": "#/definitions/Main/properties/n"}]},
+                    "n": {"type": "integer"},
+                },
+            },
+        },
+    }
+    out, dialect, _ = to_2020(schema)
+    assert dialect == "draft7" and out["$ref"] == "#/x-ignored/definitions/Main"
+    _check_exact(
+        schema, [{}, {"xs": [1]}, {"xs": ["a"]}, {"n": 1, "xs": [2, 3]}, []], jsonschema.Draft7Validator
+    )
+
+
+def test_unknown_keywords_are_annotations_recorded_on_the_result():
+    schema = {
+        "type": "object",
+        "javaType": "com.example.Thing",
+        "properties": {"a": {"type": "string", "readonly": True, "_format": "x"}},
+        "self": {"vendor": "v"},
+    }
+    sir = compile_schema(schema)
+    assert {("javaType", "/javaType"), ("self", "/self"), ("readonly", "/properties/a/readonly")} <= set(
+        sir.ignored
+    )
+    t = Tool(name="t", family="flat", description="", parameters=schema)
+    text = serialize_call(t, {"a": "x"})
+    assert check.accepts("xgrammar", render(schema), text)
+    assert jsonschema.Draft202012Validator(strictify(schema)).is_valid({"a": "x"})
+
+
+def test_unasserted_format_is_an_annotation_with_a_warning_in_strict_mode():
+    sir = compile_schema({"type": "string", "format": "x-custom"})
+    assert sir.ignored == [("format", "/format")] and "x-custom" in sir.warnings[0]
+    assert check.accepts("xgrammar", render({"type": "string", "format": "x-custom"}), '"anything"')
