@@ -30,8 +30,9 @@ from typing import Any
 
 from tooldecode.errors import ToolDecodeError
 
-# masked modes: "strict" (every object closed) and "strict-spec" (the schema as written)
-STRICT_MODES = ("strict", "strict-spec")
+# masked modes: "strict" (every object closed), "strict-spec" (the schema as written) and
+# "strict-aligned" (strict, with masked particles resampled by importance weight: tooldecode.sampling)
+STRICT_MODES = ("strict", "strict-spec", "strict-aligned")
 LEVELS = {"free": "L0", "forced-tool": "L1", "gold-prefix": "L2"}
 VARIANT_FIELDS = (
     "history",
@@ -437,7 +438,7 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
     from tooldecode.models import resolve
     from tooldecode.prompts import render_prompt
     from tooldecode.runstore import MANIFEST, RunStore, build_manifest
-    from tooldecode.sampling import SamplingParams, sample
+    from tooldecode.sampling import SamplingParams, sample, sample_aligned
 
     validate_spec(spec)
     if fresh:
@@ -549,8 +550,10 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
                         bar.advance(task, len(recs))
 
                     # contiguous runs of missing indices keep per-index seeds identical on resume
+                    # strict-aligned: masked particles resampled by their importance weights
+                    draw = sample_aligned if arm["mode"] == "strict-aligned" else sample
                     for start, count in _runs(todo):
-                        sample(
+                        draw(
                             be,
                             prompt.text,
                             count,
