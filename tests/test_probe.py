@@ -67,7 +67,7 @@ def test_classify_by_bytes(generated, expected):
 @pytest.mark.model
 def test_probe_agrees_with_brute_force(llama_smol):
     be = llama_smol
-    cfg = ProbeConfig(depth=2, min_mass=0.0, max_branches=10_000, tail=0.0)
+    cfg = ProbeConfig(depth=2, key_depth=0, min_mass=0.0, max_branches=10_000, tail=0.0)
     points = probe_call(be, PROMPT, CALL, select="newText", config=cfg)
     assert len(points) == 1
     dp = points[0]
@@ -108,3 +108,114 @@ def test_probe_agrees_with_brute_force(llama_smol):
     assert dp.p_continue == pytest.approx(sums["continue"], abs=0.02)
     assert dp.p_other == pytest.approx(sums["other"], abs=0.02)
     assert dp.p_undetermined == pytest.approx(sums["more"], abs=0.02)
+
+
+# --- key-resolved continuation ------------------------------------------------------------------------
+
+TOOL_PROMPT_PREV = json.dumps(
+    [
+        {
+            "name": "edit",
+            "arguments": {"path": "b.py", "edits": [{"oldText": "a", "newText": "b", "note": "x"}]},
+        }
+    ]
+)
+
+
+def _tool_prompt() -> tuple[str, list]:
+    from tooldecode.grammar import load_tool
+
+    tool = load_tool("edit")
+    line = json.dumps(
+        {
+            "type": "function",
+            "function": {"name": "edit", "description": tool.description, "parameters": tool.parameters},
+        }
+    )
+    prompt = (
+        "<|im_start|>system\nYou call tools. Tools:\n" + line + "<|im_end|>\n"
+        "<|im_start|>user\nIn b.py replace a with b.<|im_end|>\n<|im_start|>assistant\n<tool_call>"
+        + TOOL_PROMPT_PREV
+        + "</tool_call><|im_end|>\n<|im_start|>user\nIn src/a.py replace `x = 1` with a loop printing 0..2."
+        "<|im_end|>\n<|im_start|>assistant\n<tool_call>"
+    )
+    return prompt, [tool]
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_probe_kinds_agree_with_brute_force_enumeration(llama_smol):
+    """Every continuation of probability >= EPS, enumerated level by level and classified as a whole
+    string, gives the same mass per kind as the probe's pruned, incremental expansion (within the
+    mass either leaves undetermined)."""
+    from tooldecode.classify import CONTINUE, CONTINUE_KINDS, classify_continuation, key_context
+
+    be = llama_smol
+    prompt, tools = _tool_prompt()
+    call = json.dumps([{"name": "edit", "arguments": ARGS}])
+    cfg = ProbeConfig(depth=3, key_depth=4, min_mass=2e-3, max_branches=12, tail=1e-3)
+    (dp,) = probe_call(be, prompt, call, select="oldText", config=cfg, tools=tools)
+    by_kind = dp.p_continue_by_kind
+    assert set(CONTINUE_KINDS) <= set(by_kind)
+    assert sum(by_kind.values()) + dp.p_continue_undetermined == pytest.approx(dp.p_continue, abs=1e-9)
+    assert dp.p_close + dp.p_continue + dp.p_other + dp.p_undetermined == pytest.approx(1.0, abs=1e-6)
+    assert dp.p_continue > 0.3 and by_kind["declared"] > 0.2  # after oldText the item goes on to newText
+
+    # brute force: every path of probability >= EPS, each level evaluated for all nodes at once
+    EPS, LEVELS = 1e-3, 7
+    data = call.encode()
+    prompt_ids = be.tokenize(prompt)
+    call_ids = be.tokenize(call, special=True)
+    bounds = np.cumsum([0] + [len(be.token_bytes(t)) for t in call_ids])
+    k = int(np.searchsorted(bounds, dp.boundary))
+    prefix = prompt_ids + call_ids[:k]
+    pending = dp.pending.encode()
+    v = next(x for x in find_value_ends(call) if x.key == "oldText")
+    ctx = key_context(data[: v.start], tools)
+    mass = {kind: 0.0 for kind in CONTINUE_KINDS}
+    unresolved = 0.0
+    frontier = [([], b"", 1.0)]
+    for level in range(LEVELS):
+        if not frontier:
+            break
+        if level == 0:
+            rows = be.forward(prefix, [len(prefix) - 1])
+        else:
+            rows = be.branch_logits(prefix, [f[0] for f in frontier])
+        nxt = []
+        for (path, written, m), lg in zip(frontier, rows, strict=True):
+            x = lg.astype(np.float64)
+            p = np.exp(x - x.max())
+            p /= p.sum()
+            big = np.flatnonzero(m * p >= EPS)
+            unresolved += m * (1.0 - float(p[big].sum()))
+            for t in big:
+                tb = be.token_bytes(int(t)) if int(t) not in be.eog_ids else b"\x00<eog>"
+                c = classify_continuation(written + tb, context=ctx, pending=pending)
+                if c.determined:
+                    if c.group == CONTINUE:
+                        mass[c.kind] += m * float(p[t])
+                else:
+                    nxt.append((path + [int(t)], written + tb, m * float(p[t])))
+        frontier = nxt
+    unresolved += sum(f[2] for f in frontier)
+    slack = dp.p_undetermined + dp.p_continue_undetermined + unresolved + 0.02
+    for kind in CONTINUE_KINDS:
+        assert by_kind[kind] == pytest.approx(mass[kind], abs=slack), (kind, by_kind, mass, slack)
+    assert slack < 0.2  # the comparison is informative
+
+
+def test_classification_of_keys_is_one_definition_for_samples_and_probe():
+    from tooldecode.classify import KeyContext, classify_continuation
+
+    ctx = KeyContext(
+        present=frozenset({"oldText", "newText"}),
+        declared=frozenset({"oldText", "newText"}),
+        elsewhere=frozenset({"path", "edits"}),
+        schema_words=frozenset({"required", "properties"}),
+    )
+    whole = '", "required": ["x"]}'
+    # byte by byte, the probe's incremental view never contradicts the whole string's kind
+    seen = {classify_continuation(whole[:i], context=ctx).kind for i in range(1, len(whole) + 1)}
+    assert seen <= {"undetermined", "schema_word"} and "schema_word" in seen
+    assert classify_continuation(whole, context=ctx).kind == "schema_word"

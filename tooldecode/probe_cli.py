@@ -22,7 +22,14 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     kw = {"n_ctx": 8192, "max_seqs": 32} if args.backend == "llamacpp" else {}
     be = load_backend(args.backend, ref, **kw)
     points = probe_call(
-        be, prompt.text, call, select=args.select, config=ProbeConfig(depth=args.depth), samples=args.samples
+        be,
+        prompt.text,
+        call,
+        select=args.select,
+        config=ProbeConfig(depth=args.depth, key_depth=args.key_depth),
+        samples=args.samples,
+        tools=prompt.tools,
+        expected_tool=prompt.expected_tool,
     )
     if args.json:
         for p in points:
@@ -53,6 +60,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--select", help="only decision points after this key (e.g. newText)")
     p.add_argument(
         "--depth", type=int, default=3, help="expansion depth for tokens that stop before the decision"
+    )
+    p.add_argument(
+        "--key-depth",
+        type=int,
+        default=6,
+        help="further expansion levels to resolve the key after a ',' (0: close/continue/other only)",
     )
     p.add_argument(
         "--samples", type=int, default=0, help="also sample K continuations per point and tally keys"

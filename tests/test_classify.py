@@ -1,0 +1,124 @@
+"""tooldecode.classify: the key-resolved kinds of what follows a value, for samples and the probe."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tooldecode.classify import (
+    CLOSE,
+    CONTINUE,
+    OTHER,
+    UNDETERMINED,
+    KeyContext,
+    classify_continuation,
+    key_context,
+    open_object_keys,
+    tool_words,
+)
+from tooldecode.grammar import load_tool
+
+PREFIX = '{"name": "edit", "arguments": {"path": "a.py", "edits": [{"oldText": "x", "newText": "y = 1\\n'
+TOOLS = [load_tool(n) for n in ("edit", "read", "write", "bash")]
+
+
+@pytest.fixture(scope="module")
+def ctx() -> KeyContext:
+    return key_context(PREFIX, TOOLS, expected_tool="edit")
+
+
+def test_context_from_the_call_prefix_and_the_tools(ctx):
+    assert ctx.present == {"oldText", "newText"}
+    assert ctx.declared == {"oldText", "newText"}
+    assert ctx.elsewhere == {"path", "edits"}
+    assert {"required", "properties", "type", "description", "command"} <= ctx.schema_words
+    assert not ctx.schema_words & (ctx.present | ctx.elsewhere)
+
+
+@pytest.mark.parametrize(
+    "text,group,kind,key",
+    [
+        ('"}]}}', CLOSE, "close", None),
+        ('" }', CLOSE, "close", None),
+        ('"]', OTHER, "wrong_closer", None),
+        ("\\n    return x", OTHER, "string_goes_on", None),
+        ('"x', OTHER, "stray", None),
+        ('", "required": ["oldText"]}', CONTINUE, "schema_word", "required"),
+        ('", "additionalProperties": false', CONTINUE, "invented", "additionalProperties"),  # not shown
+        ('", "newText": "z"', CONTINUE, "repeat", "newText"),
+        ('", "oldText_2": ""', CONTINUE, "repeat", "oldText_2"),
+        ('", "newText1": ""', CONTINUE, "repeat", "newText1"),
+        ('", "newText\\": "', CONTINUE, "repeat", 'newText": '),
+        ('", "newText\': ', CONTINUE, "repeat", "newText': "),
+        ('", "newText proof', CONTINUE, "repeat", "newText proof"),
+        ('", "path": "b"', CONTINUE, "wrong_level", "path"),
+        ('", "matchCase": true', CONTINUE, "invented", "matchCase"),
+        ('", "newTextual": 1', CONTINUE, "invented", "newTextual"),
+        ('", {"oldText": "a"', CONTINUE, "next_item", None),
+        ('", }', CONTINUE, "other", None),
+        ('", "required", "x"', CONTINUE, "other", "required"),  # no ':' after it: not a key
+        ('",\n  "notes"  :  1', CONTINUE, "invented", "notes"),
+    ],
+)
+def test_kinds(ctx, text, group, kind, key):
+    c = classify_continuation(text, context=ctx, final=True)
+    assert (c.group, c.kind, c.key) == (group, kind, key)
+
+
+@pytest.mark.parametrize("text", ['"', '",', '", "', '", "requ', '", "required"', '", "newText'])
+def test_open_text_is_undetermined_until_final(ctx, text):
+    c = classify_continuation(text, context=ctx)
+    assert c.kind == UNDETERMINED
+    assert classify_continuation(text, context=ctx, final=True).kind != UNDETERMINED
+
+
+def test_incremental_view_agrees_with_the_whole_string(ctx):
+    for whole in ('", "matchCase": true}', '", "newText\\": "', '"}]}}', '", "required": []'):
+        final = classify_continuation(whole, context=ctx, final=True)
+        for i in range(len(whole) + 1):
+            c = classify_continuation(whole[:i], context=ctx)
+            assert c.kind in (UNDETERMINED, final.kind)
+            assert c.group in (UNDETERMINED, final.group)
+
+
+def test_pending_bytes_and_arrays():
+    # the forced prefix ended two bytes before the decision: "y" and the quote are pending
+    assert classify_continuation('y"}', pending='y"').kind == "close"
+    assert classify_continuation("yy", pending='y"').kind == "string_goes_on"
+    assert classify_continuation("1]", pending="1", container="array", in_string=False).kind == "close"
+    assert classify_continuation("1, {", pending="1", container="array", in_string=False).kind == "next_item"
+    assert classify_continuation("1}", pending="1", container="array", in_string=False).kind == "wrong_closer"
+    # bytes split inside a UTF-8 character are fine
+    assert classify_continuation('", "caf\xc3'.encode("latin-1")).kind == UNDETERMINED
+
+
+def test_open_object_keys():
+    assert open_object_keys(PREFIX) == ["oldText", "newText"]
+    assert open_object_keys('<tool_call>\n[{"name": "edit", "arguments": {"path": "a", "ed') == ["path"]
+    assert open_object_keys('{"a": {"b": 1}, "c": "x\\"}", "d": [1, {"e": 2}], "f": "') == [
+        "a",
+        "c",
+        "d",
+        "f",
+    ]
+    assert open_object_keys("no json here") is None
+
+
+def test_tool_words_are_keys_and_word_values():
+    words = tool_words([load_tool("edit")])
+    assert {"type", "function", "name", "edit", "parameters", "properties", "required", "string"} <= words
+    assert not any(" " in w for w in words)  # descriptions are sentences, not words
+    assert tool_words([json.loads('{"type": "function", "function": {"name": "x"}}')]) >= {"x", "function"}
+
+
+def test_schema_words_follow_the_schema_shown():
+    from tooldecode.grammar import strictify
+
+    tool = load_tool("edit")
+    closed = {"type": "function", "function": {"name": "edit", "parameters": strictify(tool.parameters)}}
+    text = '", "additionalProperties": false'
+    assert (
+        classify_continuation(text, context=key_context(PREFIX, [closed]), final=True).kind == "schema_word"
+    )
+    assert classify_continuation(text, context=key_context(PREFIX, [tool]), final=True).kind == "invented"
