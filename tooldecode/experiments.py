@@ -687,9 +687,13 @@ def _run_probe(spec: Spec, store: Any, scenarios: list, models: _Models, done: s
                     prompt.text,
                     call,
                     select=probe.get("select"),
-                    config=ProbeConfig(depth=int(probe.get("depth", 3))),
+                    config=ProbeConfig(
+                        depth=int(probe.get("depth", 3)), key_depth=int(probe.get("key_depth", 6))
+                    ),
                     samples=int(probe.get("samples", 0)),
                     seed=0,
+                    tools=prompt.tools,
+                    expected_tool=prompt.expected_tool,
                 )
                 n_items = len(sc.edits)
                 for dp in pts:
