@@ -243,3 +243,103 @@ def test_rate_is_a_plain_frozen_dataclass() -> None:
     r = Rate(1, 2, 0.5, 0.1, 0.9)
     with pytest.raises(AttributeError):
         r.k = 3  # type: ignore[misc]
+
+
+# --- cluster-aware rates, paired comparisons over scenarios, verdicts against a claimed size ---------
+
+
+def _null_pairs(rng: np.random.Generator, g: int, n: int = 8) -> tuple[dict, dict]:
+    """Two arms with the same per-scenario rate (scenario rates vary widely): a true null."""
+    p = rng.beta(0.7, 1.5, size=g)
+    ya, yb = rng.binomial(n, p) / n, rng.binomial(n, p) / n
+    return {f"s{i}": float(ya[i]) for i in range(g)}, {f"s{i}": float(yb[i]) for i in range(g)}
+
+
+@pytest.mark.parametrize("g,sims", [(12, 2000), (36, 1500)])
+def test_paired_tests_hold_their_size_by_simulation(g: int, sims: int) -> None:
+    from tooldecode.stats import paired_clusters, sign_flip_p
+
+    rng = np.random.default_rng(20261130 + g)
+    rej_t = rej_flip = 0
+    for _ in range(sims):
+        a, b = _null_pairs(rng, g)
+        c = paired_clusters(a, b)
+        rej_t += c.lo > 0 or c.hi < 0
+        d = [a[k] - b[k] for k in sorted(a)]
+        rej_flip += sign_flip_p(d, n_mc=1000, seed=int(rng.integers(1 << 30))) <= 0.05
+    size_t, size_flip = rej_t / sims, rej_flip / sims
+    # type-I error at alpha = 0.05, measured: at most 6% (and the t test is not trivially silent)
+    assert size_t <= 0.06 and size_flip <= 0.06, (size_t, size_flip)
+    assert size_t >= 0.02, size_t
+
+
+def test_paired_tests_have_power_against_a_real_effect() -> None:
+    from tooldecode.stats import paired_clusters
+
+    rng = np.random.default_rng(7)
+    hits = 0
+    for _ in range(300):
+        p = rng.beta(2, 3, size=12)
+        ya, yb = rng.binomial(8, np.minimum(1, p * 1.8)) / 8, rng.binomial(8, p) / 8
+        c = paired_clusters({str(i): ya[i] for i in range(12)}, {str(i): yb[i] for i in range(12)})
+        hits += c.lo > 0 and c.p_sign_flip <= 0.05
+    assert hits / 300 > 0.8
+
+
+def test_sign_flip_exact_small_cases() -> None:
+    from tooldecode.stats import sign_flip_p
+
+    # 4 positive differences: only the all-plus and all-minus patterns reach |sum|: p = 2/16
+    assert sign_flip_p([1, 1, 1, 1]) == pytest.approx(2 / 16)
+    assert sign_flip_p([0, 0, 0]) == 1.0
+    assert sign_flip_p([1.0, -1.0]) == 1.0
+    # Monte Carlo branch agrees with the exact one where both apply in distribution
+    x = [0.3, 0.1, -0.05, 0.2, 0.25, 0.15, -0.1, 0.4, 0.05, 0.3, 0.2, 0.1, 0.12, -0.02, 0.3, 0.22, 0.1]
+    assert sign_flip_p(x[:16]) == pytest.approx(sign_flip_p(x[:16] + [0.0] * 0), abs=1e-12)
+    assert 0 < sign_flip_p(x) < 0.01
+
+
+def test_cluster_rate_covers_at_twelve_clusters_and_names_its_kind() -> None:
+    from tooldecode.stats import cluster_rate
+
+    rng = np.random.default_rng(3)
+    cover = 0
+    sims = 1000
+    true = 0.7 / 2.2  # mean of Beta(0.7, 1.5): equal cluster sizes make it the pooled rate's target
+    for _ in range(sims):
+        p = rng.beta(0.7, 1.5, size=12)
+        k = rng.binomial(8, p)
+        vals = [v for kk in k for v in [1] * int(kk) + [0] * (8 - int(kk))]
+        cl = [f"s{i}" for i in range(12) for _ in range(8)]
+        r = cluster_rate(vals, cl)
+        cover += r.lo <= true <= r.hi
+    assert cover / sims >= 0.90
+    few = cluster_rate([1, 0, 0, 1, 0, 0], ["a", "a", "b", "b", "c", "c"])
+    assert few.g == 3 and "fewer than 10 clusters" in str(few) and "CR1" in few.kind
+    # a cluster-robust interval is wider than Wilson's when the clusters differ
+    vals = [1] * 8 + [0] * 8 + [1] * 8 + [0] * 8
+    cl = [c for c in "abcd" for _ in range(8)]
+    assert cluster_rate(vals, cl).hi - cluster_rate(vals, cl).lo > wilson(16, 32).hi - wilson(16, 32).lo
+    zero = cluster_rate([0] * 24, [c for c in "abc" for _ in range(8)])
+    assert zero.rate == 0 and zero.lo == 0 and zero.hi > 0.3  # 3 clusters: at most Wilson on 3 trials
+
+
+def test_judge_effect_verdicts() -> None:
+    from tooldecode.stats import EffectClaim, judge_effect, paired_clusters
+
+    half = EffectClaim("ratio", 0.5)
+    base = {f"s{i}": 0.4 + 0.02 * i for i in range(12)}
+    same = paired_clusters({k: v + (0.01 if i % 2 else -0.01) for i, (k, v) in enumerate(base.items())}, base)
+    v = judge_effect(same, half, events=40, event_clusters=12)
+    assert v.verdict == "contradicts"  # the interval sits around x1 and excludes x0.5
+    halved = paired_clusters(
+        {k: v / 2 + (0.01 if i % 3 else -0.02) for i, (k, v) in enumerate(base.items())}, base
+    )
+    assert judge_effect(halved, half, events=40, event_clusters=12).verdict == "reproduces"
+    assert judge_effect(halved, half, events=4, event_clusters=12).verdict == "inconclusive"
+    assert judge_effect(halved, half, events=40, event_clusters=2).verdict == "inconclusive"
+    noisy = paired_clusters({"a": 0.9, "b": 0.1, "c": 0.5}, {"a": 0.2, "b": 0.6, "c": 0.5})
+    nv = judge_effect(noisy, half, events=10, event_clusters=3)
+    assert nv.verdict == "inconclusive" and "minimum detectable effect" in nv.reason
+    gone = paired_clusters({f"s{i}": 0.0 for i in range(6)}, {f"s{i}": 0.1 * (i + 1) for i in range(6)})
+    assert judge_effect(gone, EffectClaim("ratio", 0.0), events=20, event_clusters=6).verdict == "reproduces"
