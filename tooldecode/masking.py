@@ -67,17 +67,20 @@ def _bits_to_bool(bits: np.ndarray, n_vocab: int) -> np.ndarray:
     return np.unpackbits(as_bytes, bitorder="little")[:n_vocab].view(bool)
 
 
-def compile_mask(engine: str, grammar: str, backend: Any) -> MaskEngine:
-    """Compile ``grammar`` for ``backend``'s vocabulary (cached by engine, grammar text and model)."""
-    key = (engine, hashlib.sha256(grammar.encode()).hexdigest(), id(backend))
+def compile_mask(engine: str, grammar: str, backend: Any, *, label: str | None = None) -> MaskEngine:
+    """Compile ``grammar`` (in the engine's format, ``ENGINE_FORMATS``) for ``backend``'s vocabulary
+    (cached by engine, grammar text and model). ``label`` names the mask in records (default: ``engine``)."""
+    label = label or engine
+    key = (label, hashlib.sha256(grammar.encode()).hexdigest(), id(backend))
     if key in _CACHE:
         return _CACHE[key]
     if engine == "xgrammar":
         eng = _xgrammar(grammar, backend)
+        eng.engine = label
     elif engine == "llguidance":
-        eng = _llguidance(grammar, backend)
+        eng = _llguidance(grammar, backend, label)
     elif engine == "llama-grammar":
-        eng = _llama_grammar(grammar, backend)
+        eng = _llama_grammar(grammar, backend, label)
     else:
         raise MaskError(f"unknown mask engine '{engine}'; choose one of: {', '.join(ENGINES)}")
     _CACHE[key] = eng
@@ -89,19 +92,35 @@ def compile_mask(engine: str, grammar: str, backend: Any) -> MaskEngine:
 
 
 def _xgrammar(grammar: str, backend: Any) -> MaskEngine:
-    import torch
     import xgrammar as xgr
 
-    info = xgr.TokenizerInfo(
+    try:
+        parsed = xgr.Grammar.from_ebnf(grammar, root_rule_name="root")
+    except Exception as err:  # xgrammar raises RuntimeError/ValueError subclasses
+        raise MaskError(f"xgrammar rejected the grammar: {str(err).splitlines()[0][:200]}") from None
+    return xgrammar_mask(parsed, backend, engine="xgrammar", text=grammar)
+
+
+def xgrammar_tokenizer_info(backend: Any) -> Any:
+    """``xgrammar.TokenizerInfo`` of ``backend``'s vocabulary (raw token bytes, its end-of-generation ids)."""
+    import xgrammar as xgr
+
+    return xgr.TokenizerInfo(
         backend.vocab_bytes,
         vocab_type=xgr.VocabType.RAW,
         vocab_size=backend.n_vocab,
         stop_token_ids=sorted(backend.eog_ids),
     )
+
+
+def xgrammar_mask(grammar: Any, backend: Any, *, engine: str, text: str) -> MaskEngine:
+    """A mask from an ``xgrammar.Grammar`` object (``text`` is what the engine record names it by)."""
+    import torch
+    import xgrammar as xgr
+
+    info = xgrammar_tokenizer_info(backend)
     try:
-        compiled = xgr.GrammarCompiler(info, max_threads=2).compile_grammar(
-            xgr.Grammar.from_ebnf(grammar, root_rule_name="root")
-        )
+        compiled = xgr.GrammarCompiler(info, max_threads=2).compile_grammar(grammar)
     except Exception as err:  # xgrammar raises RuntimeError/ValueError subclasses
         raise MaskError(f"xgrammar rejected the grammar: {str(err).splitlines()[0][:200]}") from None
     n_vocab = backend.n_vocab
@@ -126,7 +145,7 @@ def _xgrammar(grammar: str, backend: Any) -> MaskEngine:
             return bool(self.m.is_terminated())
 
     del torch
-    return MaskEngine("xgrammar", grammar, n_vocab, backend.eog_ids, compiled, XMatcher)
+    return MaskEngine(engine, text, n_vocab, backend.eog_ids, compiled, XMatcher)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,7 +166,7 @@ def _llg_tokenizer(backend: Any) -> Any:
     return from_tokenizer(backend.tokenizer, n_vocab=backend.n_vocab, eos_token=sorted(backend.eog_ids))
 
 
-def _llguidance(grammar: str, backend: Any) -> MaskEngine:
+def _llguidance(grammar: str, backend: Any, engine: str = "llguidance") -> MaskEngine:
     import llguidance
     import llguidance.numpy as lln
 
@@ -187,16 +206,16 @@ def _llguidance(grammar: str, backend: Any) -> MaskEngine:
         def done(self) -> bool:
             return bool(self.m.is_stopped())
 
-    return MaskEngine("llguidance", grammar, n_vocab, backend.eog_ids, tok, LMatcher)
+    return MaskEngine(engine, grammar, n_vocab, backend.eog_ids, tok, LMatcher)
 
 
 # ---------------------------------------------------------------------------------------------
 # llama.cpp's own grammar sampler
 
 
-def _llama_grammar(grammar: str, backend: Any) -> MaskEngine:
+def _llama_grammar(grammar: str, backend: Any, engine: str = "llama-grammar") -> MaskEngine:
     if backend.name != "llamacpp":
-        raise MaskError("the llama-grammar engine needs the llamacpp backend")
+        raise MaskError(f"the {engine} engine needs the llamacpp backend (--backend llamacpp)")
     import ctypes
 
     import llama_cpp
@@ -246,4 +265,4 @@ def _llama_grammar(grammar: str, backend: Any) -> MaskEngine:
                 llama_cpp.llama_sampler_free(self.s)
                 self.s = None
 
-    return MaskEngine("llama-grammar", grammar, n_vocab, backend.eog_ids, None, LlamaMatcher)
+    return MaskEngine(engine, grammar, n_vocab, backend.eog_ids, None, LlamaMatcher)
