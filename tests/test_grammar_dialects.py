@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -185,3 +187,31 @@ def test_unasserted_format_is_an_annotation_with_a_warning_in_strict_mode():
     sir = compile_schema({"type": "string", "format": "x-custom"})
     assert sir.ignored == [("format", "/format")] and "x-custom" in sir.warnings[0]
     assert check.accepts("xgrammar", render({"type": "string", "format": "x-custom"}), '"anything"')
+
+
+FORMAT_DIR = Path("/work/shared/data/json-schema-test-suite/tests/draft2020-12/optional/format")
+for _p in (
+    Path(__file__).resolve().parents[2]
+    / "shared/data/json-schema-test-suite/tests/draft2020-12/optional/format",
+):
+    if _p.is_dir():
+        FORMAT_DIR = _p
+
+
+@pytest.mark.skipif(not FORMAT_DIR.is_dir(), reason="JSON-Schema-Test-Suite not available")
+@pytest.mark.parametrize("fmt", ["date", "date-time", "time", "uuid", "ipv4"])
+def test_asserted_formats_against_the_official_format_tests(fmt):
+    """Strict mode asserts these formats: no invalid string of the official tests is accepted."""
+    rx = re.compile(render({"type": "string", "format": fmt}, format="regex"))
+    valid = accepted = 0
+    for group in json.loads((FORMAT_DIR / f"{fmt}.json").read_text()):
+        for t in group["tests"]:
+            if not isinstance(t["data"], str):
+                continue
+            ok = bool(rx.fullmatch(json.dumps(t["data"])))
+            if not t["valid"]:
+                assert not ok, (fmt, t["description"], t["data"])
+            else:
+                valid += 1
+                accepted += ok
+    assert accepted >= 0.4 * valid, (fmt, accepted, valid)  # sound subsets (no leap second, upper-case T/Z)

@@ -75,8 +75,13 @@ FORMAT_PATTERNS = {
         r"-02-29)$"
     ),
     "uuid": r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$",
+    # RFC 3339 full-time: upper-case Z, no leap second (a sound subset: 23:59:60 is valid only in UTC)
+    "time": r"^(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d+)?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)$",
     "ipv4": r"^(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$",
 }
+FORMAT_PATTERNS["date-time"] = (
+    FORMAT_PATTERNS["date"][:-1] + "T" + FORMAT_PATTERNS["time"][1:]
+)  # RFC 3339 date-time: upper-case T
 
 
 @dataclass(frozen=True)

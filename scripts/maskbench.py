@@ -1,0 +1,257 @@
+"""MaskBench (guidance-ai/jsonschemabench) soundness and coverage of the strict grammar builder.
+
+For every schema of ``maskbench/data`` in a local clone: render it in strict mode, then run each test
+instance through independent engines (xgrammar on the GBNF, llguidance on the Lark text) in two
+serializations (the grammar's canonical compact form and the ``", "``/``": "`` form under the
+``bounded`` whitespace policy). The instance's ground truth is the suite's label and ``jsonschema``
+on ``strictify(schema)`` (strict mode closes objects, so a valid instance with extra keys is outside
+its promise):
+
+  false accept    an engine accepted a text of an instance that is labelled invalid or is invalid
+                  against the strictified schema
+  valid accepted  instances valid by label and against the strictified schema that every engine
+                  accepted in every serialization
+
+The same instances (``json.dumps``, compact and default separators) are run through llama.cpp's
+``json_schema_to_gbnf`` (its GBNF checked by xgrammar) and xgrammar's own JSON Schema compiler as
+anchors. The data is not part of this repository (no license file); pass a clone's folder.
+
+Usage: python scripts/maskbench.py --jsb DIR [--limit N] [--seed S] [--out FILE] [--timeout S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import signal
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tooldecode.errors import SchemaError  # noqa: E402
+from tooldecode.grammar import build_grammar, check, compile_schema, strictify  # noqa: E402
+from tooldecode.grammar.gbnf import emit_gbnf  # noqa: E402
+from tooldecode.grammar.lark import emit_lark  # noqa: E402
+from tooldecode.grammar.wire import serialize_args  # noqa: E402
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise _Timeout()
+
+
+def split_of(path: Path) -> str:
+    name = path.name
+    if "---" in name:
+        return name.split("---", 1)[0]
+    stem = re.sub(r"_\d+\.json$", "", name)
+    return "BFCL" if stem.startswith("BFCL") else stem
+
+
+@dataclass
+class Row:
+    schemas: int = 0
+    rendered: int = 0
+    refused: Counter = field(default_factory=Counter)
+    valid: int = 0
+    valid_accepted: int = 0
+    invalid: int = 0
+    false_accepts: int = 0
+    examples: list[str] = field(default_factory=list)
+
+
+def _reason(e: BaseException) -> str:
+    kw = getattr(e, "keyword", None)
+    if kw:
+        return f"'{kw}'"
+    if isinstance(e, _Timeout):
+        return "timeout"
+    if isinstance(e, RecursionError):
+        return "too deep"
+    msg = str(e)
+    return msg.split(";")[0][:60]
+
+
+def _ours(schema: Any, tests: list[dict], row: Row, name: str) -> None:
+    sir = compile_schema(schema, mode="strict")
+    grammars = {}
+    for ws in ("compact", "bounded"):
+        g = build_grammar([("", sir)], wire="json", ws=ws, allow_empty=True)
+        grammars[ws] = (emit_gbnf(g), emit_lark(g))
+    row.rendered += 1
+    try:
+        import jsonschema
+
+        strict_validator: Any = jsonschema.Draft202012Validator(strictify(schema))
+    except Exception:  # noqa: BLE001 -- a schema jsonschema cannot load: labels only
+        strict_validator = None
+    for t in tests:
+        data = t["data"]
+        ok_strict = strict_validator.is_valid(data) if strict_validator is not None else t["valid"]
+        truth = bool(t["valid"]) and ok_strict
+        verdicts = []
+        for ws, (gbnf, lark_text) in grammars.items():
+            texts = []
+            try:
+                texts.append(serialize_args(sir, data, wire="json", ws=ws, ws_max=None))
+            except Exception:  # noqa: BLE001 -- an invalid value may have no canonical text
+                pass
+            if not truth:
+                sep = (",", ":") if ws == "compact" else (", ", ": ")
+                texts.append(json.dumps(data, separators=sep, ensure_ascii=False))
+            for text in texts:
+                for eng, gtext in (("xgrammar", gbnf), ("llguidance", lark_text)):
+                    try:
+                        verdicts.append(check.accepts(eng, gtext, text))
+                    except check.EngineError:
+                        verdicts.append(False)
+        if truth:
+            row.valid += 1
+            if verdicts and all(verdicts):
+                row.valid_accepted += 1
+        else:
+            row.invalid += 1
+            if any(verdicts):
+                row.false_accepts += 1
+                if len(row.examples) < 5:
+                    row.examples.append(f"{name}: {json.dumps(data)[:100]}")
+
+
+def _anchor(kind: str, schema: Any, tests: list[dict], row: Row) -> None:
+    import xgrammar
+    from xgrammar.testing import _is_grammar_accept_string
+
+    if kind == "llama.cpp":
+        from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+        g = xgrammar.Grammar.from_ebnf(json_schema_to_gbnf(json.dumps(schema)), root_rule_name="root")
+    else:
+        g = xgrammar.Grammar.from_json_schema(json.dumps(schema), strict_mode=True)
+    row.rendered += 1
+    for t in tests:
+        texts = [json.dumps(t["data"], separators=(",", ":")), json.dumps(t["data"])]
+        verdicts = [bool(_is_grammar_accept_string(g, x)) for x in texts]
+        if t["valid"]:
+            row.valid += 1
+            row.valid_accepted += all(verdicts)
+        else:
+            row.invalid += 1
+            row.false_accepts += any(verdicts)
+
+
+def run(jsb: Path, limit: int | None, seed: int, timeout: int) -> dict[str, dict[str, Row]]:
+    data_dir = jsb / "maskbench" / "data"
+    files = sorted(data_dir.glob("*.json"))
+    by_split: dict[str, list[Path]] = defaultdict(list)
+    for p in files:
+        by_split[split_of(p)].append(p)
+    rng = random.Random(seed)
+    out: dict[str, dict[str, Row]] = {}
+    signal.signal(signal.SIGALRM, _on_alarm)
+    for split in sorted(by_split):
+        paths = by_split[split]
+        if limit is not None and len(paths) > limit:
+            paths = sorted(rng.sample(paths, limit))
+        rows = {"tooldecode": Row(), "llama.cpp": Row(), "xgrammar": Row()}
+        for p in paths:
+            doc = json.loads(p.read_text(encoding="utf-8"))
+            schema, tests = doc["schema"], doc.get("tests", [])
+            for kind, row in rows.items():
+                row.schemas += 1
+                signal.alarm(timeout)
+                try:
+                    if kind == "tooldecode":
+                        _ours(schema, tests, row, p.name)
+                    else:
+                        _anchor(kind, schema, tests, row)
+                except (SchemaError, RecursionError, _Timeout) as e:
+                    row.refused[_reason(e)] += 1
+                except Exception as e:  # noqa: BLE001 -- an anchor engine's own failure: a refusal
+                    row.refused[type(e).__name__] += 1
+                finally:
+                    signal.alarm(0)
+        out[split] = rows
+        t = rows["tooldecode"]
+        print(
+            f"{split}: {t.rendered}/{t.schemas} rendered, {t.false_accepts} false accepts, "
+            f"{t.valid_accepted}/{t.valid} valid accepted",
+            file=sys.stderr,
+        )
+    return out
+
+
+def _pct(a: int, b: int) -> str:
+    return f"{100 * a / b:.1f}%" if b else "–"
+
+
+def table(res: dict[str, dict[str, Row]], command: str) -> str:
+    lines = [
+        "| split | engine | schemas | rendered | false accepts / invalid | valid accepted | refused (top reasons) |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    totals: dict[str, Row] = defaultdict(Row)
+    for split, rows in res.items():
+        for kind, r in rows.items():
+            tot = totals[kind]
+            tot.schemas += r.schemas
+            tot.rendered += r.rendered
+            tot.valid += r.valid
+            tot.valid_accepted += r.valid_accepted
+            tot.invalid += r.invalid
+            tot.false_accepts += r.false_accepts
+            tot.refused.update(r.refused)
+            reasons = ", ".join(f"{k} {v}" for k, v in r.refused.most_common(3))
+            lines.append(
+                f"| {split} | {kind} | {r.schemas} | {r.rendered} ({_pct(r.rendered, r.schemas)}) | "
+                f"{r.false_accepts} / {r.invalid} | {r.valid_accepted}/{r.valid} ({_pct(r.valid_accepted, r.valid)}) "
+                f"| {reasons} |"
+            )
+    for kind, r in totals.items():
+        reasons = ", ".join(f"{k} {v}" for k, v in r.refused.most_common(4))
+        lines.append(
+            f"| **all** | **{kind}** | {r.schemas} | {r.rendered} ({_pct(r.rendered, r.schemas)}) | "
+            f"{r.false_accepts} / {r.invalid} | {r.valid_accepted}/{r.valid} ({_pct(r.valid_accepted, r.valid)}) "
+            f"| {reasons} |"
+        )
+    return f"Generated by `{command}`.\n\n" + "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jsb", required=True, type=Path, help="a clone of guidance-ai/jsonschemabench")
+    ap.add_argument("--limit", type=int, default=None, help="schemas per split (a seeded random sample)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=int, default=30, help="seconds per schema and engine")
+    ap.add_argument("--out", type=Path, help="write the markdown table here (default: stdout only)")
+    args = ap.parse_args(argv)
+    if not (args.jsb / "maskbench" / "data").is_dir():
+        print(
+            f"maskbench: {args.jsb}/maskbench/data not found; pass a clone of jsonschemabench",
+            file=sys.stderr,
+        )
+        return 2
+    t0 = time.time()
+    res = run(args.jsb, args.limit, args.seed, args.timeout)
+    cmd = "python scripts/maskbench.py --jsb JSB_DIR" + (
+        f" --limit {args.limit} --seed {args.seed}" if args.limit else ""
+    )
+    text = table(res, cmd) + f"\n({time.time() - t0:.0f} s)\n"
+    if args.out:
+        args.out.write_text(text, encoding="utf-8")
+    print(text)
+    return 1 if any(rows["tooldecode"].false_accepts for rows in res.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
