@@ -73,6 +73,9 @@ class Spec:
     variant: dict[str, list[Any]] = field(default_factory=dict)
     probe: dict[str, Any] = field(default_factory=dict)
     claim: str = ""
+    # the claim's effect and the findings rows built from this spec's runs (read by the findings
+    # builder in experiments/findings.py; see docs/report.md)
+    findings: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
     quick: bool = False
 
