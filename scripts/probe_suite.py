@@ -139,6 +139,14 @@ def apply_view(prompt_text: str, tools: Any, edit_tool: str, view: str) -> tuple
     return prompt_text, forms
 
 
+def _item_index(items: str, k: int, n_items: int) -> int:
+    if items == "last":
+        return n_items - 1
+    if items == "first-last":
+        return k if k == 0 or n_items <= 2 else n_items - 1
+    return k
+
+
 def load_suite(path: Path) -> dict:
     try:
         spec = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -248,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
                 ends = [v for v in find_value_ends(call) if v.key == spec.get("select", "newText")]
                 if spec.get("items", "all") == "first-last" and len(ends) > 2:
                     ends = [ends[0], ends[-1]]
+                elif spec.get("items", "all") == "last":
+                    ends = ends[-1:]
                 pts = probe_call(
                     be,
                     text,
@@ -270,9 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                         scenario=sc.id,
                         wire=prompt.wire,
                         n_items=n_items,
-                        item_index=(k if k == 0 or n_items <= 2 else n_items - 1)
-                        if spec.get("items", "all") == "first-last"
-                        else k,
+                        item_index=_item_index(spec.get("items", "all"), k, n_items),
                         prompt_sha256=psha,
                         same_prompt_as=same_as,
                         seconds=round(time.time() - t1, 2),
