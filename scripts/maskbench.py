@@ -150,7 +150,12 @@ def _anchor(kind: str, schema: Any, tests: list[dict], row: Row) -> None:
             row.false_accepts += any(verdicts)
 
 
-def run(jsb: Path, limit: int | None, seed: int, timeout: int) -> dict[str, dict[str, Row]]:
+ENGINES = ("tooldecode", "llama.cpp", "xgrammar")
+
+
+def run(
+    jsb: Path, limit: int | None, seed: int, timeout: int, engines: tuple[str, ...] = ENGINES
+) -> dict[str, dict[str, Row]]:
     data_dir = jsb / "maskbench" / "data"
     files = sorted(data_dir.glob("*.json"))
     by_split: dict[str, list[Path]] = defaultdict(list)
@@ -163,10 +168,14 @@ def run(jsb: Path, limit: int | None, seed: int, timeout: int) -> dict[str, dict
         paths = by_split[split]
         if limit is not None and len(paths) > limit:
             paths = sorted(rng.sample(paths, limit))
-        rows = {"tooldecode": Row(), "llama.cpp": Row(), "xgrammar": Row()}
+        rows = {k: Row() for k in engines}
         for p in paths:
-            doc = json.loads(p.read_text(encoding="utf-8"))
-            schema, tests = doc["schema"], doc.get("tests", [])
+            try:
+                doc = json.loads(p.read_text(encoding="utf-8"))
+                schema, tests = doc["schema"], doc.get("tests", [])
+            except (OSError, UnicodeDecodeError, ValueError, KeyError) as e:
+                print(f"maskbench: {p.name}: unreadable ({type(e).__name__}), skipped", file=sys.stderr)
+                continue
             for kind, row in rows.items():
                 row.schemas += 1
                 signal.alarm(timeout)
@@ -182,7 +191,7 @@ def run(jsb: Path, limit: int | None, seed: int, timeout: int) -> dict[str, dict
                 finally:
                     signal.alarm(0)
         out[split] = rows
-        t = rows["tooldecode"]
+        t = rows.get("tooldecode", Row())
         print(
             f"{split}: {t.rendered}/{t.schemas} rendered, {t.false_accepts} false accepts, "
             f"{t.valid_accepted}/{t.valid} valid accepted",
@@ -233,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="schemas per split (a seeded random sample)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=30, help="seconds per schema and engine")
+    ap.add_argument(
+        "--engines", default=",".join(ENGINES), help="tooldecode and the anchors llama.cpp, xgrammar"
+    )
     ap.add_argument("--out", type=Path, help="write the markdown table here (default: stdout only)")
     args = ap.parse_args(argv)
     if not (args.jsb / "maskbench" / "data").is_dir():
@@ -242,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     t0 = time.time()
-    res = run(args.jsb, args.limit, args.seed, args.timeout)
+    engines = tuple(e for e in args.engines.split(",") if e)
+    res = run(args.jsb, args.limit, args.seed, args.timeout, engines)
     cmd = "python scripts/maskbench.py --jsb JSB_DIR" + (
         f" --limit {args.limit} --seed {args.seed}" if args.limit else ""
     )
@@ -250,7 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.write_text(text, encoding="utf-8")
     print(text)
-    return 1 if any(rows["tooldecode"].false_accepts for rows in res.values()) else 0
+    return (
+        1
+        if any(r.false_accepts for rows in res.values() for k, r in rows.items() if k == "tooldecode")
+        else 0
+    )
 
 
 if __name__ == "__main__":

@@ -79,6 +79,37 @@ FORMAT_PATTERNS = {
     "time": r"^(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d+)?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)$",
     "ipv4": r"^(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$",
 }
+_U = r"A-Za-z0-9\-._~"  # unreserved
+_PCT = r"%[0-9A-Fa-f]{2}"
+_SUB = r"!$&'()*+,;="
+_PCHAR = rf"(?:[{_U}{_SUB}:@]|{_PCT})"
+_AUTH = rf"(?:(?:[{_U}{_SUB}:]|{_PCT})*@)?(?:[{_U}{_SUB}]|{_PCT})*(?::\d*)?"  # no IP literals (a subset)
+_QF = rf"(?:\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
+_SEGS = rf"(?:/{_PCHAR}*)*"
+# a label of 1..30 characters whose third character is not '-' (so never an "xn--" style label)
+_LTAIL = r"(?:[A-Za-z0-9]|[A-Za-z0-9-][A-Za-z0-9](?:[A-Za-z0-9-]{0,26}[A-Za-z0-9])?)?"
+_LABEL = rf"[A-Za-z0-9]{_LTAIL}"
+_TLD = rf"[A-Za-z]{_LTAIL}"
+# at most 8 labels of at most 30 characters: never longer than 253 characters (a subset of RFC 1123)
+_HOST = rf"(?:{_LABEL}\.){{0,7}}{_TLD}"
+_DUR_T = r"T(?:\d+H(?:\d+M(?:\d+S)?)?|\d+M(?:\d+S)?|\d+S)"
+FORMAT_PATTERNS.update(
+    {
+        # RFC 3986 URI (ASCII, no IP-literal hosts)
+        "uri": rf"^[A-Za-z][A-Za-z0-9+\-.]*:(?://{_AUTH}{_SEGS}|/(?:{_PCHAR}+{_SEGS})?|{_PCHAR}+{_SEGS}|){_QF}$",
+        "uri-reference": (
+            rf"^(?:[A-Za-z][A-Za-z0-9+\-.]*:(?://{_AUTH}{_SEGS}|/(?:{_PCHAR}+{_SEGS})?|{_PCHAR}+{_SEGS}|)"
+            rf"|//{_AUTH}{_SEGS}|/(?:{_PCHAR}+{_SEGS})?|(?:[{_U}{_SUB}@]|{_PCT})+{_SEGS}|){_QF}$"
+        ),
+        "hostname": rf"^{_HOST}$",
+        # RFC 5321 dot-atom local part at a host name (a subset: no quoted local parts, no literals)
+        "email": rf"^[A-Za-z0-9!#$%&'*+/=?^_`{{|}}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{{|}}~-]+)*@{_HOST}$",
+        # RFC 3339 appendix A
+        "duration": rf"^P(?:(?:\d+D|\d+M(?:\d+D)?|\d+Y(?:\d+M(?:\d+D)?)?)(?:{_DUR_T})?|{_DUR_T}|\d+W)$",
+        "json-pointer": r"^(?:/(?:[^~/]|~[01])*)*$",
+        "relative-json-pointer": r"^(?:0|[1-9]\d*)(?:#|(?:/(?:[^~/]|~[01])*)*)$",
+    }
+)
 FORMAT_PATTERNS["date-time"] = (
     FORMAT_PATTERNS["date"][:-1] + "T" + FORMAT_PATTERNS["time"][1:]
 )  # RFC 3339 date-time: upper-case T
