@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 MODEL ?= qwen2.5-coder-0.5b-instruct
 
-.PHONY: setup test test-fast lint demo grammars grammars-check conformance bench experiments notebooks models clean
+.PHONY: setup test test-fast lint demo grammars grammars-check conformance maskbench bench experiments notebooks models clean
 
 setup:
 	@bash scripts/setup.sh
@@ -34,6 +34,12 @@ grammars: setup
 
 conformance: setup
 	$(PY) scripts/conformance.py $(foreach d,draft2020-12 draft2019-09 draft7 draft6 draft4,--suite ../shared/data/json-schema-test-suite/tests/$(d)) --out docs/conformance.md
+
+# MaskBench (guidance-ai/jsonschemabench, not part of this repository): make maskbench JSB_DIR=/path/to/clone
+# [MASKBENCH_ARGS="--limit 40"]; prints the per-split table (tooldecode strict mode, llama.cpp and xgrammar anchors)
+maskbench: setup
+	@test -n "$(JSB_DIR)" || { echo "maskbench: set JSB_DIR to a clone of guidance-ai/jsonschemabench"; exit 2; }
+	$(PY) scripts/maskbench.py --jsb $(JSB_DIR) $(MASKBENCH_ARGS)
 
 bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -37,6 +37,7 @@ from tooldecode.grammar.regex import emit_regex  # noqa: E402
 from tooldecode.grammar.wire import serialize_args  # noqa: E402
 
 ENGINES = ("lark", "llguidance", "xgrammar", "re")
+MASKBENCH_HEAD = "## MaskBench"
 DRAFTS = ("draft2020-12", "draft2019-09", "draft7", "draft6", "draft4")
 SCHEMA_URI = {
     "draft4": "http://json-schema.org/draft-04/schema#",
@@ -227,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     results = [r for _, rs in suites for r in rs]
     text = table(suites, time.time() - t0, engines)
     if args.out:
-        args.out.write_text(text, encoding="utf-8")
+        old = args.out.read_text(encoding="utf-8") if args.out.is_file() else ""
+        keep = old[old.index(MASKBENCH_HEAD) :] if MASKBENCH_HEAD in old else ""  # written by maskbench.py
+        args.out.write_text(text + ("\n" + keep if keep else ""), encoding="utf-8")
     print(text)
     if args.notes:
         for r in results:

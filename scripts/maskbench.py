@@ -151,6 +151,7 @@ def _anchor(kind: str, schema: Any, tests: list[dict], row: Row) -> None:
 
 
 ENGINES = ("tooldecode", "llama.cpp", "xgrammar")
+SECTION = "## MaskBench"
 
 
 def run(
@@ -246,6 +247,12 @@ def main(argv: list[str] | None = None) -> int:
         "--engines", default=",".join(ENGINES), help="tooldecode and the anchors llama.cpp, xgrammar"
     )
     ap.add_argument("--out", type=Path, help="write the markdown table here (default: stdout only)")
+    ap.add_argument(
+        "--doc",
+        type=Path,
+        help="replace the '## MaskBench' section of this markdown file (e.g. docs/conformance.md) with the table",
+    )
+    ap.add_argument("--note", default="", help="a paragraph printed under the section heading (with --doc)")
     args = ap.parse_args(argv)
     if not (args.jsb / "maskbench" / "data").is_dir():
         print(
@@ -262,6 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     text = table(res, cmd) + f"\n({time.time() - t0:.0f} s)\n"
     if args.out:
         args.out.write_text(text, encoding="utf-8")
+    if args.doc:
+        old = args.doc.read_text(encoding="utf-8") if args.doc.is_file() else ""
+        head = old[: old.index(SECTION)].rstrip("\n") + "\n\n" if SECTION in old else old
+        body = f"{SECTION}\n\n" + (args.note.strip() + "\n\n" if args.note else "") + text
+        args.doc.write_text(head + body, encoding="utf-8")
     print(text)
     return (
         1
