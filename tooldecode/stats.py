@@ -552,14 +552,17 @@ def paired_clusters(
 @dataclass(frozen=True)
 class EffectClaim:
     """A claimed effect of arm ``a`` against arm ``b``: on ``scale`` "ratio" (a/b = ``size``) or
-    "difference" (a - b = ``size``). The direction is the sign of the effect (ratio above or below 1)."""
+    "difference" (a - b = ``size``). ``size`` None is a claim of direction only (``direction`` +1 / -1)."""
 
     scale: str
-    size: float
+    size: float | None
+    sign: int = 0
 
     def __post_init__(self) -> None:
         if self.scale not in ("ratio", "difference"):
             raise ValueError(f"claim scale must be 'ratio' or 'difference', got {self.scale!r}")
+        if self.size is None and self.sign not in (1, -1):
+            raise ValueError("a claim without a size needs a direction (sign +1 or -1)")
 
     @property
     def null(self) -> float:
@@ -567,9 +570,14 @@ class EffectClaim:
 
     @property
     def direction(self) -> int:
+        if self.size is None:
+            return self.sign
         return 1 if self.size > self.null else (-1 if self.size < self.null else 0)
 
     def __str__(self) -> str:
+        if self.size is None:
+            word = "increase" if self.sign > 0 else "decrease"
+            return f"{word} ({self.scale}, size not stated)"
         return f"×{self.size:g}" if self.scale == "ratio" else f"{self.size:+g}"
 
 
@@ -621,13 +629,13 @@ def judge_effect(
         return out("inconclusive", "no interval (fewer than 2 scenarios or a zero reference)")
     excl_null = (lo > claim.null) if claim.direction > 0 else (hi < claim.null)
     wrong_way = (hi < claim.null) if claim.direction > 0 else (lo > claim.null)
-    excl_size = claim.size < lo or claim.size > hi
+    excl_size = claim.size is not None and (claim.size < lo or claim.size > hi)
     enough = events >= MIN_EVENTS and event_clusters >= MIN_EVENT_CLUSTERS
     if excl_null and enough:
         return out(
             "reproduces", f"claimed {claim} outside the interval: the size differs" if excl_size else ""
         )
-    if excl_size:
+    if excl_size or wrong_way:
         why = "the opposite direction" if wrong_way else f"claimed {claim} outside the interval"
         return out("contradicts", why)
     if excl_null:
