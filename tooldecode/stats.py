@@ -605,12 +605,13 @@ MIN_EVENT_CLUSTERS = 3
 
 
 def judge_effect(
-    cmp: PairedClusters, claim: EffectClaim, *, events: float, event_clusters: int
+    cmp: PairedClusters, claim: EffectClaim, *, events: float, event_clusters: int, alpha: float = 0.05
 ) -> EffectVerdict:
     """Judge a paired comparison against a claimed effect.
 
     - *reproduces*: the interval (on the claim's scale) excludes the null (ratio 1, difference 0) in
-      the claimed direction, from at least ``MIN_EVENTS`` events in at least ``MIN_EVENT_CLUSTERS``
+      the claimed direction and the sign-flip p is at most ``alpha`` (with fewer than 6 scenarios that
+      differ it cannot be), from at least ``MIN_EVENTS`` events in at least ``MIN_EVENT_CLUSTERS``
       clusters; when it also excludes the claimed size, the reason says the size differs;
     - *contradicts*: the interval excludes the claimed size (and does not reproduce the direction);
     - *inconclusive*: otherwise, with the minimum detectable effect at 80% power on the claim's scale.
@@ -626,8 +627,12 @@ def judge_effect(
         return EffectVerdict(verdict, est, lo, hi, claim, events, event_clusters, cmp.g, mde, reason)
 
     if math.isnan(lo) or math.isnan(hi):
+        if cmp.g >= 2 and cmp.mean_b == 0 and cmp.mean_a == 0:
+            return out("inconclusive", "no event in either arm")
         return out("inconclusive", "no interval (fewer than 2 scenarios or a zero reference)")
-    excl_null = (lo > claim.null) if claim.direction > 0 else (hi < claim.null)
+    interval_excl = (lo > claim.null) if claim.direction > 0 else (hi < claim.null)
+    # the interval (t over scenarios) and the sign-flip test must both reject no-effect
+    excl_null = interval_excl and cmp.p_sign_flip <= alpha
     wrong_way = (hi < claim.null) if claim.direction > 0 else (lo > claim.null)
     excl_size = claim.size is not None and (claim.size < lo or claim.size > hi)
     enough = events >= MIN_EVENTS and event_clusters >= MIN_EVENT_CLUSTERS
@@ -643,6 +648,12 @@ def judge_effect(
             "inconclusive",
             f"direction as claimed but only {events:g} events in {event_clusters} scenarios "
             f"(needs {MIN_EVENTS} in {MIN_EVENT_CLUSTERS})",
+        )
+    if interval_excl:
+        return out(
+            "inconclusive",
+            f"the t interval excludes no-effect but the sign-flip p = {cmp.p_sign_flip:.3g} > {alpha:g} "
+            f"({event_clusters} scenarios with events)",
         )
     m = f"×{mde:.2f}" if claim.scale == "ratio" else f"{mde:+.3f}"
     return out("inconclusive", f"minimum detectable effect at 80% power {m}")
