@@ -48,5 +48,8 @@ experiments: setup
 	$(PY) -m tooldecode models fetch --all
 	@for s in experiments/e*.toml; do $(PY) -m tooldecode run $$s --report || exit 1; done
 
+findings: setup
+	$(PY) scripts/findings.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -285,12 +285,13 @@ def row_items(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
 def row_open_grammar(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
     out = []
     for run in rs:
-        parts = []
+        parts, mangled = [], {}
         for mode in ("loose", "strict-spec", "strict"):
             ss = l2(run, mode=mode)
             if ss:
                 keys = keys_of(ss, ("invented", "schema_word", "repeat"))
                 parts.append(f"{mode}: {kinds_text(ss)} (keys: {dict(keys.most_common(6))})")
+                mangled[mode] = crate(ss, lambda s: _mangled_repeat(s))
         out.append(
             {
                 "observation": "E13: what an open grammar lets through after newText: new names and repeats apart",
@@ -298,12 +299,19 @@ def row_open_grammar(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[di
                 "measured": "; ".join(parts) + f". Interval: {CR}. This run's strict-spec grammar forbids "
                 "repeating a key the object has (duplicates: forbid); the admit option (JSON allows "
                 "duplicates) is documented in docs/grammar.md and not yet run.",
-                "verdict": "descriptive: under 'forbid' the open grammar turns attempts to repeat newText into "
-                "mangled spellings (repeat kind), not into new names",
+                "verdict": "descriptive: repeats with a mangled spelling (a present key plus junk in the key "
+                "string): " + ", ".join(f"{m} {r}" for m, r in mangled.items()),
                 "source": source([run]),
             }
         )
     return out
+
+
+def _mangled_repeat(s: dict) -> bool:
+    from tooldecode.findings import sample_context
+
+    c = sample_continuation(s)
+    return c.kind == "repeat" and c.key not in sample_context(s).present
 
 
 def row_panel(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
@@ -358,19 +366,25 @@ def row_wire(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
         return []
     rows = rs[0].probe
     base = l3_values(rows, "p_continue", call_format="native")
-    parts = []
+    parts, differs = [], []
     for fmt in ("hermes", "antml", "harmony", "json"):
         v = l3_values(rows, "p_continue", call_format=fmt)
         if v:
-            parts.append(f"{fmt} − native: {paired_clusters(v, base)}")
+            cmp = paired_clusters(v, base)
+            parts.append(f"{fmt} − native: {cmp}")
+            if (cmp.lo > 0 or cmp.hi < 0) and cmp.p_sign_flip <= 0.05:
+                differs.append(fmt)
     return [
         {
             "observation": "E6: wire format as a variable (L3 P(continue after newText))",
             "claim": spec.get("claim", ""),
             "measured": "; ".join(parts) + f" ({PT})",
-            "verdict": "descriptive: no format differs from native at this n"
-            if all("[-" in p or "[+0.000" in p for p in parts)
-            else "descriptive",
+            "verdict": "descriptive: "
+            + (
+                f"{', '.join(differs)} differ from native"
+                if differs
+                else "no format differs from native at this n"
+            ),
             "source": source(rs),
         }
     ]
@@ -489,6 +503,21 @@ def row_zoo(runs: dict[str, Run]) -> dict | None:
         return None
     cont = [s for s in pool if sample_continuation(s).group == "continue"]
     keys = keys_of(cont, ("repeat", "wrong_level", "schema_word", "invented"))
+    extra = [
+        s for s in cont if sample_continuation(s).kind in ("repeat", "wrong_level", "schema_word", "invented")
+    ]
+    inv = crate(extra, lambda s: sample_continuation(s).kind == "invented") if extra else None
+    if inv is None:
+        verdict = "not measured: no extra key in the pooled draws"
+    elif inv.hi < 0.5:
+        verdict = (
+            f"does not reproduce: invented names are {inv} of the extra keys; the rest repeat a present key "
+            "or copy a word of the tool schema"
+        )
+    elif inv.lo > 0.5:
+        verdict = f"reproduces: invented names are {inv} of the extra keys"
+    else:
+        verdict = f"inconclusive: invented names are {inv} of the extra keys"
     return {
         "observation": "What follows newText when the model continues: a zoo of invented names, a repeat, or the schema's words?",
         "claim": "The source's calls carried ~40 distinct invented keys, always trailing after newText "
@@ -497,8 +526,7 @@ def row_zoo(runs: dict[str, Run]) -> dict | None:
         f"({len(pool)} distinct draws; arms differ in history, thinking, prior, schema view and seed): "
         f"{kinds_text(pool)}. Keys (repeat / wrong level / schema word / invented): {dict(keys.most_common(12))}. "
         f"Interval: {CR}.",
-        "verdict": "does not reproduce: locally a continue is mostly a repeat of a present key or a word of the "
-        "tool schema ('required'), rarely an invented name",
+        "verdict": verdict,
         "source": source(used),
     }
 

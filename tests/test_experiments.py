@@ -104,7 +104,12 @@ def test_tiny_run_resumes_without_duplicates(tmp_path):
 def test_strict_smollm2_panel_run_scores_and_reports(tmp_path):
     """SmolLM2 writes its calls as a <tool_call>[...] list: the call-list grammar makes strict L2 work,
     and the panel rows of FINDINGS read the run."""
-    from tooldecode.findings import _panel_rows, load_run
+    import sys
+
+    sys.path.insert(0, str(ROOT / "experiments"))
+    from study import row_panel
+
+    from tooldecode.findings import load_run
 
     spec_path = tmp_path / "panel.toml"
     spec_path.write_text(
@@ -119,28 +124,11 @@ def test_strict_smollm2_panel_run_scores_and_reports(tmp_path):
     assert len(strict) == 3 and all(r["arm"]["wire"] == "call-list" for r in strict)
     assert all(r["error"] is None for r in strict), [r["error"] for r in strict]
     assert all(r["mask_removed"] and len(r["mask_removed"]) == len(r["token_ids"]) for r in strict)
-    rows = _panel_rows(load_run(out))
-    assert len(rows) == 1 and "smollm2-135m-instruct" in rows[0]["measured"]
-    assert "strict" in rows[0]["measured"] and not rows[0]["verdict"].startswith("bug")
+    run = load_run(out)
+    rows = row_panel({"claim": ""}, [run], {run.name: run})
+    assert len(rows) == 1 and "smollm2-135m-instruct" in rows[0]["observation"]
+    assert "strict:" in rows[0]["measured"] and "loose:" in rows[0]["measured"]
     assert "over 1 scenarios" in rows[0]["measured"]  # the L3 probe after newText was read
-
-
-def test_zoo_row_separates_schema_words_from_a_zoo():
-    from tooldecode.findings import Run, _zoo_row
-
-    def run(texts: list[str]) -> Run:
-        arm = {"model": "qwen2.5-coder-0.5b-instruct", "mode": "loose", "level": "L2"}
-        samples = [
-            {"key": str(i), "arm": arm, "scenario": "s", "text": t, "error": None}
-            for i, t in enumerate(texts)
-        ]
-        return Run("r", Path("r"), {}, samples, {}, [])
-
-    echo = _zoo_row({"r": run(['", "required": ["x"]}'] * 8 + ['", "matchCase": true}', '"}]}}'])})
-    assert echo is not None and "8/9" in echo["measured"] and echo["verdict"].startswith("does not reproduce")
-    zoo = _zoo_row({"r": run([f'", "{k}": 1}}' for k in ("kind", "unique", "matchCase", "notes", "type")])})
-    assert zoo is not None and "1/5" in zoo["measured"] and zoo["verdict"].startswith("reproduces")
-    assert _zoo_row({"r": run(['"}]}}'])}) is None
 
 
 def test_strict_spec_mode_masks_with_the_open_grammar(tmp_path):
@@ -160,28 +148,3 @@ def test_strict_spec_mode_masks_with_the_open_grammar(tmp_path):
     assert check.accepts("xgrammar", _grammar_for(prompt, "bounded", "strict-spec"), extra)
     assert not check.accepts("xgrammar", _grammar_for(prompt, "bounded", "strict"), extra)
 
-
-def test_open_grammar_row_reads_the_three_modes():
-    from tooldecode.findings import Run, _open_grammar_row
-
-    texts = {
-        "loose": ['", "required": ["x"]}'] * 3 + ['"}]}}'] * 5,
-        "strict-spec": ['", "required": ["x"]}'] * 4 + ['"}]}}'] * 4,
-        "strict": ['"}]}}'] * 8,
-    }
-    samples = [
-        {
-            "key": f"{m}{i}",
-            "arm": {"mode": m, "level": "L2"},
-            "scenario": f"s{i % 4}",
-            "text": t,
-            "error": None,
-        }
-        for m, ts in texts.items()
-        for i, t in enumerate(ts)
-    ]
-    row = _open_grammar_row(Run("e13", Path("e13"), {}, samples, {}, []))
-    assert "strict-spec: close 4/8" in row["measured"] and "invented key 4/8" in row["measured"]
-    assert row["verdict"].startswith("reproduces")
-    samples[-1]["text"] = '", "notes": 1}'  # a closed grammar can never do this: flagged as a bug
-    assert _open_grammar_row(Run("e13", Path("e13"), {}, samples, {}, []))["verdict"].startswith("bug")

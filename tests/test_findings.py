@@ -1,0 +1,168 @@
+"""Findings: key-resolved L2 kinds, distinct draws, identical arms, claimed-effect verdicts, the study's
+rows, and FINDINGS.md against a rebuild from the committed runs (drift)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tooldecode.findings import (
+    Run,
+    distinct_draws,
+    evaluate_effect,
+    identical_arms,
+    l2_values,
+    l3_values,
+    sample_continuation,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "experiments"))
+
+PREFILL = '{"name": "edit", "arguments": {"path": "a.py", "edits": [{"oldText": "x", "newText": "y = 1\\n'
+ARM = {"model": "qwen2.5-coder-0.5b-instruct", "mode": "loose", "level": "L2", "temperature": 1.0}
+
+
+def sample(text: str, scenario: str = "s0", i: int = 0, arm: dict | None = None, **kw) -> dict:
+    return {
+        "key": f"{scenario}/{i}/{(arm or ARM).get('mode')}/{json.dumps(arm or ARM, sort_keys=True)}",
+        "arm": dict(arm or ARM),
+        "scenario": scenario,
+        "seed": 0,
+        "index": i,
+        "prompt_sha256": kw.get("sha", scenario),
+        "prefill": PREFILL,
+        "text": text,
+        "token_ids": kw.get("tokens", [i]),
+        "error": None,
+    }
+
+
+def test_l2_kinds_use_the_prefill_and_the_tools():
+    kinds = {
+        '", "required": ["oldText"]}': "schema_word",
+        '", "newText": "z"}': "repeat",
+        '", "matchCase": true}': "invented",
+        '", "path": "b"}': "wrong_level",
+        '"}]}}': "close",
+        'z = 2"}': "string_goes_on",
+        '", "required", 1': "other",
+    }
+    for text, kind in kinds.items():
+        assert sample_continuation(sample(text)).kind == kind, text
+    closed = sample('", "additionalProperties": false}', arm={**ARM, "schema_view": "closed"})
+    assert sample_continuation(closed).kind == "schema_word"
+    assert sample_continuation(sample('", "additionalProperties": false}')).kind == "invented"
+
+
+def test_distinct_draws_and_identical_arms():
+    a = {**ARM, "history": "agentic"}
+    b = {**ARM, "thinking": False, "history": "agentic"}
+    ss = [sample('"}', f"s{k}", i, arm=arm) for arm in (a, b) for k in range(3) for i in range(2)]
+    assert len(distinct_draws(ss)) == 6  # arm b is arm a under another name: same prompt, seed, index
+    assert identical_arms(ss) == [
+        sorted(
+            [
+                "history=agentic,mode=loose,temperature=1.0",
+                "history=agentic,mode=loose,temperature=1.0,thinking=False",
+            ]
+        )
+    ]
+    t0 = {**ARM, "temperature": 0.0}
+    zeros = [sample('"}', "s0", i, arm=t0, tokens=[7]) for i in range(4)]
+    assert len(distinct_draws(zeros)) == 1  # T=0: the same tokens are one draw
+    other = [dict(s, prompt_sha256="other") for s in ss[:6]]
+    assert identical_arms(ss[:6] + [dict(s, arm={**s["arm"], "x": 1}) for s in other]) == []
+
+
+def _l2_run(n_sc: int, rate_a: float, rate_b: float) -> Run:
+    samples = []
+    for k in range(n_sc):
+        for mode, rate in (("strict", rate_a), ("loose", rate_b)):
+            for i in range(8):
+                hit = i < round(rate * 8) if k % 4 else i < round(rate * 8) + (1 if rate else 0)
+                text = '", "matchCase": true}' if hit else '"}]}}'
+                samples.append(sample(text, f"s{k}", i, arm={**ARM, "mode": mode}))
+    return Run("r", Path("r"), {"config": {"spec": "x"}, "created": "t"}, samples, {}, [])
+
+
+def test_evaluate_effect_on_sampled_arms():
+    effect = {"label": "x", "level": "L2", "measure": "extra_key", "a": {"mode": "strict"},
+              "b": {"mode": "loose"}, "scale": "ratio", "size": 0}  # fmt: skip
+    res = evaluate_effect(effect, {"r": _l2_run(12, 0.0, 0.25)})
+    assert res is not None and res.verdict.verdict == "reproduces" and res.cmp.g == 12
+    assert "fewer than 10" not in res.measured()
+    few = evaluate_effect(effect, {"r": _l2_run(6, 0.0, 0.25)})
+    assert few is not None and "fewer than 10 clusters" in few.measured()
+    same = evaluate_effect({**effect, "size": 0.5}, {"r": _l2_run(12, 0.25, 0.25)})
+    assert same is not None and same.verdict.verdict == "contradicts"  # ×1 measured, ×0.5 claimed
+    rare = _l2_run(12, 0.0, 0.0)
+    rare.samples[1]["text"] = '", "matchCase": 1}'  # one loose event in one scenario
+    r = evaluate_effect(effect, {"r": rare})
+    assert r is not None and r.verdict.verdict == "inconclusive"
+    vals, events, clusters, draws = l2_values(rare.samples, "extra_key")
+    assert (events, clusters, draws) == (1, 1, 192)
+
+
+def test_l3_values_match_variants_with_defaults():
+    rows = [
+        {"after": "newText", "scenario": "a", "variant": {"history": "agentic", "toolset": "nested"},
+         "p_continue": 0.4, "p_continue_by_kind": {"schema_word": 0.3, "repeat": 0.05}, "continue_keys": {"required": 0.28}},
+        {"after": "newText", "scenario": "a", "variant": {"tool_view": "no-required"},
+         "p_continue": 0.1, "p_continue_by_kind": {"schema_word": 0.01}, "continue_keys": {}},
+        {"after": "newText", "scenario": "a", "variant": {"history": "fresh"}, "p_continue": 0.2},
+    ]  # fmt: skip
+    assert l3_values(rows, "p_continue") == {"a": 0.4}
+    assert l3_values(rows, "extra_key") == {"a": pytest.approx(0.35)}
+    assert l3_values(rows, "key:required", tool_view="no-required") == {"a": 0.0}
+    assert l3_values(rows, "extra_key", history="fresh") == {}  # no key-resolved fields in that row
+    assert l3_values(rows, "p_continue", history="fresh") == {"a": 0.2}
+
+
+def test_zoo_row_reads_kinds_not_a_word_list():
+    from study import row_zoo
+
+    def runs(texts: list[str]) -> dict:
+        ss = [sample(t, f"s{i % 4}", i) for i, t in enumerate(texts)]
+        return {"r": Run("r", Path("r"), {"config": {"spec": "x"}}, ss, {}, [])}
+
+    echo = row_zoo(runs(['", "required": ["x"]}'] * 8 + ['", "newText": "y"}'] * 4 + ['", "matchCase": 1}']))
+    assert echo is not None and echo["verdict"].startswith("does not reproduce")
+    zoo = row_zoo(
+        runs([f'", "{k}": 1}}' for k in ("kind", "unique", "matchCase", "notes", "id", "cost")] * 3)
+    )
+    assert zoo is not None and zoo["verdict"].startswith("reproduces")
+
+
+def test_every_spec_effect_is_well_formed():
+    from study import ROWS, load_specs
+
+    from tooldecode.findings import parse_claim
+
+    specs = load_specs()
+    assert specs
+    for stem, spec in specs:
+        for eff in spec["findings"].get("effects", []):
+            assert eff["level"] in ("L2", "L3") and eff.get("source") and eff.get("translation"), stem
+            parse_claim(eff, stem)
+        assert set(spec["findings"].get("rows", [])) <= set(ROWS), stem
+
+
+@pytest.mark.slow
+def test_findings_md_matches_a_rebuild_from_the_committed_runs(tmp_path):
+    """FINDINGS.md is generated: `make findings` must have been run after the last change to runs/,
+    experiments/ or the findings code."""
+    import subprocess
+
+    out = tmp_path / "FINDINGS.md"
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "findings.py"), "--out", str(out)],
+        check=True,
+        capture_output=True,
+    )
+    want = out.read_text()
+    have = (ROOT / "FINDINGS.md").read_text()
+    assert have == want, "FINDINGS.md is out of date: run `make findings` and commit it"
