@@ -226,9 +226,25 @@ def engine_info(name: str) -> EngineInfo:
         raise EngineError(f"unknown engine {name!r}; choose one of: {', '.join(ENGINES)}") from None
 
 
-def check_engine(name: str, *, grammar_format: str | None = None, backend: str | None = None) -> EngineInfo:
-    """``engine_info`` plus: the engine reads ``grammar_format`` and runs on ``backend`` (one-line errors)."""
+def check_engine(
+    name: str,
+    *,
+    grammar_format: str | None = None,
+    backend: str | None = None,
+    modes: Sequence[str] = (),
+) -> EngineInfo:
+    """``engine_info`` plus: the engine reads ``grammar_format``, runs on ``backend`` and can draw in each
+    of ``modes`` (one-line ``EngineError``s naming the allowed values)."""
     info = engine_info(name)
+    allowed = ("strict",) if info.reads == "json-schema" else ("strict", "strict-spec", "strict-aligned")
+    if info.kind == "sampler":
+        allowed = ("strict",)
+    for mode in modes:
+        if mode not in allowed:
+            raise EngineError(
+                f"engine {name!r} draws in mode {' or '.join(allowed)}, not {mode!r} (a JSON-schema setting "
+                "reads the schema as given: the setting, not the mode, decides whether objects are closed)"
+            )
     if grammar_format is not None and grammar_format != info.reads:
         readers = [e.name for e in ENGINES.values() if e.reads == grammar_format]
         raise EngineError(
@@ -407,7 +423,7 @@ def build_strict(
     """
     from tooldecode.masking import compile_mask
 
-    info = check_engine(name, backend=backend.name)
+    info = check_engine(name, backend=backend.name, modes=[mode])
     tools = list(tools)
     if info.mask_engine is not None:
         from tooldecode.grammar import render_toolset
@@ -415,11 +431,6 @@ def build_strict(
         grammar_mode = info.grammar_mode or ("spec" if mode == "strict-spec" else "strict")
         grammar = render_toolset(tools, format=info.reads, wire=wire, mode=grammar_mode, ws=ws)
         return compile_mask(info.mask_engine, grammar, backend, label=name)
-    if mode != "strict":
-        raise EngineError(
-            f"engine {name!r} reads the schema as given; use mode 'strict' with it (the setting, not the "
-            f"mode, says whether objects are closed), not {mode!r}"
-        )
     if name in ("xgrammar-json", "xgrammar-json-nonstrict"):
         return _cached(
             name,
@@ -580,7 +591,10 @@ class OutlinesSampler:
         torch.manual_seed(seed)
         kw: dict[str, Any] = {
             "max_new_tokens": params.max_new_tokens,
-            "top_k": params.top_k or None,
+            # explicit neutral values: generate() would otherwise take the model's generation_config
+            # defaults (Qwen2.5: top_k 20, top_p 0.8, repetition_penalty 1.1)
+            "top_k": params.top_k,
+            "repetition_penalty": 1.0,
             "num_return_sequences": k,
         }
         if params.temperature <= 0:
@@ -681,20 +695,21 @@ def _positioned_processor_class() -> type:
 
 
 def draw(
-    channel: Any,
     backend: Any,
     prompt: str,
     n: int,
     params: Any,
     *,
+    mask: Any = None,
     prefill: str = "",
     batch_size: int | None = None,
     start_index: int = 0,
     on_batch: Callable[[list], None] | None = None,
 ) -> list:
-    """Samples through a channel from ``build_strict`` (or loose with ``channel=None``)."""
-    if isinstance(channel, OutlinesSampler):
-        return channel.sample(
+    """``tooldecode.sampling.sample`` for any channel from ``build_strict`` (``mask``): an engine's own
+    sampler draws itself, a mask engine goes to tooldecode's sampler (``mask=None``: loose)."""
+    if isinstance(mask, OutlinesSampler):
+        return mask.sample(
             prompt,
             n,
             params,
@@ -710,7 +725,7 @@ def draw(
         prompt,
         n,
         params,
-        mask=channel,
+        mask=mask,
         prefill=prefill,
         batch_size=batch_size,
         start_index=start_index,

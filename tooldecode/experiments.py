@@ -67,7 +67,7 @@ class Spec:
     top_p: float = 1.0
     max_new_tokens: int = 384
     modes: list[str] = field(default_factory=lambda: ["loose"])
-    engine: str = "xgrammar"
+    engine: str | list[str] = "xgrammar"  # an engine setting (tooldecode.engines.ENGINES) or a list of them
     ws: str = "bounded"
     batch_size: int = 8
     variant: dict[str, list[Any]] = field(default_factory=dict)
@@ -90,7 +90,10 @@ class Spec:
             arm.update(dict(zip(fields, combo, strict=True)))
             arm["level"] = LEVELS[arm.get("conditioning", "free")]
             if mode in STRICT_MODES:
-                arm["engine"] = self.engine
+                # one strict arm per engine setting
+                for engine in _as_list(self.engine):
+                    out.append(dict(arm, engine=engine))
+                continue
             out.append(arm)
         return out
 
@@ -160,7 +163,7 @@ _FIELD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "description": ((str,), "text"),
     "claim": ((str,), "text"),
     "backend": ((str,), "a backend name"),
-    "engine": ((str,), "a mask engine name"),
+    "engine": ((str, list), "an engine setting or a list of them (see `tooldecode sample --help`)"),
     "ws": ((str,), "a whitespace mode"),
     "n": ((int,), "a whole number ≥ 1"),
     "max_new_tokens": ((int,), "a whole number ≥ 1"),
@@ -211,7 +214,6 @@ def validate_spec(spec: Spec) -> None:
     """
     from tooldecode.backends import BACKENDS
     from tooldecode.grammar import WS_POLICIES
-    from tooldecode.masking import ENGINE_FORMATS
     from tooldecode.prompts import PromptError, TranscriptOptions
 
     where = spec.path if spec.path is not None else spec.name
@@ -246,8 +248,14 @@ def validate_spec(spec: Spec) -> None:
             fail(f"'{key}' lists {dup[0]!r} twice; each value once")
     if spec.backend not in BACKENDS:
         fail(f"unknown backend {spec.backend!r}; choose one of: {', '.join(BACKENDS)}")
-    if any(m in STRICT_MODES for m in spec.modes) and spec.engine not in ENGINE_FORMATS:
-        fail(f"unknown engine {spec.engine!r}; choose one of: {', '.join(ENGINE_FORMATS)}")
+    if any(m in STRICT_MODES for m in spec.modes):
+        from tooldecode.engines import EngineError, check_engine
+
+        for engine in _as_list(spec.engine):
+            try:
+                check_engine(engine, backend=spec.backend, modes=[m for m in spec.modes if m != "loose"])
+            except EngineError as err:
+                fail(str(err))
     if spec.ws not in WS_POLICIES:
         fail(f"unknown ws {spec.ws!r}; choose one of: {', '.join(WS_POLICIES)}")
     for key, values in spec.variant.items():
@@ -300,6 +308,8 @@ def arm_label(arm: dict[str, Any]) -> str:
             parts.append(f"{v}" if k in ("model", "level", "mode") else f"{k}={v}")
     if arm.get("schema_extra"):
         parts.append("extra=" + json.dumps(arm["schema_extra"], sort_keys=True, separators=(",", ":")))
+    if arm.get("engine", "xgrammar") != "xgrammar":  # the default engine stays out of older runs' keys
+        parts.append(f"engine={arm['engine']}")
     return ",".join(parts)
 
 
@@ -437,7 +447,9 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
         TimeRemainingColumn,
     )
 
-    from tooldecode.masking import compile_mask
+    from tooldecode.engines import OutlinesSampler, build_strict
+    from tooldecode.engines import draw as engine_draw
+    from tooldecode.masking import ENGINE_FORMATS, compile_mask
     from tooldecode.models import resolve
     from tooldecode.prompts import render_prompt
     from tooldecode.runstore import MANIFEST, RunStore, build_manifest
@@ -522,8 +534,13 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
                     mask = None
                     if arm["mode"] in STRICT_MODES:
                         engine = arm.get("engine", spec.engine)
-                        grammar = _grammar_for(prompt, spec.ws, arm["mode"], engine)
-                        mask = compile_mask(engine, grammar, be)
+                        if engine in ENGINE_FORMATS:
+                            grammar = _grammar_for(prompt, spec.ws, arm["mode"], engine)
+                            mask = compile_mask(engine, grammar, be)
+                        else:  # an engine setting: its own grammar of the schema, or its own sampler
+                            mask = build_strict(
+                                engine, prompt.tools, prompt.wire, be, mode=arm["mode"], ws=spec.ws
+                            )
                     params = SamplingParams(
                         temperature=arm["temperature"],
                         top_p=spec.top_p,
@@ -555,6 +572,8 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
                     # contiguous runs of missing indices keep per-index seeds identical on resume
                     # strict-aligned: masked particles resampled by their importance weights
                     draw = sample_aligned if arm["mode"] == "strict-aligned" else sample
+                    if isinstance(mask, OutlinesSampler):
+                        draw = engine_draw
                     for start, count in _runs(todo):
                         draw(
                             be,

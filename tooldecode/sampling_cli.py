@@ -8,14 +8,15 @@ import json
 
 def _cmd_sample(args: argparse.Namespace) -> int:
     from tooldecode.backends import load_backend
-    from tooldecode.grammar import render_toolset
-    from tooldecode.masking import compile_mask
+    from tooldecode.engines import build_strict, check_engine, draw
     from tooldecode.models import resolve
     from tooldecode.prompts import TranscriptOptions, parse_variant, render_prompt
-    from tooldecode.sampling import SamplingParams, sample
+    from tooldecode.sampling import SamplingParams
     from tooldecode.scenarios import get_scenario
     from tooldecode.scoring import score_text
 
+    if args.mode == "strict":
+        check_engine(args.engine, backend=args.backend)  # before any model loads
     ref = resolve(args.model, fetch=True)
     sc = get_scenario(args.scenario)
     opts = parse_variant(args.variant) if args.variant else TranscriptOptions()
@@ -24,11 +25,8 @@ def _cmd_sample(args: argparse.Namespace) -> int:
     be = load_backend(args.backend, ref, **kw)
     mask = None
     if args.mode == "strict":
-        fmt = "lark" if args.engine == "llguidance" else "gbnf"
-        grammar = render_toolset(
-            list(prompt.tools), format=fmt, wire=prompt.wire, mode="strict", ws="bounded"
-        )
-        mask = compile_mask(args.engine, grammar, be)
+        # an engine setting: tooldecode's grammar or the engine's own JSON-schema mode (or its own sampler)
+        mask = build_strict(args.engine, prompt.tools, prompt.wire, be, mode="strict", ws="bounded")
     params = SamplingParams(
         temperature=args.temperature,
         top_p=args.top_p,
@@ -37,7 +35,7 @@ def _cmd_sample(args: argparse.Namespace) -> int:
         seed=args.seed,
         top_logprobs=args.top_logprobs,
     )
-    out = sample(
+    out = draw(
         be, prompt.text, args.n, params, mask=mask, prefill=prompt.prefill, batch_size=args.batch_size
     )
     if not args.json:
@@ -79,7 +77,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="transcript variant words, e.g. agentic,gold-prefix (see docs/prompts.md)",
     )
     p.add_argument("--mode", default="loose", choices=["loose", "strict"])
-    p.add_argument("--engine", default="xgrammar", choices=["xgrammar", "llguidance", "llama-grammar"])
+    from tooldecode.engines import ENGINES
+
+    p.add_argument(
+        "--engine",
+        default="xgrammar",
+        choices=list(ENGINES),
+        metavar="ENGINE",
+        help="strict channel (with --mode strict): "
+        + ", ".join(f"{e.name} ({e.library}, {e.setting})" for e in ENGINES.values())
+        + " (see docs/engines.md)",
+    )
     p.add_argument("-n", type=int, default=4, help="number of samples")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-p", type=float, default=1.0)
