@@ -122,3 +122,23 @@ def test_schema_words_follow_the_schema_shown():
         classify_continuation(text, context=key_context(PREFIX, [closed]), final=True).kind == "schema_word"
     )
     assert classify_continuation(text, context=key_context(PREFIX, [tool]), final=True).kind == "invented"
+
+
+@pytest.mark.parametrize("duplicates,accepted", [("forbid", False), ("admit", True)])
+def test_spec_grammar_duplicate_option_and_the_repeat_kind(duplicates, accepted):
+    """The open (spec) grammar either forbids an extra member named like a declared key or admits it;
+    either way what the model would write there is classified as a repeat, not an invented key."""
+    from tooldecode.grammar import check, render_toolset
+
+    dup = '{"name": "edit", "arguments": {"path": "a", "edits": [{"oldText": "x", "newText": "y", "newText": "z"}]}}'
+    new = '{"name": "edit", "arguments": {"path": "a", "edits": [{"oldText": "x", "newText": "y", "note": "z"}]}}'
+    g = render_toolset(
+        TOOLS[:1], format="gbnf", wire="call-json", mode="spec", ws="bounded", duplicates=duplicates
+    )
+    assert check.accepts("xgrammar", g, dup) is accepted
+    assert check.accepts("xgrammar", g, new)
+    cut = dup.index('", "newText": "z"')
+    ctx = key_context(dup[:cut], TOOLS, expected_tool="edit")
+    assert classify_continuation(dup[cut:], context=ctx, final=True).kind == "repeat"
+    with pytest.raises(Exception, match="duplicates"):
+        render_toolset(TOOLS[:1], mode="spec", duplicates="sometimes")

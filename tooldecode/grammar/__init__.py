@@ -60,11 +60,14 @@ def build_grammar(
     ws: str = "compact",
     ws_max: int | None = None,
     allow_empty: bool = False,
+    duplicates: str = "forbid",
 ) -> Grammar:
     """The grammar IR of one call of any of ``items`` (tool name, compiled arguments schema).
 
     A schema that admits no value raises GrammarError, unless ``allow_empty`` (then the grammar
-    matches nothing)."""
+    matches nothing). ``duplicates`` applies to open objects (mode "spec"): "forbid" keeps every
+    extra member's name off the declared keys (no key twice), "admit" lets an extra member reuse a
+    declared name, as JSON allows (its value then follows the extra members' schema)."""
     check_wire(wire)
     n = ws_max_for(ws, ws_max)
     if wire == "json" and len(items) != 1:
@@ -73,7 +76,14 @@ def build_grammar(
         )
     book = RuleBook()
     book.reserved.update({"root", "start"})  # GBNF and Lark start rules
-    low = Lowerer(book, ws=ws, ws_max=n, forbid=FORBID[wire], order=items[0][1].order if items else "schema")
+    low = Lowerer(
+        book,
+        ws=ws,
+        ws_max=n,
+        forbid=FORBID[wire],
+        order=items[0][1].order if items else "schema",
+        duplicates=duplicates,
+    )
     alts = []
     for name, sir in items:
         check_name(name, wire)
@@ -154,8 +164,10 @@ def render_toolset(
     ws: str = "compact",
     ws_max: int | None = None,
     lenient: bool = False,
+    duplicates: str = "forbid",
 ) -> str:
-    """Grammar text of one call of any tool in ``tools`` (an alternation; the wire carries the name)."""
+    """Grammar text of one call of any tool in ``tools`` (an alternation; the wire carries the name).
+    ``duplicates`` ("forbid" / "admit"): see ``build_grammar``."""
     _check(format, wire, ws, ws_max)
     if not tools:
         raise GrammarError("render_toolset needs at least one tool")
@@ -163,7 +175,7 @@ def render_toolset(
     if len(set(names)) != len(names):
         raise GrammarError(f"duplicate tool names in the tool set: {names}")
     items = [(t.name, compile_schema(t.parameters, mode=mode, order=order, lenient=lenient)) for t in tools]
-    return _emit(build_grammar(items, wire=wire, ws=ws, ws_max=ws_max), format)
+    return _emit(build_grammar(items, wire=wire, ws=ws, ws_max=ws_max, duplicates=duplicates), format)
 
 
 def serialize_call(

@@ -201,10 +201,26 @@ def make_punct(ws: str, n: int) -> Punct:
     )
 
 
+# what an open object's extra members may be named: never a declared key ("forbid"), or any name ("admit")
+DUPLICATES = ("forbid", "admit")
+
+
 class Lowerer:
     """Lowers schema IR nodes into rules of a ``RuleBook``."""
 
-    def __init__(self, book: RuleBook, *, ws: str, ws_max: int, forbid: str | None, order: str) -> None:
+    def __init__(
+        self,
+        book: RuleBook,
+        *,
+        ws: str,
+        ws_max: int,
+        forbid: str | None,
+        order: str,
+        duplicates: str = "forbid",
+    ) -> None:
+        if duplicates not in DUPLICATES:
+            raise GrammarError(f"unknown duplicates option {duplicates!r}; use one of {', '.join(DUPLICATES)}")
+        self.duplicates = duplicates
         self.book = book
         self.ws = ws
         self.ws_max = ws_max
@@ -511,7 +527,10 @@ class Lowerer:
             if value.is_never:
                 continue
             try:
-                dfas = [A.finite_dfa(declared).complement()] if declared else []
+                # "forbid": an extra key is never a declared name (no duplicate of a declared key);
+                # "admit": any name, so a declared key may appear again (JSON allows duplicate names)
+                forbid_declared = declared and self.duplicates == "forbid"
+                dfas = [A.finite_dfa(declared).complement()] if forbid_declared else []
                 for i, (la, _n) in enumerate(rules):
                     dfas.append(la.dfa if mask >> i & 1 else la.dfa.complement())
                 if names_lang is not None:
