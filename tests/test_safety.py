@@ -160,10 +160,19 @@ def test_llguidance_in_a_spec_gets_a_grammar_it_reads(tmp_path, smol_ref):
     assert all(r["error"] is None for r in records)
 
 
-def test_lock_is_taken_before_the_model_loads(tmp_path, smol_ref):
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory, smol_ref):
+    """One finished two-sample run; tests copy it before changing anything."""
+    root = tmp_path_factory.mktemp("small")
+    spec = load_spec(_spec(root, SMALL))
+    run_spec(spec, root / "run", progress=False)
+    return spec, root / "run"
+
+
+def test_lock_is_taken_before_the_model_loads(tmp_path, small_run):
+    spec, src = small_run
     out = tmp_path / "run"
-    spec = load_spec(_spec(tmp_path, SMALL))
-    run_spec(spec, out, progress=False)
+    shutil.copytree(src, out)
     holder = RunStore.open(out)
     holder.lock()
     try:
@@ -219,17 +228,13 @@ def test_model_corrupted_in_place_is_refused(tmp_path, monkeypatch):
     assert "corrupt" in line
 
 
-def test_resume_with_other_weights_is_refused(tmp_path, smol_ref):
-    other = tmp_path / "other-smollm2.gguf"
-    shutil.copyfile(smol_ref.path, other)
-    with open(other, "ab") as f:
-        f.write(b"\0" * 32)  # still loads: llama.cpp ignores trailing bytes
+def test_resume_with_other_weights_is_refused(tmp_path, small_run, smol_ref):
+    spec, src = small_run
     out = tmp_path / "run"
-    spec = load_spec(_spec(tmp_path, SMALL))
-    run_spec(spec, out, progress=False)
+    shutil.copytree(src, out)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["model"]["sha256"] == smol_ref.digest()
-    # the same run resumed with a model path whose bytes differ
+    # the run was sampled from other bytes than the file now at that id's path
     manifest["model"]["sha256"] = "0" * 64
     (out / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(SpecError, match="mix two models"):

@@ -73,7 +73,7 @@ def with_item_key(key, value):
 
 
 def test_verdict_names_and_precedence_cover_the_same_classes():
-    assert set(VERDICTS) == set(PRECEDENCE) and len(VERDICTS) == 8
+    assert set(VERDICTS) == set(PRECEDENCE) and len(VERDICTS) == 9
     assert PRECEDENCE[0] == "no_call" and PRECEDENCE[-1] == "valid"
 
 

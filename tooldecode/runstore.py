@@ -38,7 +38,7 @@ MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
 RAW_FILES = frozenset({MANIFEST, SAMPLES})
 # Fields a sampled-call record always has (what scoring, reports and repair read).
-SAMPLE_FIELDS = ("key", "arm", "scenario", "text", "token_ids", "finish_reason")
+SAMPLE_FIELDS = ("key", "arm", "scenario", "text")
 FORMAT_VERSION = 1
 
 # Libraries whose versions go into the manifest: manifest name -> distribution name.
