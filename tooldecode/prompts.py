@@ -35,6 +35,7 @@ from tooldecode.errors import ModelError, ToolDecodeError
 from tooldecode.grammar import Tool, load_tool, serialize_call, strictify
 from tooldecode.models import REGISTRY, ModelRef, model_dir, resolve
 from tooldecode.scenarios import Scenario
+from tooldecode.toolsets import EDIT_TOOL, READ_TOOL, TOOLSETS
 
 __all__ = [
     "CALL_FORMATS",
@@ -58,13 +59,6 @@ class PromptError(ToolDecodeError):
 # ---------------------------------------------------------------------------------------------- options
 
 HISTORIES = ("fresh", "agentic")
-TOOLSETS: dict[str, tuple[str, ...]] = {
-    "nested": ("edit", "read", "write", "bash"),
-    "flat-edit": ("Edit", "Read", "Write", "Bash"),
-    "multiedit": ("MultiEdit", "Read", "Write", "Bash"),
-}
-EDIT_TOOL = {"nested": "edit", "flat-edit": "Edit", "multiedit": "MultiEdit"}
-READ_TOOL = {"nested": "read", "flat-edit": "Read", "multiedit": "Read"}
 SCHEMA_VIEWS = ("as-written", "closed", "strictified")
 CALL_FORMATS = ("native", "hermes", "antml", "harmony", "json")
 CONDITIONINGS = ("free", "forced-tool", "gold-prefix")

@@ -21,6 +21,7 @@ import jsonschema
 from tooldecode.errors import ScenarioError, ToolDecodeError
 from tooldecode.grammar import Tool, strictify, tool_catalog
 from tooldecode.scenarios import Edit, Scenario, apply_edits, get_scenario
+from tooldecode.toolsets import EDIT_TOOL, TOOLSETS
 
 SCORER_VERSION = "s1"
 
@@ -61,13 +62,9 @@ FLAGS = (
     "flat_envelope",
 )
 
-# Tools offered by each tool-set variant, and the tool an edit turn is expected to call.
-TOOLSETS: dict[str, tuple[str, ...]] = {
-    "nested": ("edit", "read", "write", "bash"),
-    "flat-edit": ("Edit", "Read", "Write", "Bash", "Grep", "Glob"),
-    "multiedit": ("MultiEdit", "Read", "Write", "Bash", "Grep", "Glob"),
-}
-EXPECTED_TOOL = {"nested": "edit", "flat-edit": "Edit", "multiedit": "MultiEdit"}
+# Tools offered by each tool-set variant and the tool an edit turn is expected to call: one table,
+# the one prompts render (``tooldecode.toolsets``).
+EXPECTED_TOOL = EDIT_TOOL
 
 NAME_KEYS = ("name", "function", "tool", "tool_name", "function_name")
 ARGS_KEYS = ("arguments", "parameters", "args", "input", "params", "tool_input")
