@@ -222,3 +222,28 @@ def test_asserted_formats_against_the_official_format_tests(fmt):
                 accepted += ok
     # sound subsets: no leap second, upper-case T/Z, no IDNA labels, no quoted local parts or IP literals
     assert accepted >= 0.2 * valid, (fmt, accepted, valid)
+
+
+def test_strict_mode_closes_objects_reached_only_through_refs():
+    schema = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "$ref": "#/definitions/Main",
+        "definitions": {
+            "Main": {"type": "object", "properties": {"child": {"type": "object", "properties": {"a": {}}}}}
+        },
+        "components": {"x": {"type": "object", "properties": {"b": {"type": "object"}}}},
+    }
+    g = render(schema)
+    assert check.accepts("xgrammar", g, '{"child":{"a":1}}')
+    assert not check.accepts("xgrammar", g, '{"child":{"a":1,"b":2}}')
+    assert not check.accepts("xgrammar", g, '{"child":{},"z":0}')
+    v = jsonschema.Draft202012Validator(strictify(schema))
+    assert not v.is_valid({"child": {"a": 1, "b": 2}}) and v.is_valid({"child": {"a": 1}})
+    other = {
+        "type": "object",
+        "properties": {"p": {"$ref": "#/components/x"}},
+        "components": schema["components"],
+    }
+    g2 = render(other)
+    assert check.accepts("xgrammar", g2, '{"p":{"b":{}}}')
+    assert not check.accepts("xgrammar", g2, '{"p":{"b":{"c":1}}}')

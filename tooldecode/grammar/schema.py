@@ -191,7 +191,33 @@ def strictify(schema: Any) -> Any:
     (``{}``, "any value") stays open.
     """
     root = copy.deepcopy(to_2020(schema)[0])
-    return _strictify(root, True, root, set())
+    seen: set[int] = set()
+    out = _strictify(root, True, root, seen)
+    # subschemas reached only through a $ref (under x-ignored or an unknown keyword): their own value
+    # positions are closed too (the referenced schema itself is used in place)
+    while True:
+        todo = [t for t in _ref_targets(out) if isinstance(t, dict) and id(t) not in seen]
+        if not todo:
+            return out
+        for t in todo:
+            _strictify(t, False, out, seen)
+
+
+def _ref_targets(root: Any) -> list[Any]:
+    out: list[Any] = []
+    stack = [root]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            ref = x.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#"):
+                t = _local_pointer(root, ref[1:])
+                if t is not None:
+                    out.append(t)
+            stack.extend(x.values())
+        elif isinstance(x, list):
+            stack.extend(x)
+    return out
 
 
 _INPLACE_LIST = ("allOf", "anyOf", "oneOf")
@@ -210,6 +236,7 @@ _VALUE_MAP = ("properties", "patternProperties")
 def _strictify(s: Any, value_pos: bool, root: Any, seen: set[int]) -> Any:
     if not isinstance(s, dict):
         return s
+    seen.add(id(s))
     for k in _INPLACE_LIST:
         if isinstance(s.get(k), list):
             s[k] = [_strictify(x, False, root, seen) for x in s[k]]
