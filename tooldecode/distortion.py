@@ -75,7 +75,7 @@ class Check:
     strict_sn: Estimate  # self-normalised from the strict arm (for p_valid: E_Q[w])
     reference: Estimate  # loose samples valid under the strict grammar
     diff: Estimate  # strict_sn − reference, paired scenario bootstrap
-    agree: bool  # the diff interval covers 0
+    agree: bool | None  # the diff interval covers 0 (None: no reference sample to compare with)
     n_reference: int
 
 
@@ -96,6 +96,9 @@ class ArmDistortion:
     kl_pl_q: Estimate
     kl_q_pl_scenario_mean: Estimate  # mean over scenarios of each prompt's own KL(Q ‖ P_L)
     ess: float
+    n_weights: int = 0  # weights behind p_valid/KL/ESS (strict: the samples; strict-aligned: all particles)
+    particles: float | None = None  # strict-aligned: masked draws per sample (its cost)
+    tokens_per_sample: float | None = None  # strict-aligned: tokens drawn per sample, all particles
     rates_q: dict[str, Estimate] = field(default_factory=dict)  # plain rates under Q (the strict arm)
     rates_pl: dict[str, Estimate] = field(default_factory=dict)  # self-normalised under P_L
     reference_arm: str | None = None
@@ -360,12 +363,30 @@ def _analyse_arm(
     n_boot: int,
     seed: int,
 ) -> ArmDistortion:
-    lw_c = [sample_log_weight(s) for s in good]
-    log_w = np.array([x[0] for x in lw_c])
-    n_cens = sum(1 for x in lw_c if x[1])
+    aligned = arm["mode"] == "strict-aligned"
     clusters = [s["scenario"] for s in good]
     names, counts = _boot_counts(clusters, n_boot, seed)
-    ws = WeightStats(log_w, clusters, names, counts)
+    n_drop = 0
+    if aligned:
+        # every particle is a masked draw of Q: the weights of all of them (stored unrounded)
+        lw_list, w_clusters = [], []
+        for s in good:
+            for x in (s.get("particles") or {}).get("log_w") or []:
+                if x is None:  # an errored particle: no weight
+                    n_drop += 1
+                    continue
+                lw_list.append(float(x))
+                w_clusters.append(s["scenario"])
+        log_w = np.array(lw_list)
+        n_cens = 0
+    else:
+        lw_c = [sample_log_weight(s) for s in good]
+        log_w = np.array([x[0] for x in lw_c])
+        n_cens = sum(1 for x in lw_c if x[1])
+        w_clusters = clusters
+    if log_w.size == 0:
+        raise DistortionError(f"arm {label}: no importance weights (no particles stored); rerun the arm")
+    ws = WeightStats(log_w, w_clusters, names, counts)
     bound = "lower bound" if n_cens else ""
     pv, pv_r = ws.p_valid()
     kq, kq_r = ws.kl_q_pl()
@@ -385,16 +406,22 @@ def _analyse_arm(
         kl_pl_q=_est(kp, kp_r),
         kl_q_pl_scenario_mean=_est(ksm, ksm_r, bound),
         ess=ws.ess(),
+        n_weights=int(log_w.size),
     )
-    m = ws.m
+    m = _per_sample(counts, names, clusters)
     fvals = {name: np.array([f(s) for s in good], dtype=np.float64) for name, f in outcomes.items()}
     for name, f in fvals.items():
         res.rates_q[name] = _est(*_plain(f, m))
-        res.rates_pl[name] = _est(*ws.self_normalised(f))
-    if arm["mode"] == "strict-aligned":
+        # strict: the arm's samples reweighted; strict-aligned: its samples are already P_L draws
+        res.rates_pl[name] = res.rates_q[name] if aligned else _est(*ws.self_normalised(f))
+    if aligned:
+        parts = [s.get("particles") or {} for s in good]
+        res.particles = float(np.mean([p.get("drawn", 0) for p in parts]))
+        res.tokens_per_sample = float(np.mean([p.get("tokens", 0) for p in parts]))
         res.notes.append(
-            "strict-aligned samples are already corrected: Q here is the aligned sampler's output, its weights "
-            "are those of the kept particle"
+            f"strict-aligned: p_valid, KL and ESS from all {log_w.size} particles (masked draws of Q"
+            + (f"; {n_drop} errored particles left out" if n_drop else "")
+            + "); the rates are the aligned samples' own (draws of P_L up to the resampling bias)"
         )
     if n_cens:
         res.notes.append(
@@ -426,14 +453,14 @@ def _analyse_arm(
         with np.errstate(invalid="ignore", divide="ignore"):
             point = float((fv * valid).sum() / valid.sum()) if valid.sum() else math.nan
             reps = (m_ref @ (fv * valid)) / (m_ref @ valid)
-        sn, sn_r = ws.self_normalised(fvals[name])
+        sn, sn_r = _plain(fvals[name], m) if aligned else ws.self_normalised(fvals[name])
         res.checks.append(_check(name, sn, sn_r, point, reps, int(valid.sum())))
     return res
 
 
 def _check(name: str, a: float, a_r: np.ndarray, b: float, b_r: np.ndarray, n_ref: int) -> Check:
     d = _est(a - b, a_r - b_r)
-    agree = bool(d.lo <= 0.0 <= d.hi) if math.isfinite(d.lo) else False
+    agree = bool(d.lo <= 0.0 <= d.hi) if math.isfinite(d.lo) else None
     return Check(name, _est(a, a_r), _est(b, b_r), d, agree, n_ref)
 
 
@@ -551,3 +578,125 @@ def reference_validity(run_dir: str | Path, *, backend: Any | None = None) -> di
         tmp.write_text(json.dumps(cache, sort_keys=True) + "\n")
         tmp.replace(cache_path)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# exact enumeration (small grammars)
+
+
+@dataclass(frozen=True)
+class ExactSequence:
+    """One complete token sequence of a small grammar with its exact probabilities."""
+
+    token_ids: tuple[int, ...]  # ending with a stop token
+    text: str
+    log_p: float  # under the model (unmasked, temperature 1)
+    log_q: float  # under the masked sampler
+    log_w: float  # log_p − log_q = Σ_t log Z_t
+
+
+@dataclass(frozen=True)
+class ExactDistribution:
+    """Every complete masked token sequence of a grammar from one prompt (``exact_masked_distribution``)."""
+
+    sequences: list[ExactSequence]
+
+    @property
+    def p_valid(self) -> float:
+        return float(sum(math.exp(s.log_p) for s in self.sequences))
+
+    def q(self) -> np.ndarray:
+        return np.exp([s.log_q for s in self.sequences])
+
+    def p_l(self) -> np.ndarray:
+        p = np.exp([s.log_p for s in self.sequences])
+        return p / p.sum()
+
+    @property
+    def kl_q_pl(self) -> float:
+        """Σ_y Q(y) log(Q(y) / P_L(y)), computed from the distributions themselves."""
+        q, pl = self.q(), self.p_l()
+        keep = q > 0
+        return float(np.sum(q[keep] * (np.log(q[keep]) - np.log(pl[keep]))))
+
+    @property
+    def kl_pl_q(self) -> float:
+        q, pl = self.q(), self.p_l()
+        keep = pl > 0
+        return float(np.sum(pl[keep] * (np.log(pl[keep]) - np.log(q[keep]))))
+
+    def by_text(self, probs: np.ndarray) -> dict[str, float]:
+        """Sum ``probs`` (aligned with ``sequences``) over tokenizations of the same text."""
+        out: dict[str, float] = {}
+        for s, p in zip(self.sequences, probs, strict=True):
+            out[s.text] = out.get(s.text, 0.0) + float(p)
+        return out
+
+
+def exact_masked_distribution(
+    backend: Any, prompt_ids: Sequence[int], mask: Any, *, max_tokens: int = 12, max_nodes: int = 4000
+) -> ExactDistribution:
+    """Enumerate every token sequence a masked sampler can produce from ``prompt_ids`` (breadth first,
+    one batched forward pass per depth), with log P, log Q and log w of each. For grammars whose
+    language is finite and short; a prefix still open after ``max_tokens`` tokens or more than
+    ``max_nodes`` prefixes raise ``DistortionError``. Probabilities in float64 from the backend's logits."""
+    eog = backend.eog_ids
+    prompt_ids = list(prompt_ids)
+    frontier: list[tuple[tuple[int, ...], float, float]] = [((), 0.0, 0.0)]  # (prefix, log_p, log_q)
+    done: list[ExactSequence] = []
+    seen = 0
+    for _depth in range(max_tokens + 1):
+        if not frontier:
+            break
+        seen += len(frontier)
+        if seen > max_nodes:
+            raise DistortionError(f"more than {max_nodes} prefixes: the grammar is too large to enumerate")
+        conts = [list(prompt_ids[-1:]) + list(p) for p, _, _ in frontier]
+        logits = backend.branch_logits(prompt_ids[:-1], conts).astype(np.float64)
+        nxt: list[tuple[tuple[int, ...], float, float]] = []
+        for (prefix, lp, lq), row in zip(frontier, logits, strict=True):
+            m = mask.matcher()
+            for t in prefix:
+                m.accept(t)
+            allowed = m.allowed()
+            if m.done():
+                allowed = np.zeros_like(allowed)
+                allowed[list(eog)] = True
+            top = row.max()
+            logp = row - (top + math.log(np.exp(row - top).sum()))
+            log_z = float(np.logaddexp.reduce(logp[allowed]))
+            for tok in np.flatnonzero(allowed):
+                tok = int(tok)
+                lp2, lq2 = lp + float(logp[tok]), lq + float(logp[tok]) - log_z
+                if tok in eog:
+                    text = backend.detokenize(prefix)
+                    done.append(ExactSequence(prefix + (tok,), text, lp2, lq2, lp2 - lq2))
+                else:
+                    nxt.append((prefix + (tok,), lp2, lq2))
+        frontier = nxt
+    if frontier:
+        raise DistortionError(
+            f"prefixes still open after {max_tokens} tokens: the grammar is too long to enumerate"
+        )
+    return ExactDistribution(done)
+
+
+def cached_validity(run_dir: str | Path) -> dict[str, dict[str, str]] | None:
+    """The replay statuses stored by an earlier ``reference_validity`` (no model load), or None."""
+    path = Path(run_dir) / "reference-validity.json"
+    if not path.exists():
+        return None
+    try:
+        cache = json.loads(path.read_text())
+    except ValueError:
+        return None
+    out: dict[str, dict[str, str]] = {}
+    for ckey, hit in cache.items():
+        mode, _, key = ckey.partition(":")
+        out.setdefault(mode, {})[key] = hit["status"]
+    return out
+
+
+def has_masked_arm(manifest: dict) -> bool:
+    """Whether a run's config has a masked (strict) arm."""
+    return any(a.get("mode") in MASKED_MODES for a in manifest.get("config", {}).get("arms", []))

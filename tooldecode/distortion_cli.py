@@ -38,7 +38,11 @@ def format_arm(r) -> str:  # noqa: ANN001 - ArmDistortion
     lines.append(f"  kl_q_pl: {r.kl_q_pl.fmt(3)} nats  (log E_Q[w] − E_Q[log w])")
     lines.append(f"  kl_pl_q: {r.kl_pl_q.fmt(3)} nats")
     lines.append(f"  kl_q_pl_per_scenario_mean: {r.kl_q_pl_scenario_mean.fmt(3)} nats")
-    lines.append(f"  ess: {r.ess:.1f} of {r.n} ({100 * r.ess / max(r.n, 1):.1f}%)")
+    lines.append(f"  ess: {r.ess:.1f} of {r.n_weights} weights ({100 * r.ess / max(r.n_weights, 1):.1f}%)")
+    if r.particles is not None:
+        lines.append(
+            f"  cost: {r.particles:.1f} masked draws, {r.tokens_per_sample:.0f} tokens per strict-aligned sample"
+        )
     for name in r.rates_q:
         q, pl = r.rates_q[name], r.rates_pl[name]
         pct = name != "extra chars"
@@ -48,11 +52,13 @@ def format_arm(r) -> str:  # noqa: ANN001 - ArmDistortion
             f"  reference: {r.reference_arm} — {r.n_reference_valid}/{r.n_reference} loose samples valid "
             "under this arm's grammar (rejection sampling: exact draws of P_L)"
         )
+    src = "aligned samples" if r.mode == "strict-aligned" else "strict reweighted"
     for c in r.checks:
         pct = c.name != "extra chars"
+        verdict = {True: "agree", False: "DISAGREE", None: "no reference sample"}[c.agree]
         lines.append(
-            f"  check {c.name}: strict-weighted {c.strict_sn.fmt(3, pct)} vs reference {c.reference.fmt(3, pct)}"
-            f" (n_ref {c.n_reference}); difference {c.diff.fmt(3, pct)} → {'agree' if c.agree else 'DISAGREE'}"
+            f"  check {c.name}: {src} {c.strict_sn.fmt(3, pct)} vs reference {c.reference.fmt(3, pct)}"
+            f" (n_ref {c.n_reference}); difference {c.diff.fmt(3, pct)} → {verdict}"
         )
     for note in r.notes:
         lines.append(f"  note: {note}")
