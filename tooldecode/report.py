@@ -33,7 +33,7 @@ from tooldecode.stats import (
     Diff,
     Rate,
     cluster_bootstrap_diff,
-    cluster_bootstrap_rate,
+    cluster_rate,
     newcombe_diff,
     noise_floor,
     wilson,
@@ -329,7 +329,7 @@ class ZooKey:
 class ProbeArm:
     label: str
     rows: list[dict]
-    mean: tuple[float, float, float]  # P(continue): mean and cluster-bootstrap interval over scenarios
+    mean: tuple[float, float, float]  # P(continue): mean and cluster-robust interval over scenarios
     n_scenarios: int
 
 
@@ -535,9 +535,15 @@ def _probe(runs: Sequence[RunData]) -> tuple[list[ProbeArm], list[str]]:
         vals = [float(r["p_continue"]) for r in rs]
         clusters = [str(r.get("scenario")) for r in rs]
         out.append(
-            ProbeArm(label, rs, cluster_bootstrap_rate(vals, clusters, n_boot=N_BOOT), len(set(clusters)))
+            ProbeArm(label, rs, _cluster_mean(vals, clusters), len(set(clusters)))
         )
     return out, columns
+
+
+def _cluster_mean(vals: list[float], clusters: list[str]) -> tuple[float, float, float]:
+    """Mean probability with a cluster-robust (CR1, t on G-1 df) interval over scenarios."""
+    r = cluster_rate(vals, clusters)
+    return (r.rate, r.lo, r.hi)
 
 
 def summarize(runs: Sequence[RunData]) -> Summary:
@@ -750,11 +756,11 @@ def probe_table(s: Summary) -> Table:
     note = (
         "Exact probabilities at the decision point after each edit item's newText (where the gold call "
         "closes the item): P(continue) is the mass on continuing the object (`,` and another key), P(close) "
-        "on closing it, P(undetermined) what the probe could not attribute. Interval: 95% cluster bootstrap "
-        "over scenarios."
+        "on closing it, P(undetermined) what the probe could not attribute. Interval: cluster-robust CR1 95% "
+        "over scenarios (t, G-1 df)."
     )
     if few:
-        note += f" † fewer than {FEW_CLUSTERS} scenarios: the interval is too narrow."
+        note += f" † fewer than {FEW_CLUSTERS} scenarios."
     return Table(
         [
             "arm",
