@@ -665,3 +665,44 @@ def provenance(runs: dict[str, Run]) -> str:
 
 
 __all__ = ["ROWS", "build_rows", "load_specs", "provenance", "row_measure"]
+
+
+def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:
+    """What the table still needs, computed from the rows and the runs' manifests."""
+    out = []
+    dirty = sorted(r.name for r in runs.values() if r.git_dirty)
+    if dirty:
+        out.append(
+            f"- Made from a tree with uncommitted changes (`git_dirty: true`), to be rerun from a clean commit: "
+            f"{', '.join(dirty)}."
+        )
+    missing = [r["observation"] for r in rows if r["verdict"] == "not measured"]
+    if missing:
+        out.append(f"- Claimed effects with no run that pairs both arms: {'; '.join(missing)}.")
+    small = sorted(
+        {
+            r["observation"]
+            for r in rows
+            if "fewer than 10 clusters" in r["measured"] and r["verdict"] != "not measured"
+        }
+    )
+    if small:
+        out.append(f"- Figures from fewer than 10 scenarios ({len(small)} rows): rerun over ≥ 18 scenarios.")
+    for stem, spec in load_specs(root):
+        if "variants" not in spec:
+            continue
+        rs = runs_of(spec["name"], runs)
+        for m in spec.get("models", []):
+            mine = [r for r in rs if r.manifest.get("config", {}).get("model") == m]
+            n = len({r["scenario"] for run in mine for r in run.probe})
+            total = len(mine[0].manifest.get("config", {}).get("scenarios", [])) if mine else 36
+            if mine and n < total:
+                out.append(
+                    f"- {spec['name']} on {m}: {n} of {total} scenarios probed (resume: `{mine[0].command()}`)."
+                )
+            elif not mine:
+                out.append(
+                    f"- {spec['name']} on {m}: not run (`python scripts/probe_suite.py experiments/{stem}.toml "
+                    f"--out runs/{spec['name']}-{m} --model {m}`)."
+                )
+    return "\n".join(out)

@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "experiments"))
 
-from study import build_rows, provenance  # noqa: E402
+from study import build_rows, provenance, reruns  # noqa: E402
 
 from tooldecode.findings import load_runs, write_findings  # noqa: E402
 
@@ -40,14 +40,46 @@ from the committed runs in `runs/` (raw samples and probe rows) by `make finding
 """
 
 
+def committed_runs(runs_dir: Path) -> set[str] | None:
+    """Names of the run directories whose manifest is committed (None outside a git checkout)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "--", "*/manifest.json"],
+            cwd=runs_dir,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {Path(line).parts[0] for line in out.splitlines() if line.strip()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", default=str(ROOT / "runs"))
     ap.add_argument("--out", default=str(ROOT / "FINDINGS.md"))
+    ap.add_argument(
+        "--all-runs", action="store_true", help="also read run directories not committed to git (a preview)"
+    )
     args = ap.parse_args()
     runs = load_runs(Path(args.runs))
+    if not args.all_runs:
+        tracked = committed_runs(Path(args.runs))
+        if tracked is not None:
+            runs = {k: v for k, v in runs.items() if k in tracked}
     rows = build_rows(runs)
-    text = PREAMBLE + "\n## Runs read\n\n" + provenance(runs) + "\n\n## Table\n"
+    text = (
+        PREAMBLE
+        + "\n## Runs read\n\n"
+        + provenance(runs)
+        + "\n\n## What remains to rerun\n\n"
+        + reruns(rows, runs)
+        + "\n\n## Table\n"
+    )
     path = write_findings(rows, Path(args.out), preamble=text)
     print(f"wrote {path} ({len(rows)} rows)")
 
