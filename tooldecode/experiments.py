@@ -225,7 +225,10 @@ def validate_spec(spec: Spec) -> None:
         fail(f"name {spec.name!r} must be a plain name (letters, digits, '.', '_', '-'; no '/' or '..')")
     if not spec.models:
         fail("'models' is empty; name at least one model id or path (see `tooldecode models list`)")
-    for key in ("n", "max_new_tokens", "batch_size"):
+    probe_only = bool(spec.probe.get("only"))
+    if spec.n < (0 if probe_only else 1):
+        fail(f"'n' must be ≥ 1 (0 only with [probe] only = true), got {spec.n}")
+    for key in ("max_new_tokens", "batch_size"):
         if getattr(spec, key) < 1:
             fail(f"'{key}' must be ≥ 1, got {getattr(spec, key)}")
     if spec.max_scenarios is not None and spec.max_scenarios < 1:
