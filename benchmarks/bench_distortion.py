@@ -1,0 +1,87 @@
+"""Cost of the strict-aligned sampler, measured side by side in one run (ratios are the result).
+
+On an L2 prompt (gold call forced through newText's content) of Qwen2.5-Coder 0.5B, llama.cpp backend:
+- samples/s of loose, strict and strict-aligned (importance resampling, 8 particles by default) and the
+  ratios strict-aligned ÷ strict and strict ÷ loose;
+- how the cost of strict-aligned grows with the number of particles (1, 2, 4, 8, 16): seconds per
+  aligned sample and its ratio to particles=1 (ideal: linear in the particle count, less where the
+  particles of several samples share a batch), with the particles' mean ESS fraction beside it.
+
+Prints `name: value` lines. Usage: python benchmarks/bench_distortion.py [--quick] [--samples 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from tooldecode.backends import load_backend
+from tooldecode.grammar import render_toolset
+from tooldecode.masking import compile_mask
+from tooldecode.models import resolve
+from tooldecode.prompts import TranscriptOptions, render_prompt
+from tooldecode.sampling import SamplingParams, sample, sample_aligned
+from tooldecode.scenarios import get_scenario
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="few samples, particles up to 4 (checks it runs)")
+    ap.add_argument("--samples", type=int, default=16)
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    ap.add_argument("--scenario", default="py-pagination-off-by-one")
+    ap.add_argument("--batch", type=int, default=16)
+    args = ap.parse_args()
+    n = 2 if args.quick else args.samples
+    particle_counts = (1, 2, 4) if args.quick else (1, 2, 4, 8, 16)
+    ref = resolve(args.model, fetch=True)
+    prompt = render_prompt(
+        get_scenario(args.scenario),
+        ref,
+        TranscriptOptions(history="agentic", toolset="nested", conditioning="gold-prefix"),
+    )
+    be = load_backend("llamacpp", ref, n_ctx=8192, max_seqs=max(args.batch, 16) + 1)
+    grammar = render_toolset(list(prompt.tools), format="gbnf", wire=prompt.wire, mode="strict", ws="bounded")
+    mask = compile_mask("xgrammar", grammar, be)
+    params = SamplingParams(max_new_tokens=args.tokens, stop=tuple(prompt.stop), seed=0, top_logprobs=0)
+    common = {"prefill": prompt.prefill, "batch_size": args.batch}
+    # warm the prompt cache once so every mode starts from the same state
+    sample(be, prompt.text, 1, params, mask=mask, **common)
+
+    def timed(fn) -> tuple[list, float]:
+        t0 = time.perf_counter()
+        out = fn()
+        return out, time.perf_counter() - t0
+
+    loose, t_loose = timed(lambda: sample(be, prompt.text, n, params, **common))
+    strict, t_strict = timed(lambda: sample(be, prompt.text, n, params, mask=mask, **common))
+    aligned, t_al = timed(
+        lambda: sample_aligned(be, prompt.text, n, params, mask=mask, particles=8, **common)
+    )
+    print(f"model: {args.model}")
+    print(f"samples_per_mode: {n}")
+    print(f"loose_samples_per_s: {n / t_loose:.3f}")
+    print(f"strict_samples_per_s: {n / t_strict:.3f}")
+    print(f"strict_aligned_p8_samples_per_s: {n / t_al:.3f}")
+    print(f"strict_over_loose_time: {t_strict / t_loose:.3f}")
+    print(f"strict_aligned_p8_over_strict_time: {t_al / t_strict:.3f}")
+    print(f"loose_mean_tokens: {sum(len(s.token_ids) for s in loose) / n:.1f}")
+    print(f"strict_mean_tokens: {sum(len(s.token_ids) for s in strict) / n:.1f}")
+    print(f"strict_aligned_p8_tokens_per_sample: {sum(s.particles['tokens'] for s in aligned) / n:.1f}")
+    base = None
+    for k in particle_counts:
+        out, t = timed(
+            lambda k=k: sample_aligned(be, prompt.text, n, params, mask=mask, particles=k, **common)
+        )
+        per = t / n
+        base = base or per
+        ess = sum(s.particles["ess"] / k for s in out) / n
+        print(f"aligned_s_per_sample_p{k}: {per:.3f}")
+        print(f"aligned_cost_ratio_p{k}_over_p1: {per / base:.2f}")
+        print(f"aligned_ess_fraction_p{k}: {ess:.3f}")
+    be.close()
+
+
+if __name__ == "__main__":
+    main()
