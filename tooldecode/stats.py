@@ -476,7 +476,8 @@ class PairedClusters:
     ``diff`` is the mean of the per-cluster differences ``a - b`` with a Student-t interval over
     clusters; ``p_sign_flip`` the sign-flip permutation p, ``p_t`` the paired t p. ``ratio`` is
     ``mean(a) / mean(b)`` with a cluster-robust delta-method interval on the log scale (t, G-1 df);
-    nan when ``mean(b)`` is 0. ``mde_diff`` is the smallest difference the design detects with 80%
+    when arm ``a`` is 0 in every cluster, ``1 + [lo, hi] / mean(b)`` (the difference's interval
+    relative to the reference, clipped at 0); nan when ``mean(b)`` is 0. ``mde_diff`` is the smallest difference the design detects with 80%
     power at the two-sided 5% level (paired t, the observed sd of the differences); ``mde_ratio_up``
     / ``mde_ratio_down`` the same as ratios to ``mean(b)``.
     """
@@ -544,8 +545,8 @@ def paired_clusters(
         if ratio > 0:
             se_log = math.sqrt(var_r) / ratio
             ratio_lo, ratio_hi = ratio * math.exp(-tq * se_log), ratio * math.exp(tq * se_log)
-        else:
-            ratio_lo, ratio_hi = 0.0, tq * math.sqrt(var_r)
+        else:  # arm a is 0 everywhere: the ratio's uncertainty is that of the difference, relative to mean(b)
+            ratio_lo, ratio_hi = max(0.0, 1.0 + lo / mb), max(0.0, 1.0 + hi / mb)
     return PairedClusters(g, ma, mb, md, lo, hi, p_flip, p_t, ratio, ratio_lo, ratio_hi, mde, up, down)
 
 
@@ -655,5 +656,7 @@ def judge_effect(
             f"the t interval excludes no-effect but the sign-flip p = {cmp.p_sign_flip:.3g} > {alpha:g} "
             f"({event_clusters} scenarios with events)",
         )
+    if claim.scale == "ratio" and claim.direction < 0 and mde <= 0:
+        return out("inconclusive", "at 80% power not even ×0 (a complete removal) is detectable at this n")
     m = f"×{mde:.2f}" if claim.scale == "ratio" else f"{mde:+.3f}"
     return out("inconclusive", f"minimum detectable effect at 80% power {m}")
