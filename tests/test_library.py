@@ -20,3 +20,44 @@ def test_scoring_uses_the_tools_the_prompt_offered(toolset, smol_ref):
     tools, _, expected, _ = record_context(record, {})
     assert [t.name for t in tools] == offered
     assert expected == EDIT_TOOL[toolset] == prompt.expected_tool
+
+
+def test_a_report_scores_each_sample_once(tmp_path, monkeypatch):
+    import json
+
+    import tooldecode.repair as repair
+    import tooldecode.scoring as scoring
+    from tooldecode.report import load_run
+    from tooldecode.runstore import RunStore, build_manifest
+
+    store = RunStore.create(tmp_path / "run", build_manifest({"spec": "t"}))
+    gold = '{"name": "edit", "arguments": {"path": "src/config.c", "edits": [{"oldText": "a", "newText": "b"}]}}'
+    texts = [gold, gold.replace('"newText"', '"newText": "b", "note"'), "no call here", gold[:40]]
+    store.append(
+        [
+            {
+                "key": f"loose/c-config-trim-crlf/0/{i}",
+                "arm": {"mode": "loose", "wire": "call-json", "expected_tool": "edit", "toolset": "nested"},
+                "scenario": "c-config-trim-crlf",
+                "text": t,
+                "finish_reason": "stop",
+                "error": None,
+            }
+            for i, t in enumerate(texts)
+        ]
+    )
+    store.close()
+    calls: list[str] = []
+    real = scoring.score_record
+
+    def counting(record: dict, manifest: dict) -> dict:
+        calls.append(record["key"])
+        return real(record, manifest)
+
+    monkeypatch.setattr(scoring, "score_record", counting)
+    monkeypatch.setattr(repair, "score_record", counting)
+    run = load_run(tmp_path / "run")
+    assert run.rescue is not None and len(run.samples) == len(texts)
+    assert sorted(calls) == sorted(f"loose/c-config-trim-crlf/0/{i}" for i in range(len(texts)))
+    verdicts = [json.loads(x) for x in run.verdict_file.read_text().splitlines()]
+    assert {v["verdict"] for v in verdicts} >= {"invented_key", "no_call"}

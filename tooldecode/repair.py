@@ -13,7 +13,7 @@ import json
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -479,9 +479,22 @@ def repair_text(
 # ------------------------------------------------------------------------------------------ rescue accounting
 
 
-def repair_record(record: dict, manifest: dict, *, enabled: Collection[str] = REPAIRS) -> dict:
+def repair_record(
+    record: dict, manifest: dict, *, enabled: Collection[str] = REPAIRS, verdict: dict | None = None
+) -> dict:
     """One line of ``repaired-<REPAIR_VERSION>.jsonl``: the strict verdict of a raw sample and what a
-    lenient harness makes of it."""
+    lenient harness makes of it.
+
+    Parameters
+    ----------
+    record, manifest
+        A raw sample record and its run's manifest.
+    enabled
+        The repairs to apply (:data:`REPAIRS` order).
+    verdict
+        The sample's ``score_record`` line when the caller already has it (a report scores each
+        sample once); scored here otherwise.
+    """
     arm = record.get("arm") or {}
     head = {
         "key": record.get("key"),
@@ -494,7 +507,8 @@ def repair_record(record: dict, manifest: dict, *, enabled: Collection[str] = RE
     }
     if record.get("error"):
         return {**head, "skipped": str(record["error"])}
-    verdict = score_record(record, manifest)
+    if verdict is None or verdict.get("scorer") != SCORER_VERSION:
+        verdict = score_record(record, manifest)
     if verdict["verdict"] == "too_deep":  # nothing a harness could repair; never walk it
         return {
             **head,
@@ -663,12 +677,16 @@ def rescue_summary(rows: Iterable[dict]) -> dict:
     }
 
 
-def rescue_accounting(records: Iterable[dict], manifest: dict) -> dict:
+def rescue_accounting(
+    records: Iterable[dict], manifest: dict, *, verdicts: Mapping[str, dict] | None = None
+) -> dict:
     """Over a run's raw samples: loose samples failing strict validation, how many repair makes valid, how
     many of those carry a byte-correct payload, counts per repair kind, and a table comparing strict
     decoding, loose + repair and loose + one retry (consecutive samples of an arm and scenario pair up),
-    rates with Wilson 95% intervals."""
-    return rescue_summary(repair_record(r, manifest) for r in records)
+    rates with Wilson 95% intervals. ``verdicts`` (sample key → ``score_record`` line) spares scoring
+    every sample a second time."""
+    given = verdicts or {}
+    return rescue_summary(repair_record(r, manifest, verdict=given.get(r["key"])) for r in records)
 
 
 def _fmt_rate(r: dict) -> str:

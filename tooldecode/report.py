@@ -215,10 +215,12 @@ def load_run(path: str | os.PathLike[str]) -> RunData:
         s.verdict = verdicts[s.key]
     probe_path = store.derived_path(PROBE_FILE)
     probe = _read_jsonl(probe_path) if probe_path.is_file() else []
-    return RunData(store.path, store.name, store.manifest, samples, vpath, written, probe, _rescue(store))
+    return RunData(
+        store.path, store.name, store.manifest, samples, vpath, written, probe, _rescue(store, verdicts)
+    )
 
 
-def _rescue(store: RunStore) -> str | None:
+def _rescue(store: RunStore, verdicts: dict[str, dict]) -> str | None:
     """The lenient-harness rescue accounting of a run (Markdown), or None without loose samples."""
     try:
         from tooldecode.repair import format_rescue, rescue_accounting
@@ -226,7 +228,7 @@ def _rescue(store: RunStore) -> str | None:
         if err.name != "tooldecode.repair":
             raise
         return None
-    summary = rescue_accounting(store.sample_records(), store.manifest)
+    summary = rescue_accounting(store.sample_records(), store.manifest, verdicts=verdicts)
     return format_rescue(summary) if summary.get("n_loose") else None
 
 
