@@ -5,7 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 
-from tooldecode.repair import REPAIR_VERSION, REPAIRS, format_rescue, repair_record, rescue_summary
+from tooldecode.repair import (
+    JSON_REPAIR,
+    REPAIR_VERSION,
+    REPAIRS,
+    format_json_repair,
+    format_rescue,
+    json_repair_row,
+    json_repair_summary,
+    repair_record,
+    rescue_summary,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,13 +35,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="REPAIR",
         help=f"switch a repair off (repeatable): {', '.join(REPAIRS)}",
     )
+    p.add_argument(
+        "--no-json-repair",
+        action="store_true",
+        help="switch off the json-repair stage (the json-repair library run on each call's raw text, "
+        "reported apart from the repairs above)",
+    )
     p.add_argument("--json", action="store_true", help="print the accounting as JSON instead of Markdown")
     p.set_defaults(func=_run)
 
 
 def derived_name(disabled: list[str]) -> str:
     """File name of the repaired verdicts; switched-off repairs are part of the name."""
-    suffix = "".join(f"-no-{k}" for k in REPAIRS if k in disabled)
+    suffix = "".join(f"-no-{k}" for k in (*REPAIRS, JSON_REPAIR) if k in disabled)
     return f"repaired-{REPAIR_VERSION}{suffix}.jsonl"
 
 
@@ -41,12 +57,22 @@ def _run(args: argparse.Namespace) -> int:
     store = RunStore.open(args.run)
     manifest = store.manifest
     enabled = [k for k in REPAIRS if k not in args.disable]
-    rows = [repair_record(record, manifest, enabled=enabled) for record in store.sample_records()]
-    path = store.write_derived(derived_name(args.disable), rows)
+    rows = []
+    for record in store.sample_records():
+        row = repair_record(record, manifest, enabled=enabled)
+        if not args.no_json_repair and "skipped" not in row:
+            row[JSON_REPAIR] = json_repair_row(record, manifest)
+        rows.append(row)
+    disabled = args.disable + ([JSON_REPAIR] if args.no_json_repair else [])
+    path = store.write_derived(derived_name(disabled), rows)
     summary = rescue_summary(rows)
+    if not args.no_json_repair:
+        summary[JSON_REPAIR] = json_repair_summary(rows)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         print(format_rescue(summary))
+        if not args.no_json_repair:
+            print("\n" + format_json_repair(summary[JSON_REPAIR]))
         print(f"\nwrote {path}")
     return 0
