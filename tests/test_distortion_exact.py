@@ -1,0 +1,157 @@
+"""Importance weights, both KL identities and the strict-aligned sampler against exact enumeration:
+a four-string grammar on SmolLM2-135M (the smallest real model), every masked token sequence
+enumerated with its exact P, Q and w."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from tooldecode.distortion import ExactDistribution, exact_masked_distribution
+from tooldecode.masking import compile_mask
+from tooldecode.sampling import SamplingParams, log_weight, sample, sample_aligned
+
+PROMPT = "<|im_start|>user\nIs the sky blue? Answer in one word.<|im_end|>\n<|im_start|>assistant\n"
+GRAMMAR = 'root ::= "Yes" | "No" | "Yes." | "No."'
+N_STRICT = 240
+Z = 4.0  # tolerance in standard errors (fixed seeds: a failure is a real discrepancy, not bad luck)
+
+
+@pytest.fixture(scope="module")
+def setup(llama_smol):
+    ids = llama_smol.tokenize(PROMPT)
+    mask = compile_mask("xgrammar", GRAMMAR, llama_smol)
+    exact = exact_masked_distribution(llama_smol, ids, mask)
+    strict = sample(
+        llama_smol,
+        ids,
+        N_STRICT,
+        SamplingParams(max_new_tokens=12, seed=3, top_logprobs=0),
+        mask=mask,
+        batch_size=16,
+    )
+    return llama_smol, ids, mask, exact, strict
+
+
+def _index(exact: ExactDistribution) -> dict[tuple[int, ...], int]:
+    return {s.token_ids: i for i, s in enumerate(exact.sequences)}
+
+
+def test_exact_identities(setup):
+    """On the enumeration itself: E_Q[w] = P(valid), KL(Q‖P_L) = log E_Q[w] − E_Q[log w] and
+    KL(P_L‖Q) = E_Q[w log w] / E_Q[w] − log E_Q[w], each side computed independently."""
+    *_, exact, _ = setup
+    q = exact.q()
+    w = np.exp([s.log_w for s in exact.sequences])
+    lw = np.array([s.log_w for s in exact.sequences])
+    assert q.sum() == pytest.approx(1.0, abs=1e-6)  # Q is a distribution over the enumerated sequences
+    e_w = float((q * w).sum())
+    assert e_w == pytest.approx(exact.p_valid, rel=1e-6)
+    assert math.log(e_w) - float((q * lw).sum()) == pytest.approx(exact.kl_q_pl, rel=1e-6, abs=1e-9)
+    assert float((q * w * lw).sum()) / e_w - math.log(e_w) == pytest.approx(exact.kl_pl_q, rel=1e-6, abs=1e-9)
+    # the grammar distorts: otherwise the checks below could not fail
+    tv = 0.5 * sum(abs(a - b) for a, b in zip(exact.q(), exact.p_l(), strict=True))
+    assert tv > 0.1 and exact.kl_q_pl > 0.1
+
+
+def test_weights_match_enumeration(setup):
+    """Every strict sample is an enumerated sequence, and its weight from mask_removed is the exact one
+    (up to llama.cpp's logits depending on the batch a row is decoded in)."""
+    *_, exact, strict = setup
+    idx = _index(exact)
+    for s in strict:
+        assert s.error is None and s.finish_reason == "stop"
+        seq = exact.sequences[idx[tuple(s.token_ids)]]
+        # llama.cpp's logits of a row move with the other rows of the batch (measured: 0.03-0.1 nats
+        # on a step with log Z ≈ -3, 0.24 on one with log Z ≈ -28; the same tokens sampled twice
+        # differ by as much): the tolerance grows with -log w
+        assert log_weight(s.mask_removed) == pytest.approx(seq.log_w, abs=0.05 + 0.015 * abs(seq.log_w))
+
+
+def test_sampler_draws_from_q(setup):
+    *_, exact, strict = setup
+    q_text = exact.by_text(exact.q())
+    counts = Counter(s.text for s in strict)
+    for text, p in q_text.items():
+        se = math.sqrt(p * (1 - p) / N_STRICT)
+        assert abs(counts[text] / N_STRICT - p) <= Z * se + 1e-9, (text, counts[text], p)
+
+
+def test_estimators_against_exact(setup):
+    """E_Q[w], KL(Q‖P_L), KL(P_L‖Q) and a self-normalised P_L rate from the strict samples agree with
+    the exact values within Z standard errors (delta method)."""
+    *_, exact, strict = setup
+    lw = np.array([log_weight(s.mask_removed) for s in strict])
+    w = np.exp(lw)
+    n = len(w)
+    mu = w.mean()
+    assert abs(mu - exact.p_valid) <= Z * w.std(ddof=1) / math.sqrt(n)
+    kl = math.log(mu) - lw.mean()
+    infl = w / mu - lw  # influence of one sample on log mean(w) − mean(log w)
+    assert abs(kl - exact.kl_q_pl) <= Z * infl.std(ddof=1) / math.sqrt(n)
+    kl2 = float((w * lw).sum() / w.sum()) - math.log(mu)
+    infl2 = (w / mu) * (lw - (kl2 + math.log(mu))) - w / mu
+    assert abs(kl2 - exact.kl_pl_q) <= Z * infl2.std(ddof=1) / math.sqrt(n)
+    yes = np.array([s.text.startswith("Yes") for s in strict], dtype=float)
+    sn = float((w * yes).sum() / w.sum())
+    p_yes = sum(p for t, p in exact.by_text(exact.p_l()).items() if t.startswith("Yes"))
+    infl3 = (w / mu) * (yes - sn)
+    assert abs(sn - p_yes) <= Z * infl3.std(ddof=1) / math.sqrt(n)
+    # ... while the strict samples themselves over-represent "Yes" (masking bias, detectable at this n)
+    q_yes = sum(p for t, p in exact.by_text(exact.q()).items() if t.startswith("Yes"))
+    assert q_yes - p_yes > Z * math.sqrt(q_yes * (1 - q_yes) / n)
+    assert abs(yes.mean() - q_yes) <= Z * math.sqrt(q_yes * (1 - q_yes) / n)
+
+
+def _sir_law(exact: ExactDistribution, k: int, draws: int = 400_000) -> np.ndarray:
+    """The law of importance resampling with k particles, by simulation from the exact Q and w."""
+    rng = np.random.default_rng(0)
+    q = exact.q() / exact.q().sum()
+    w = np.exp([s.log_w for s in exact.sequences])
+    parts = rng.choice(len(q), size=(draws, k), p=q)
+    ww = w[parts]
+    u = rng.random(draws)[:, None] * ww.sum(axis=1, keepdims=True)
+    pick = parts[np.arange(draws), np.minimum((np.cumsum(ww, axis=1) < u).sum(axis=1), k - 1)]
+    return np.bincount(pick, minlength=len(q)) / draws
+
+
+@pytest.mark.slow
+def test_aligned_sampler_matches_p_l(setup):
+    """strict-aligned (importance resampling, 8 particles) draws from P_L up to its O(1/k) bias:
+    its frequencies match the exact resampling law, that law is within 0.02 of P_L in total
+    variation, and the corrected 'Yes' rate is far from strict's."""
+    be, ids, mask, exact, _ = setup
+    k, n = 8, 160
+    out = sample_aligned(
+        be,
+        ids,
+        n,
+        SamplingParams(max_new_tokens=12, seed=5, top_logprobs=0),
+        mask=mask,
+        particles=k,
+        batch_size=16,
+    )
+    assert all(s.error is None for s in out) and len(out) == n
+    assert all(s.particles["n"] == k and len(s.particles["log_w"]) == k for s in out)
+    law = exact.by_text(_sir_law(exact, k))
+    p_l = exact.by_text(exact.p_l())
+    assert 0.5 * sum(abs(law[t] - p_l[t]) for t in p_l) < 0.02
+    counts = Counter(s.text for s in out)
+    for text, p in law.items():
+        assert abs(counts[text] / n - p) <= Z * math.sqrt(p * (1 - p) / n) + 1e-9, (text, counts[text], p)
+    q_yes = sum(p for t, p in exact.by_text(exact.q()).items() if t.startswith("Yes"))
+    got = sum(c for t, c in counts.items() if t.startswith("Yes")) / n
+    assert q_yes - got > Z * math.sqrt(q_yes * (1 - q_yes) / n) / 2
+
+
+def test_aligned_refuses_truncated_sampling(setup):
+    from tooldecode.errors import MaskError
+
+    be, ids, mask, *_ = setup
+    with pytest.raises(MaskError, match="top-k/top-p"):
+        sample_aligned(be, ids, 1, SamplingParams(top_p=0.9), mask=mask)
+    with pytest.raises(MaskError, match="temperature"):
+        sample_aligned(be, ids, 1, SamplingParams(temperature=0.7), mask=mask)
