@@ -21,6 +21,8 @@ SHAPES = {
     "prose_with_keys": 'and then {"path": the file ',
     "open_string": '[{"x": "',
     "closed_but_invalid": '{"a": {"b": 1} x',
+    "many_tool_call_tags": '<tool_call>{"a":',
+    "many_fences": '```json\n{"a":',
     "call_json_prefix": '{"name": "edit", "arguments": {"path": "a.c", "edits": [{"oldText": "x", "newText": "',
 }
 

@@ -393,15 +393,26 @@ def _cost(text: str) -> float:
 
 @pytest.mark.parametrize(
     "unit",
-    ['{"a":', 'prose {"path": here ', '[{"x": "', '{"a": {"b": 1} x', '"{', "{'a': "],
+    [
+        '{"a":',
+        'prose {"path": here ',
+        '[{"x": "',
+        '{"a": {"b": 1} x',
+        '"{',
+        "{'a': ",
+        '<tool_call>{"a":',
+        '```json\n{"a":',
+        '<function_calls><invoke name="edit">',
+        "edit(path=",
+    ],
 )
 def test_scoring_is_linear_in_unterminated_json(unit):
-    small, big = unit * 500, unit * 8000  # 16× the text
+    small, big = unit * 2000, unit * 16000  # 8× the text
     _cost(small)
-    t_small = min(_cost(small) for _ in range(2))
+    t_small = min(_cost(small) for _ in range(3))
     t_big = min(_cost(big) for _ in range(2))
-    # linear: ~16×; quadratic would be ~256×. Generous for noisy machines, far below quadratic.
-    assert t_big < 60 * max(t_small, 1e-3), (t_small, t_big)
+    # linear: ~8×; quadratic would be ~64×. Room for a noisy machine, half way to quadratic.
+    assert t_big < 32 * max(t_small, 1e-3), (t_small, t_big)
 
 
 JSONISH = st.text(alphabet='{}[]":,ab \\\n0', max_size=400)

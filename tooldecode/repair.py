@@ -22,16 +22,16 @@ from tooldecode.grammar import Tool
 from tooldecode.scoring import (
     SCORER_VERSION,
     ExtractedCall,
-    _loads,
-    _ParseError,
-    _resolve,
-    _schema_props,
-    _types,
+    JSONParseError,
     check_payload,
     extract_calls,
+    parse_json,
     primary_call,
     record_context,
     render_path,
+    resolve_schema,
+    schema_properties,
+    schema_types,
     score_record,
     strict_schema,
     validate_arguments,
@@ -107,12 +107,12 @@ class _Run:
 
 def _transform(value: Any, schema: Any, path: list, run: _Run, step: _Step, depth: int = 0) -> Any:
     """Apply ``step`` to every node that has a schema, parents before children."""
-    schema = _resolve(schema, run.root)
+    schema = resolve_schema(schema, run.root)
     value = step(value, schema, path, run)
     if depth > _MAX_DEPTH or not isinstance(schema, dict):
         return value
     if isinstance(value, dict):
-        props = _schema_props(schema, run.root)
+        props = schema_properties(schema, run.root)
         extra = schema.get("additionalProperties")
         for key in list(value):
             sub = props.get(key) if key in props else (extra if isinstance(extra, dict) else None)
@@ -186,12 +186,12 @@ def _type_ok(value: Any, types: set[str]) -> bool:
 
 
 def _parse_string_container(value: Any, schema: Any, path: list, run: _Run) -> Any:
-    types = _types(schema)
+    types = schema_types(schema)
     if not isinstance(value, str) or not types or "string" in types or not types & {"array", "object"}:
         return value
     try:
-        parsed = _loads(value.strip(), lenient="fix_escapes" in run.kinds)
-    except _ParseError:
+        parsed = parse_json(value.strip(), lenient="fix_escapes" in run.kinds)
+    except JSONParseError:
         return value
     if not isinstance(parsed.value, dict | list):
         return value
@@ -202,7 +202,7 @@ def _parse_string_container(value: Any, schema: Any, path: list, run: _Run) -> A
 
 
 def _wrap_single_object(value: Any, schema: Any, path: list, run: _Run) -> Any:
-    types = _types(schema)
+    types = schema_types(schema)
     if isinstance(value, dict) and types and "array" in types and "object" not in types:
         run.record("wrap_single_object", path, value, [value])
         return [value]
@@ -212,12 +212,12 @@ def _wrap_single_object(value: Any, schema: Any, path: list, run: _Run) -> Any:
 def _fold_flat_edit(value: Any, schema: Any, path: list, run: _Run) -> Any:
     if path or not isinstance(value, dict):
         return value
-    props = _schema_props(schema, run.root)
+    props = schema_properties(schema, run.root)
     for array_key, sub in props.items():
-        sub = _resolve(sub, run.root)
-        if not isinstance(sub, dict) or "array" not in (_types(sub) or set()):
+        sub = resolve_schema(sub, run.root)
+        if not isinstance(sub, dict) or "array" not in (schema_types(sub) or set()):
             continue
-        item_props = _schema_props(sub.get("items"), run.root)
+        item_props = schema_properties(sub.get("items"), run.root)
         if not item_props or value.get(array_key) not in (None, []):
             continue
         names = {k: k for k in item_props}
@@ -239,7 +239,7 @@ def _fold_flat_edit(value: Any, schema: Any, path: list, run: _Run) -> Any:
 def _aliases(value: Any, schema: Any, path: list, run: _Run) -> Any:
     if not isinstance(value, dict):
         return value
-    props = _schema_props(schema, run.root)
+    props = schema_properties(schema, run.root)
     if not props:
         return value
     for canonical, aliases in _aliases_at(run.tool, _pattern(path)).items():
@@ -265,7 +265,7 @@ _NUM = re.compile(r"\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*")
 
 
 def _coerce_types(value: Any, schema: Any, path: list, run: _Run) -> Any:
-    types = _types(schema)
+    types = schema_types(schema)
     if not types or _type_ok(value, types) or isinstance(value, dict | list):
         return value
     new: Any = value
@@ -320,12 +320,12 @@ def _fix_escapes(value: Any, path: list, run: _Run, depth: int = 0) -> Any:
 def _drop_unknown_keys(value: Any, schema: Any, path: list, run: _Run) -> Any:
     if not isinstance(value, dict) or not isinstance(schema, dict):
         return value
-    if "object" not in (_types(schema) or set()):
+    if "object" not in (schema_types(schema) or set()):
         return value
     extra = schema.get("additionalProperties", False)
     if extra is True or isinstance(extra, dict):
         return value
-    props = _schema_props(schema, run.root)
+    props = schema_properties(schema, run.root)
     patterns = [p for p in (schema.get("patternProperties") or {}) if isinstance(p, str)]
     keep = {}
     for k, v in value.items():
@@ -746,6 +746,7 @@ def _condition_labels(conditions: list[str]) -> dict[str, str]:
         out[c] = ", ".join(f"{k}={d[k]}" for k in sorted(varying) if k in d) if d else c
         out[c] = out[c] or c
     return out
+
 
 # ------------------------------------------------------------------------------------------ json-repair stage
 

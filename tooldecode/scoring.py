@@ -9,6 +9,7 @@ Verdict classes, their precedence and the flags are documented in docs/scoring.m
 from __future__ import annotations
 
 import ast
+import bisect
 import json
 import re
 from collections.abc import Sequence
@@ -595,31 +596,22 @@ def extract_calls(
     ``lenient=True`` repairs string escapes while parsing and lists them in ``ExtractedCall.fixes``.
     """
     ctx = _Ctx(list(tools) if tools is not None else list(_catalog().values()), wire, expected_tool, lenient)
-    taken: list[tuple[int, int]] = []
+    taken = _Spans()
     calls: list[ExtractedCall] = []
 
     def free(a: int, b: int) -> bool:
-        return all(b <= x or a >= y for x, y in taken)
+        return taken.free(a, b)
 
     # Regions that are never calls: reasoning and invented tool results.
     for m in _SKIP_REGIONS.finditer(text):
         taken.append(m.span())
 
-    for m in _HERMES.finditer(text):
-        if not free(*m.span()):
+    for span, body, closed in _hermes_regions(text):
+        if not free(*span):
             continue
-        taken.append(m.span())
+        taken.append(span)
         calls.extend(
-            _from_region(
-                m.group(1),
-                m.start(1),
-                m.span(),
-                text,
-                ctx,
-                "hermes",
-                must=True,
-                closed=m.group(2) is not None,
-            )
+            _from_region(text[body[0] : body[1]], body[0], span, text, ctx, "hermes", must=True, closed=closed)
         )
     for m in _FUNCTION_CALLS.finditer(text):
         if not free(*m.span()):
@@ -709,6 +701,60 @@ def extract_calls(
     return calls
 
 
+class _Spans:
+    """Spans of text already taken by a call, merged where they overlap: ``free`` in O(log n)."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    def append(self, span: tuple[int, int]) -> None:
+        a, b = span
+        if b <= a:
+            return
+        lo = bisect.bisect_right(self.ends, a)  # first span ending after a
+        hi = bisect.bisect_left(self.starts, b)  # first span starting at or after b
+        if lo < hi:
+            a, b = min(a, self.starts[lo]), max(b, self.ends[hi - 1])
+        self.starts[lo:hi] = [a]
+        self.ends[lo:hi] = [b]
+
+    def free(self, a: int, b: int) -> bool:
+        """No taken span overlaps [a, b)."""
+        i = bisect.bisect_right(self.starts, a) - 1
+        if i >= 0 and self.ends[i] > a and self.starts[i] < b:
+            return False
+        return not (i + 1 < len(self.starts) and self.starts[i + 1] < b)
+
+
+def _hermes_regions(text: str) -> list[tuple[tuple[int, int], tuple[int, int], bool]]:
+    """(span, body span, closed) of each ``<tool_call>`` region. A region ends at ``</tool_call>``, or
+    at the next ``<tool_call>`` when the closing tag is missing, unless that tag lies inside the
+    region's JSON (a string value may contain it): then the JSON's end decides."""
+    out = []
+    pos = 0
+    scanner = _BalancedScanner(text)
+    while True:
+        m = _HERMES.search(text, pos)
+        if m is None:
+            return out
+        end, body_end, closed = m.end(), m.end(1), m.group(2) is not None
+        if not closed and m.end(1) < len(text):  # stopped at a following <tool_call>
+            brace = re.search(r"[\[{]", text[m.start(1) : m.end(1)])
+            json_end = scanner.end(m.start(1) + brace.start()) if brace else None
+            if json_end is not None and json_end > m.end(1):
+                close = _HERMES_CLOSE.search(text, json_end)
+                nxt = _HERMES_OPEN.search(text, json_end)
+                if close and (nxt is None or close.start() < nxt.start()):
+                    body_end, end, closed = close.start(), close.end(), True
+                else:
+                    body_end = end = nxt.start() if nxt else len(text)
+        out.append(((m.start(), end), (m.start(1), body_end), closed))
+        pos = max(end, m.start() + 1)
+
+
+_HERMES_OPEN = re.compile(r"<tool_call>")
+_HERMES_CLOSE = re.compile(r"</tool_call>")
 _SKIP_REGIONS = re.compile(r"<think>.*?</think>|<tool_response>.*?(?:</tool_response>|\Z)", re.S)
 _HERMES = re.compile(r"<tool_call>(.*?)(?:(</tool_call>)|(?=<tool_call>)|\Z)", re.S)
 _FUNCTION_CALLS = re.compile(r"<(?:antml:)?function_calls>(.*?)(?:(</(?:antml:)?function_calls>)|\Z)", re.S)
@@ -838,7 +884,7 @@ def _keyish(src: str, ctx: _Ctx) -> bool:
 _ARGS_OPEN = re.compile(r"[\"'](?:arguments|parameters)[\"']\s*:\s*[{\"']")
 
 
-def _bare_json(text: str, ctx: _Ctx, free: Any, taken: list[tuple[int, int]]) -> list[ExtractedCall]:
+def _bare_json(text: str, ctx: _Ctx, free: Any, taken: _Spans) -> list[ExtractedCall]:
     calls: list[ExtractedCall] = []
     pos = 0
     first_attempt = ctx.wire == "json"
@@ -1131,7 +1177,7 @@ _PY_MAX_TRIES = 64
 
 
 def _python_calls(
-    text: str, ctx: _Ctx, free: Any, taken: list[tuple[int, int]], wrapping: str
+    text: str, ctx: _Ctx, free: Any, taken: _Spans | list[tuple[int, int]], wrapping: str
 ) -> list[ExtractedCall]:
     names = sorted(ctx.names(), key=len, reverse=True)
     if not names:
@@ -1613,6 +1659,40 @@ def _best_tool(arguments: Any, tools: Sequence[Tool]) -> str | None:
         return tools[0].name if tools else None
     keys = set(arguments)
     return max(tools, key=lambda t: len(keys & _tool_keys(t)[1])).name
+
+
+# ------------------------------------------------------------------------------------- public helpers
+# What the repair library builds on: JSON parsing with the scorer's leniency and schema look-ups.
+
+JSONParseError = _ParseError
+ParsedJSON = _Parsed  # .value, .dups (keys seen twice), .fixes ((path, raw, value) of repaired strings)
+
+
+def parse_json(src: str, *, lenient: bool = False) -> ParsedJSON:
+    """Parse JSON as the scorer does (``lenient``: invalid string escapes kept as text, listed in
+    ``.fixes``).
+
+    Raises
+    ------
+    JSONParseError
+        When ``src`` is not JSON (or nests deeper than ``MAX_JSON_DEPTH``).
+    """
+    return _loads(src, lenient=lenient)
+
+
+def resolve_schema(schema: Any, root: Any) -> Any:
+    """``schema`` with a local ``$ref`` followed (against ``root``)."""
+    return _resolve(schema, root)
+
+
+def schema_properties(schema: Any, root: Any) -> dict:
+    """The ``properties`` of an object schema, ``$ref`` resolved (empty for anything else)."""
+    return _schema_props(schema, root)
+
+
+def schema_types(schema: Any) -> set[str] | None:
+    """The JSON types a schema admits, or None when it does not say."""
+    return _types(schema)
 
 
 # ---------------------------------------------------------------------------------------------- records
