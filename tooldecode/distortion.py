@@ -63,7 +63,7 @@ class Estimate:
 
     def fmt(self, digits: int = 3, pct: bool = False) -> str:
         f = (lambda x: f"{100 * x:.{max(digits - 2, 1)}f}%") if pct else (lambda x: f"{x:.{digits}f}")
-        s = f"{f(self.point)} [{f(self.lo)}, {f(self.hi)}]"
+        s = f"{f(self.point)} [{f(self.lo)}, {f(self.hi)}]" if math.isfinite(self.lo) else f(self.point)
         return f"≥ {s}" if self.bound == "lower bound" else s
 
 
@@ -447,7 +447,7 @@ def _analyse_arm(
     res.n_reference_valid = int(valid.sum())
     m_ref = _per_sample(counts, names, [s["scenario"] for s in ref])
     ref_pv, ref_pv_r = _plain(valid, m_ref)
-    res.checks.append(_check("p_valid", pv, pv_r, ref_pv, ref_pv_r, len(ref)))
+    res.checks.append(_p_valid_check(log_w, w_clusters, valid, [s["scenario"] for s in ref]))
     for name, f in outcomes.items():
         fv = np.array([f(s) for s in ref], dtype=np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -456,6 +456,29 @@ def _analyse_arm(
         sn, sn_r = _plain(fvals[name], m) if aligned else ws.self_normalised(fvals[name])
         res.checks.append(_check(name, sn, sn_r, point, reps, int(valid.sum())))
     return res
+
+
+def _p_valid_check(
+    log_w: np.ndarray, w_clusters: list[str], valid: np.ndarray, ref_clusters: list[str]
+) -> Check:
+    """E_Q[w] against the loose grammar-valid rate, paired over scenarios (per-scenario means; the mean
+    difference with a t interval on G − 1 df, ``tooldecode.stats.paired_clusters``)."""
+    from tooldecode.stats import paired_clusters
+
+    def per(values: np.ndarray, clusters: list[str]) -> dict[str, float]:
+        out: dict[str, list[float]] = {}
+        for v, c in zip(values, clusters, strict=True):
+            out.setdefault(c, []).append(float(v))
+        return {c: float(np.mean(v)) for c, v in out.items()}
+
+    a, b = per(np.exp(log_w), w_clusters), per(valid, ref_clusters)
+    pc = paired_clusters(a, b)
+    kind = f"paired t over {pc.g} scenarios, 95%"
+    ra = Estimate(pc.mean_a, math.nan, math.nan, kind="per-scenario mean")
+    rb = Estimate(pc.mean_b, math.nan, math.nan, kind="per-scenario mean")
+    d = Estimate(pc.diff, pc.lo, pc.hi, kind=kind)
+    agree = bool(d.lo <= 0.0 <= d.hi) if math.isfinite(d.lo) else None
+    return Check("p_valid", ra, rb, d, agree, len(valid))
 
 
 def _check(name: str, a: float, a_r: np.ndarray, b: float, b_r: np.ndarray, n_ref: int) -> Check:

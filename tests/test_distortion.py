@@ -1,0 +1,118 @@
+"""Distortion figures on a stored run (E13: loose, strict-spec and strict arms of Qwen2.5-Coder 0.5B),
+the grammar replay of its loose samples, and the `tooldecode distortion` command."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tooldecode.cli import main
+from tooldecode.distortion import (
+    DistortionError,
+    analyse_run,
+    closing_quote,
+    continuation,
+    reference_validity,
+    sample_log_weight,
+)
+from tooldecode.sampling import log_weight
+
+E13 = Path(__file__).resolve().parent.parent / "runs" / "e13-open-grammar"
+
+
+@pytest.fixture()
+def e13_copy(tmp_path: Path) -> Path:
+    """The E13 raw files in a scratch directory (no derived files: nothing cached)."""
+    out = tmp_path / "e13"
+    out.mkdir()
+    for name in ("manifest.json", "samples.jsonl"):
+        shutil.copy(E13 / name, out / name)
+    return out
+
+
+def test_log_weight():
+    assert log_weight([0.0, 0.0]) == 0.0
+    assert log_weight([0.5, 0.75]) == pytest.approx(math.log(0.5) + math.log(0.25))
+    assert log_weight([1.0]) == -math.inf
+    assert log_weight([1.0], floor=1e-5) == pytest.approx(math.log(1e-5))
+    lw, censored = sample_log_weight({"key": "k", "mask_removed": [0.1, 1.0, 0.99999]})
+    assert censored == 1 and lw == pytest.approx(math.log(0.9) + math.log(5e-6) + math.log(1e-5))
+    with pytest.raises(DistortionError, match="no mask_removed"):
+        sample_log_weight({"key": "k", "mask_removed": None})
+
+
+def test_continuation_classes():
+    assert continuation('"}]}}') == "close"
+    assert continuation('", "x": 1}') == "continue"
+    assert continuation('\\nmore"}]}}') == "string goes on"
+    assert closing_quote('ab\\"c"d') == 5 and closing_quote("abc") is None
+
+
+def test_analyse_stored_run_without_reference(e13_copy: Path):
+    res = {r.mode: r for r in analyse_run(e13_copy, validity=None, n_boot=400)}
+    assert set(res) == {"strict", "strict-spec"}
+    r = res["strict"]
+    assert r.n == 96 and r.n_scenarios == 12
+    assert 0.0 < r.p_valid.lo <= r.p_valid.point <= r.p_valid.hi < 1.0
+    assert r.kl_q_pl.point > 0 and r.kl_pl_q.point > 0
+    assert 1.0 <= r.ess <= r.n
+    # E13's stored weights are censored (a kept mass below the rounding resolution): KL is a lower bound
+    assert r.n_censored > 0 and r.kl_q_pl.bound == "lower bound"
+    assert r.rates_q["invented key"].point == 0.0  # the closed grammar never lets one through
+    total = sum(r.rates_pl[k].point for k in ("close", "string goes on"))
+    assert 0.0 < total <= 1.0 + 1e-9
+    assert not r.checks and any("not replayed" in n for n in r.notes)
+
+
+def test_refuses_other_temperatures(e13_copy: Path):
+    lines = (e13_copy / "samples.jsonl").read_text().splitlines()
+    out = []
+    for line in lines:
+        rec = json.loads(line)
+        rec["arm"]["temperature"] = 0.7
+        out.append(json.dumps(rec))
+    (e13_copy / "samples.jsonl").write_text("\n".join(out) + "\n")
+    with pytest.raises(DistortionError, match="temperature 0.7"):
+        analyse_run(e13_copy, n_boot=100)
+
+
+@pytest.mark.slow
+def test_reference_replay_and_instrument_check(e13_copy: Path, llama_qwen):
+    """Loose samples replayed through each masked arm's grammar; E_Q[w] of the strict arm agrees with
+    the loose grammar-valid rate (the first instrument check)."""
+    validity = reference_validity(e13_copy, backend=llama_qwen)
+    assert set(validity) == {"strict", "spec"}
+    strict = validity["strict"]
+    assert len(strict) == 96
+    assert all(
+        s in ("valid", "valid-prefix", "stop-string") or s.startswith("invalid@") for s in strict.values()
+    )
+    # a closed grammar accepts no more than the open one
+    assert sum(s.startswith("valid") for s in strict.values()) <= sum(
+        s.startswith("valid") for s in validity["spec"].values()
+    )
+    assert (e13_copy / "reference-validity.json").exists()
+    res = {r.mode: r for r in analyse_run(e13_copy, validity=validity, n_boot=1000)}
+    check = next(c for c in res["strict"].checks if c.name == "p_valid")
+    assert check.n_reference == 96 and check.agree, check
+
+
+def test_cli_text_and_json(e13_copy: Path, capsys):
+    assert main(["distortion", str(e13_copy), "--no-reference", "--n-boot", "200"]) == 0
+    out = capsys.readouterr().out
+    for word in ("p_valid:", "kl_q_pl:", "ess:", "mode=strict,"):
+        assert word in out
+    assert main(["distortion", str(e13_copy), "--no-reference", "--n-boot", "200", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {d["mode"] for d in data} == {"strict", "strict-spec"}
+    assert all(d["p_valid"]["lo"] <= d["p_valid"]["point"] <= d["p_valid"]["hi"] for d in data)
+
+
+def test_cli_bad_directory(tmp_path: Path, capsys):
+    assert main(["distortion", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert "not a run directory" in err and len(err.strip().splitlines()) == 1
