@@ -516,3 +516,19 @@ FRAGMENTS = list('{}[]":,\\ \nab') + [
 def test_scoring_never_raises(text, wire, finish):
     v = score_text(text, NESTED, wire=wire, expected_tool="edit", finish_reason=finish)
     assert v.verdict in VERDICTS
+
+
+@pytest.mark.parametrize(
+    "args,wire",
+    [
+        ({"path": "<tool_call>", "edits": []}, "json"),
+        ({"path": "<tool_call>", "edits": []}, "hermes"),
+        ({"path": "a", "edits": [{"oldText": "</tool_call>", "newText": "<tool_call>"}]}, "hermes"),
+        ({"path": "```json\n", "edits": []}, "json"),
+        ({"path": '<function_calls><invoke name="edit">', "edits": []}, "json"),
+    ],
+)
+def test_markup_inside_a_json_string_is_content(args, wire):
+    text = json.dumps(args) if wire == "json" else f"<tool_call>\n{call(args)}\n</tool_call>"
+    v = score(text)
+    assert v.verdict == "valid" and v.arguments == args, (v.verdict, v.errors)

@@ -602,19 +602,25 @@ def extract_calls(
     def free(a: int, b: int) -> bool:
         return taken.free(a, b)
 
+    covers = _json_covers(text)
+
+    def markup_free(a: int, b: int) -> bool:
+        """Free, and not inside a balanced JSON value (a string may hold markup as content)."""
+        return taken.free(a, b) and covers.free(a, a + 1)
+
     # Regions that are never calls: reasoning and invented tool results.
     for m in _SKIP_REGIONS.finditer(text):
         taken.append(m.span())
 
     for span, body, closed in _hermes_regions(text):
-        if not free(*span):
+        if not markup_free(*span):
             continue
         taken.append(span)
         calls.extend(
             _from_region(text[body[0] : body[1]], body[0], span, text, ctx, "hermes", must=True, closed=closed)
         )
     for m in _FUNCTION_CALLS.finditer(text):
-        if not free(*m.span()):
+        if not markup_free(*m.span()):
             continue
         taken.append(m.span())
         found = [_from_invoke(im, m.start(1), ctx) for im in _INVOKE.finditer(m.group(1))]
@@ -636,11 +642,11 @@ def extract_calls(
             found[0].raw = m.group()
         calls.extend(found)
     for m in _INVOKE.finditer(text):
-        if free(*m.span()):
+        if markup_free(*m.span()):
             taken.append(m.span())
             calls.append(_from_invoke(m, 0, ctx))
     for m in _HARMONY.finditer(text):
-        if not free(m.start(), m.end()):
+        if not markup_free(m.start(), m.end()):
             continue
         body = _HARMONY_END.search(text, m.end())
         end = body.start() if body else len(text)
@@ -662,7 +668,7 @@ def extract_calls(
             c.shape = "markup"
         calls.extend(found)
     for m in _HARMONY_HEADER_ONLY.finditer(text):
-        if free(*m.span()):
+        if markup_free(*m.span()):
             taken.append((m.start(), len(text)))
             calls.append(
                 _failed(
@@ -675,7 +681,7 @@ def extract_calls(
                 )
             )
     for m in _FENCE.finditer(text):
-        if not free(*m.span()):
+        if not markup_free(*m.span()):
             continue
         found = _from_region(
             m.group(2),
@@ -727,10 +733,27 @@ class _Spans:
         return not (i + 1 < len(self.starts) and self.starts[i + 1] < b)
 
 
+def _json_covers(text: str) -> _Spans:
+    """Spans of the balanced JSON values in ``text`` (outermost first), found in one linear pass."""
+    covers = _Spans()
+    scanner = _BalancedScanner(text)
+    pos = 0
+    while True:
+        m = _JSON_START.search(text, pos)
+        if m is None:
+            return covers
+        end = scanner.end(m.start())
+        if end is None:
+            pos = m.start() + 1
+        else:
+            covers.append((m.start(), end))
+            pos = end
+
+
 def _hermes_regions(text: str) -> list[tuple[tuple[int, int], tuple[int, int], bool]]:
     """(span, body span, closed) of each ``<tool_call>`` region. A region ends at ``</tool_call>``, or
     at the next ``<tool_call>`` when the closing tag is missing, unless that tag lies inside the
-    region's JSON (a string value may contain it): then the JSON's end decides."""
+    region's balanced JSON (a string value may contain it): then the first tag after the JSON decides."""
     out = []
     pos = 0
     scanner = _BalancedScanner(text)
@@ -739,7 +762,7 @@ def _hermes_regions(text: str) -> list[tuple[tuple[int, int], tuple[int, int], b
         if m is None:
             return out
         end, body_end, closed = m.end(), m.end(1), m.group(2) is not None
-        if not closed and m.end(1) < len(text):  # stopped at a following <tool_call>
+        if m.end(1) < len(text):  # stopped at a tag: is that tag inside the region's JSON?
             brace = re.search(r"[\[{]", text[m.start(1) : m.end(1)])
             json_end = scanner.end(m.start(1) + brace.start()) if brace else None
             if json_end is not None and json_end > m.end(1):
