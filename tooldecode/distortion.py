@@ -519,9 +519,9 @@ def reference_validity(run_dir: str | Path, *, backend: Any | None = None) -> di
     Cached in the run directory as ``reference-validity.json`` (derived, keyed by the grammar's hash).
     Loads the run's model (vocabulary and tokenizer) unless ``backend`` is given.
     """
+    import dataclasses
     import hashlib
 
-    from tooldecode.experiments import VARIANT_FIELDS
     from tooldecode.grammar import render_toolset
     from tooldecode.masking import compile_mask
     from tooldecode.models import resolve
@@ -530,6 +530,7 @@ def reference_validity(run_dir: str | Path, *, backend: Any | None = None) -> di
     from tooldecode.scenarios import get_scenario
 
     path = Path(run_dir)
+    option_fields = {f.name for f in dataclasses.fields(TranscriptOptions)}
     store = RunStore.open(path)
     manifest = store.manifest
     samples = [s for s in store.sample_records() if s["arm"].get("mode") == "loose" and not s.get("error")]
@@ -556,7 +557,7 @@ def reference_validity(run_dir: str | Path, *, backend: Any | None = None) -> di
     try:
         for gmode, s in ((m, s) for m in modes for s in samples):
             arm = s["arm"]
-            opts = TranscriptOptions(**{k: arm[k] for k in VARIANT_FIELDS if k in arm})
+            opts = TranscriptOptions(**{k: arm[k] for k in option_fields if k in arm})
             gkey = (
                 gmode,
                 arm["model"],
