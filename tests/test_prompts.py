@@ -199,7 +199,9 @@ def test_special_tokens_are_single_tokens(models, family, specials):
 @pytest.mark.parametrize("family", ["qwen2.5", "smollm2"])
 def test_cut_is_where_generation_starts(models, family):
     """The prompt before the call equals the template's generation prompt plus the turn's text."""
-    from tooldecode.prompts import _apply_template, _template_info, _tool_json
+    from tooldecode.chat_templates import apply_template as _apply_template
+    from tooldecode.chat_templates import template_info as _template_info
+    from tooldecode.prompts import _tool_json
 
     ref = models[family]
     template, bos, eos = _template_info(ref)

@@ -22,6 +22,10 @@ class ScenarioError(ToolDecodeError):
     """A scenario file that is malformed or inconsistent."""
 
 
+class PromptError(ToolDecodeError):
+    """A transcript variant, model or scenario that cannot be rendered as asked."""
+
+
 class RunError(ToolDecodeError):
     """A run directory that is missing, corrupt or inconsistent with the requested config."""
 

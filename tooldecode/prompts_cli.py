@@ -54,7 +54,7 @@ def count_tokens(ref: ModelRef, text: str) -> int:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     from tooldecode.errors import ScenarioError
-    from tooldecode.prompts import _model_ref, format_variant, parse_variant, render_prompt
+    from tooldecode.prompts import format_variant, model_ref, parse_variant, render_prompt
     from tooldecode.scenarios import check_scenario, get_scenario
 
     scenario = get_scenario(args.id, args.dirs or None)
@@ -66,7 +66,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
             + "; fix the scenario (`tooldecode scenarios check` lists every problem)"
         )
     options = parse_variant(args.variant)
-    ref = _model_ref(args.model)
+    ref = model_ref(args.model)
     prompt = render_prompt(scenario, ref, options)
     try:
         tokens: int | None = count_tokens(ref, prompt.text)
