@@ -61,3 +61,19 @@ def test_a_report_scores_each_sample_once(tmp_path, monkeypatch):
     assert sorted(calls) == sorted(f"loose/c-config-trim-crlf/0/{i}" for i in range(len(texts)))
     verdicts = [json.loads(x) for x in run.verdict_file.read_text().splitlines()]
     assert {v["verdict"] for v in verdicts} >= {"invented_key", "no_call"}
+
+
+def test_every_command_group_is_registered():
+    """An explicit command list: a module that cannot be imported fails loudly, none is dropped."""
+    import argparse
+
+    from tooldecode.cli import COMMAND_MODULES, build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert len(sub.choices) >= len(COMMAND_MODULES)
+    for name in ("models", "grammar", "scenarios", "sample", "probe", "rescore", "repair", "run", "report"):
+        assert name in sub.choices
+    scenarios = sub.choices["scenarios"]
+    inner = next(a for a in scenarios._actions if isinstance(a, argparse._SubParsersAction))
+    assert {"list", "check", "show"} <= set(inner.choices)

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import sys
 
 from tooldecode.errors import ToolDecodeError
 
-# Modules exposing ``register(subparsers)``; each adds its subcommands and sets ``func`` on them.
-COMMAND_MODULES = [
+# Every command group, in help order: each module's ``register(subparsers)`` adds its subcommands and sets
+# ``func`` on them. A module that fails to import is an error, never a silently missing command.
+COMMAND_MODULES = (
     "tooldecode.models",
     "tooldecode.grammar.cli",
     "tooldecode.scenarios.cli",
-    "tooldecode.prompts_cli",
     "tooldecode.sampling_cli",
     "tooldecode.probe_cli",
     "tooldecode.runstore_cli",
@@ -22,22 +21,18 @@ COMMAND_MODULES = [
     "tooldecode.experiments",
     "tooldecode.report",
     "tooldecode.distortion_cli",
-]
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from tooldecode import prompts_cli
+
     parser = argparse.ArgumentParser(prog="tooldecode", description=__doc__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            if importlib.util.find_spec(name) is None:
-                continue
-        except ModuleNotFoundError:  # parent package not present
-            continue
-        module = importlib.import_module(name)
-        register = getattr(module, "register", None)
-        if register is not None:
-            register(sub)
+        group = importlib.import_module(name).register(sub)
+        if name == "tooldecode.scenarios.cli":
+            prompts_cli.register_show(group)  # `scenarios show` renders prompts: a later stage
     return parser
 
 

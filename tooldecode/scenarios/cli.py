@@ -1,4 +1,4 @@
-"""``tooldecode scenarios list|check`` (``show`` is added by the prompts stage when present)."""
+"""``tooldecode scenarios list|check`` (``show`` is added by the prompts stage, see ``tooldecode.cli``)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     p = sub.add_parser("scenarios", help="list, check and show editing scenarios")
     scenarios_subparsers = p.add_subparsers(dest="scenarios_command", metavar="ACTION", required=True)
 
@@ -92,9 +92,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     q.set_defaults(func=_cmd_check)
 
-    try:
-        from tooldecode.prompts_cli import register_show
-    except ImportError:
-        register_show = None
-    if register_show is not None:
-        register_show(scenarios_subparsers)  # adds `scenarios show`
+    return scenarios_subparsers  # `tooldecode.cli` adds `scenarios show` (it renders prompts: a later stage)
