@@ -25,7 +25,6 @@ import argparse
 import json
 import random
 import re
-import signal
 import sys
 import time
 from collections import Counter, defaultdict
@@ -41,14 +40,6 @@ from tooldecode.grammar import build_grammar, check, compile_schema, strictify  
 from tooldecode.grammar.gbnf import emit_gbnf  # noqa: E402
 from tooldecode.grammar.lark import emit_lark  # noqa: E402
 from tooldecode.grammar.wire import serialize_args  # noqa: E402
-
-
-class _Timeout(Exception):
-    pass
-
-
-def _on_alarm(signum: int, frame: Any) -> None:
-    raise _Timeout()
 
 
 def split_of(path: Path) -> str:
@@ -75,8 +66,6 @@ def _reason(e: BaseException) -> str:
     kw = getattr(e, "keyword", None)
     if kw:
         return f"'{kw}'"
-    if isinstance(e, _Timeout):
-        return "timeout"
     if isinstance(e, RecursionError):
         return "too deep"
     msg = str(e)
@@ -154,6 +143,47 @@ ENGINES = ("tooldecode", "llama.cpp", "xgrammar")
 SECTION = "## MaskBench"
 
 
+def _one(kind: str, schema: Any, tests: list[dict], name: str) -> Row:
+    row = Row()
+    try:
+        if kind == "tooldecode":
+            _ours(schema, tests, row, name)
+        else:
+            _anchor(kind, schema, tests, row)
+    except (SchemaError, RecursionError) as e:
+        row.refused[_reason(e)] += 1
+    except Exception as e:  # noqa: BLE001 -- an anchor engine's own failure: a refusal
+        row.refused[type(e).__name__] += 1
+    return row
+
+
+def _isolated(kind: str, schema: Any, tests: list[dict], name: str, timeout: int) -> Row | None:
+    """``_one`` in a forked child, killed after ``timeout`` seconds (an engine may not return to Python)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+
+    def work() -> None:
+        child.send(_one(kind, schema, tests, name))
+
+    proc = ctx.Process(target=work, daemon=True)
+    proc.start()
+    child.close()
+    try:
+        if parent.poll(timeout):
+            return parent.recv()
+        return None
+    except EOFError:  # the child died (e.g. an engine crashed): a refusal
+        row = Row()
+        row.refused["crash"] += 1
+        return row
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join()
+
+
 def run(
     jsb: Path, limit: int | None, seed: int, timeout: int, engines: tuple[str, ...] = ENGINES
 ) -> dict[str, dict[str, Row]]:
@@ -164,7 +194,6 @@ def run(
         by_split[split_of(p)].append(p)
     rng = random.Random(seed)
     out: dict[str, dict[str, Row]] = {}
-    signal.signal(signal.SIGALRM, _on_alarm)
     for split in sorted(by_split):
         paths = by_split[split]
         if limit is not None and len(paths) > limit:
@@ -179,18 +208,17 @@ def run(
                 continue
             for kind, row in rows.items():
                 row.schemas += 1
-                signal.alarm(timeout)
-                try:
-                    if kind == "tooldecode":
-                        _ours(schema, tests, row, p.name)
-                    else:
-                        _anchor(kind, schema, tests, row)
-                except (SchemaError, RecursionError, _Timeout) as e:
-                    row.refused[_reason(e)] += 1
-                except Exception as e:  # noqa: BLE001 -- an anchor engine's own failure: a refusal
-                    row.refused[type(e).__name__] += 1
-                finally:
-                    signal.alarm(0)
+                part = _isolated(kind, schema, tests, p.name, timeout)
+                if part is None:  # the engine did not return within the time limit (killed)
+                    row.refused["timeout"] += 1
+                    continue
+                row.rendered += part.rendered
+                row.refused.update(part.refused)
+                row.valid += part.valid
+                row.valid_accepted += part.valid_accepted
+                row.invalid += part.invalid
+                row.false_accepts += part.false_accepts
+                row.examples.extend(part.examples[: max(0, 5 - len(row.examples))])
         out[split] = rows
         t = rows.get("tooldecode", Row())
         print(
