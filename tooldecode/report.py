@@ -75,16 +75,6 @@ FEW_CLUSTERS = 10  # below this many scenarios a cluster-bootstrap interval is t
 N_BOOT = 2000
 PROBE_FILE = "probe.jsonl"
 NEW_TEXT_KEYS = ("newText", "new_string", "new_str", "newString")
-_FALLBACK_VERDICTS = (
-    "no_call",
-    "truncated",
-    "json_syntax",
-    "wrong_tool",
-    "invented_key",
-    "missing_required",
-    "wrong_type",
-    "valid",
-)
 
 
 class ReportError(ToolDecodeError):
@@ -138,14 +128,9 @@ class RunData:
 
 
 def _scorer() -> tuple[str, Callable[[dict, dict], dict], tuple[str, ...]]:
-    try:
-        from tooldecode import scoring
-    except ModuleNotFoundError as err:
-        if err.name != "tooldecode.scoring":
-            raise
-        raise ReportError("tooldecode.scoring is not installed in this checkout; update tooldecode") from None
-    order = tuple(getattr(scoring, "PRECEDENCE", _FALLBACK_VERDICTS))
-    return scoring.SCORER_VERSION, scoring.score_record, order
+    from tooldecode import scoring
+
+    return scoring.SCORER_VERSION, scoring.score_record, tuple(scoring.PRECEDENCE)
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -222,12 +207,8 @@ def load_run(path: str | os.PathLike[str]) -> RunData:
 
 def _rescue(store: RunStore, verdicts: dict[str, dict]) -> str | None:
     """The lenient-harness rescue accounting of a run (Markdown), or None without loose samples."""
-    try:
-        from tooldecode.repair import format_rescue, rescue_accounting
-    except ModuleNotFoundError as err:
-        if err.name != "tooldecode.repair":
-            raise
-        return None
+    from tooldecode.repair import format_rescue, rescue_accounting
+
     summary = rescue_accounting(store.sample_records(), store.manifest, verdicts=verdicts)
     return format_rescue(summary) if summary.get("n_loose") else None
 

@@ -35,12 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_rescore(args: argparse.Namespace) -> int:
-    try:
-        from tooldecode.scoring import SCORER_VERSION, score_record
-    except ModuleNotFoundError as err:
-        if err.name != "tooldecode.scoring":
-            raise
-        raise RunError("tooldecode.scoring is not installed in this checkout; update tooldecode") from None
+    from tooldecode.scoring import SCORER_VERSION, score_record
+
 
     for run_path in args.runs:
         run = RunStore.open(run_path)
