@@ -45,6 +45,7 @@ STORED_DECIMALS = 5
 #: a kept mass below the rounding resolution is censored at this bound
 CENSOR_Z = 0.5 * 10.0**-STORED_DECIMALS
 MASKED_MODES = ("strict", "strict-spec", "strict-aligned")
+TARGETS = ("prefix", "complete")
 
 
 class DistortionError(ToolDecodeError):
@@ -96,6 +97,7 @@ class ArmDistortion:
     kl_pl_q: Estimate
     kl_q_pl_scenario_mean: Estimate  # mean over scenarios of each prompt's own KL(Q ‖ P_L)
     ess: float
+    target: str = "prefix"
     n_weights: int = 0  # weights behind p_valid/KL/ESS (strict: the samples; strict-aligned: all particles)
     particles: float | None = None  # strict-aligned: masked draws per sample (its cost)
     tokens_per_sample: float | None = None  # strict-aligned: tokens drawn per sample, all particles
@@ -311,8 +313,17 @@ def analyse_run(
     validity: dict[str, dict[str, str]] | None = None,
     n_boot: int = 2000,
     seed: int = 0,
+    target: str = "prefix",
 ) -> list[ArmDistortion]:
     """Distortion figures for every masked arm of a run.
+
+    ``target`` says what counts as valid under the token cap: ``prefix`` (a sample cut at
+    ``max_new_tokens`` counts with the weight of its prefix when the grammar still accepts it: P_L over
+    viable capped strings; KL is defined) or ``complete`` (only calls completed within the cap: cut
+    samples get weight 0 and loose samples count only when complete; KL(Q‖P_L) is then infinite and
+    left out). The two bracket the uncapped conditional for outcomes decided early, such as what
+    follows newText: the prefix target counts strings that go on past the cap as valid, the
+    complete target drops valid calls longer than the cap.
 
     ``validity`` maps a grammar mode (``strict``, ``spec``) to the loose samples' replay status under
     that grammar (``reference_validity``); without it no reference comparison is made. Verdicts come from the
@@ -320,6 +331,8 @@ def analyse_run(
     """
     from tooldecode.findings import load_run
 
+    if target not in TARGETS:
+        raise DistortionError(f"unknown target {target!r}; choose one of: {', '.join(TARGETS)}")
     path = Path(run_dir)
     run = load_run(path)
     if run is None:
@@ -346,7 +359,7 @@ def analyse_run(
             if other.get("mode") == "loose" and _partner(other) == _partner(arm):
                 partner = (other_label, others)
         status = None if validity is None else validity.get(grammar_mode(arm["mode"]), {})
-        out.append(_analyse_arm(label, arm, samples, good, partner, outcomes, status, n_boot, seed))
+        out.append(_analyse_arm(label, arm, samples, good, partner, outcomes, status, n_boot, seed, target))
     if not out:
         raise DistortionError(f"{path}: no masked (strict) arm with samples; distortion needs a strict arm")
     return out
@@ -362,36 +375,67 @@ def _analyse_arm(
     validity: dict[str, str] | None,
     n_boot: int,
     seed: int,
+    target: str = "prefix",
 ) -> ArmDistortion:
     aligned = arm["mode"] == "strict-aligned"
+    complete_only = target == "complete"
+    notes: list[str] = []
     clusters = [s["scenario"] for s in good]
     names, counts = _boot_counts(clusters, n_boot, seed)
     n_drop = 0
     if aligned:
         # every particle is a masked draw of Q: the weights of all of them (stored unrounded)
         lw_list, w_clusters = [], []
+        unknown = 0
         for s in good:
-            for x in (s.get("particles") or {}).get("log_w") or []:
+            info = s.get("particles") or {}
+            done = info.get("complete")
+            if done is None:
+                unknown += 1
+            for j, x in enumerate(info.get("log_w") or []):
                 if x is None:  # an errored particle: no weight
                     n_drop += 1
                     continue
-                lw_list.append(float(x))
+                cut = complete_only and done is not None and not done[j]
+                lw_list.append(-math.inf if cut else float(x))
                 w_clusters.append(s["scenario"])
+        if complete_only and unknown:
+            notes.append(
+                f"{unknown} strict-aligned samples do not store which particles completed (drawn before "
+                "completion was recorded): their particles count with prefix weights"
+            )
+        if info.get("target") != "complete":
+            notes.append("this arm's sampler kept particles by prefix weight (cut particles included)")
         log_w = np.array(lw_list)
         n_cens = 0
     else:
         lw_c = [sample_log_weight(s) for s in good]
-        log_w = np.array([x[0] for x in lw_c])
+        log_w = np.array(
+            [
+                -math.inf if complete_only and s.get("finish_reason") == "length" else x[0]
+                for x, s in zip(lw_c, good, strict=True)
+            ]
+        )
         n_cens = sum(1 for x in lw_c if x[1])
         w_clusters = clusters
     if log_w.size == 0:
         raise DistortionError(f"arm {label}: no importance weights (no particles stored); rerun the arm")
     ws = WeightStats(log_w, w_clusters, names, counts)
-    bound = "lower bound" if n_cens else ""
+    bound = "lower bound" if n_cens and np.isfinite(log_w).all() else ""
     pv, pv_r = ws.p_valid()
-    kq, kq_r = ws.kl_q_pl()
-    kp, kp_r = ws.kl_pl_q()
-    ksm, ksm_r = ws.kl_scenario_mean()
+    nan_r = np.full(counts.shape[0], math.nan)
+    if np.isfinite(log_w).all():
+        kq, kq_r = ws.kl_q_pl()
+        kp, kp_r = ws.kl_pl_q()
+        ksm, ksm_r = ws.kl_scenario_mean()
+    else:  # Q has mass outside the target's support (cut samples): KL(Q‖P_L) is infinite
+        kq, kq_r, ksm, ksm_r = math.inf, nan_r, math.inf, nan_r
+        keep = np.isfinite(log_w)
+        sub = WeightStats(log_w[keep], [c for c, k in zip(w_clusters, keep, strict=True) if k], names, counts)
+        kp, kp_r = sub.kl_pl_q() if keep.any() else (math.nan, nan_r)
+        notes.append(
+            "KL(Q‖P_L) is infinite under the complete target (Q samples cut calls); KL(P_L‖Q) is finite"
+        )
     res = ArmDistortion(
         arm=label,
         mode=arm["mode"],
@@ -407,7 +451,9 @@ def _analyse_arm(
         kl_q_pl_scenario_mean=_est(ksm, ksm_r, bound),
         ess=ws.ess(),
         n_weights=int(log_w.size),
+        target=target,
     )
+    res.notes.extend(notes)
     m = _per_sample(counts, names, clusters)
     fvals = {name: np.array([f(s) for s in good], dtype=np.float64) for name, f in outcomes.items()}
     for name, f in fvals.items():
@@ -443,7 +489,8 @@ def _analyse_arm(
         raise DistortionError(
             f"no {grammar_mode(arm['mode'])}-grammar replay for loose sample {missing[0]}; replay the reference first"
         )
-    valid = np.array([validity[s["key"]] in ("valid", "valid-prefix") for s in ref], dtype=np.float64)
+    ok = ("valid",) if complete_only else ("valid", "valid-prefix")
+    valid = np.array([validity[s["key"]] in ok for s in ref], dtype=np.float64)
     res.n_reference_valid = int(valid.sum())
     m_ref = _per_sample(counts, names, [s["scenario"] for s in ref])
     ref_pv, ref_pv_r = _plain(valid, m_ref)
@@ -483,7 +530,7 @@ def _p_valid_check(
 
 def _check(name: str, a: float, a_r: np.ndarray, b: float, b_r: np.ndarray, n_ref: int) -> Check:
     d = _est(a - b, a_r - b_r)
-    agree = bool(d.lo <= 0.0 <= d.hi) if math.isfinite(d.lo) else None
+    agree = bool(d.lo <= 1e-12 and d.hi >= -1e-12) if math.isfinite(d.lo) else None
     return Check(name, _est(a, a_r), _est(b, b_r), d, agree, n_ref)
 
 

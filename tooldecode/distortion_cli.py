@@ -18,7 +18,7 @@ def _cmd_distortion(args: argparse.Namespace) -> int:
 
         raise DistortionError(f"{run_dir} is not a run directory (no manifest.json); pass runs/<name>")
     validity = None if args.no_reference else reference_validity(run_dir)
-    results = analyse_run(run_dir, validity=validity, n_boot=args.n_boot)
+    results = analyse_run(run_dir, validity=validity, n_boot=args.n_boot, target=args.target)
     if args.json:
         print(json.dumps([r.to_dict() for r in results], ensure_ascii=False, indent=1))
         return 0
@@ -29,7 +29,7 @@ def _cmd_distortion(args: argparse.Namespace) -> int:
 
 def format_arm(r) -> str:  # noqa: ANN001 - ArmDistortion
     """The human-readable block of one arm (``name: value`` lines)."""
-    lines = [f"arm: {r.arm}"]
+    lines = [f"arm: {r.arm}", f"  target: {r.target}"]
     lines.append(
         f"  n: {r.n} masked samples over {r.n_scenarios} scenarios "
         f"({r.n_errors} errors excluded, {r.n_truncated} cut at the token cap, {r.n_censored} with censored weights)"
@@ -80,4 +80,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="skip replaying loose samples through the strict grammar (no model load, no checks)",
     )
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates over scenarios")
+    p.add_argument(
+        "--target",
+        choices=["prefix", "complete"],
+        default="prefix",
+        help="what counts as valid under the token cap: a viable prefix (default) or a call completed "
+        "within the cap (docs/distortion.md)",
+    )
     p.set_defaults(func=_cmd_distortion)

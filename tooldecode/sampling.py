@@ -528,6 +528,9 @@ def sample_aligned(
     Masked sampling draws from Q(y) = P(y) / w(y) with w = Π_t Z_t ≤ 1 (``log_weight``), which is not
     P_L unless every Z_t is 1. Two corrections, both built on masked particles:
 
+    The target is the model conditioned on a valid call complete within ``max_new_tokens``: a particle
+    cut at the cap has weight 0 (it is not a call).
+
     - ``method="sir"`` (importance resampling): ``particles`` masked samples, one kept with
       probability ∝ w. Consistent: the kept sample's law tends to P_L as ``particles`` grows
       (bias O(1/particles)); cost ``particles`` masked samples per output.
@@ -591,7 +594,11 @@ def sample_aligned(
             )
             drawn.extend(batch)
             u = rng.random(k)
-            hit = [j for j, s in enumerate(batch) if math.log(max(u[j], 1e-300)) < _sample_log_w(s)]
+            hit = [
+                j
+                for j, s in enumerate(batch)
+                if s.finish_reason == "stop" and math.log(max(u[j], 1e-300)) < _sample_log_w(s)
+            ]
             if hit:
                 chosen = len(drawn) - k + hit[0]
                 break
@@ -615,9 +622,14 @@ def _pick(
     wall: float,
     chosen: int | None = None,
 ) -> AlignedSample:
-    """Output sample ``i`` from its particles ``drawn`` (SIR: one chosen ∝ w; rejection: ``chosen``)."""
+    """Output sample ``i`` from its particles ``drawn`` (SIR: one chosen ∝ w among the particles that
+    completed a call; rejection: ``chosen``). A particle cut at ``max_new_tokens`` is not a valid call:
+    it gets weight 0 unless no particle completed, when the choice falls back to the prefix weights
+    (the output is then cut too, ``particles["complete"]`` all false)."""
     log_ws = [_sample_log_w(s) for s in drawn]
-    lw_all = np.array(log_ws, dtype=np.float64)
+    complete = [s.error is None and s.finish_reason == "stop" for s in drawn]
+    prefix = np.array(log_ws, dtype=np.float64)
+    lw_all = np.where(complete, prefix, -math.inf) if any(complete) else prefix
     finite = np.isfinite(lw_all)
     top = float(lw_all[finite].max()) if finite.any() else -math.inf
     w = np.exp(lw_all - top) if finite.any() else np.zeros_like(lw_all)
@@ -633,6 +645,8 @@ def _pick(
         "drawn": len(drawn),
         "chosen": chosen,
         "log_w": [round(x, 6) if math.isfinite(x) else None for x in log_ws],
+        "complete": complete,
+        "target": "complete",
         "ess": round(ess, 4),
         "log_mean_w": round(log_mean, 6) if math.isfinite(log_mean) else None,
         "tokens": sum(len(s.token_ids) for s in drawn),
