@@ -462,7 +462,8 @@ def row_echo(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
                 "claim": spec.get("claim", ""),
                 "measured": "means over scenarios of the exact probe after the last item's newText: "
                 + "; ".join(parts)
-                + f" (of {total} scenarios in the run's order; the verdicts are the effect rows)",
+                + f" (of {total} scenarios in the run's order; P(\"required\") is read from the probe's 12 most "
+                "probable key strings, a lower bound; the verdicts are the effect rows)",
                 "verdict": "descriptive",
                 "source": source([run]),
             }
