@@ -92,7 +92,7 @@ fi
 
 # 3. The package and the rest of the stack, pinned.
 log "installing tooldecode and its dependencies"
-"${PIP[@]}" -e '.[models,report,dev]'
+"${PIP[@]}" -e '.[models,report,dev,server]'
 "$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 >/dev/null 2>&1 || true
 
 rm -f "$VENV"/.tooldecode-setup-*
