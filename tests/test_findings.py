@@ -166,3 +166,28 @@ def test_findings_md_matches_a_rebuild_from_the_committed_runs(tmp_path):
     want = out.read_text()
     have = (ROOT / "FINDINGS.md").read_text()
     assert have == want, "FINDINGS.md is out of date: run `make findings` and commit it"
+
+
+def test_probe_suite_views_change_only_the_tool_block(qwen_ref):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from probe_suite import apply_view
+
+    from tooldecode.prompts import TranscriptOptions, render_prompt
+    from tooldecode.scenarios import get_scenario
+
+    p = render_prompt(get_scenario("c-config-trim-crlf"), qwen_ref, TranscriptOptions())
+    start, end = p.text.index("<tools>\n"), p.text.index("\n</tools>")
+    for view in ("required-first", "no-required", "typescript"):
+        text, forms = apply_view(p.text, p.tools, p.expected_tool, view)
+        s2, e2 = text.index("<tools>\n"), text.index("\n</tools>")
+        assert text[:s2] == p.text[:start] and text[e2:] == p.text[end:]  # only the tool block differs
+        block = text[s2:e2]
+        if view == "no-required":
+            assert '"required"' not in block and all("required" not in json.dumps(f) for f in forms)
+        elif view == "required-first":
+            line = next(x for x in block.splitlines() if '"name": "edit"' in x)
+            assert line.index('"required"') < line.index('"properties"')
+        else:
+            assert "type edit = (_: {" in block and "newText: string," in block and '"required"' not in block
+    same, _ = apply_view(p.text, p.tools, p.expected_tool, "as-written")
+    assert same == p.text
