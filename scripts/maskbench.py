@@ -143,6 +143,16 @@ ENGINES = ("tooldecode", "llama.cpp", "xgrammar")
 SECTION = "## MaskBench"
 
 
+def _warm(engines: tuple[str, ...]) -> None:
+    import jsonschema  # noqa: F401
+    import xgrammar  # noqa: F401
+
+    if "tooldecode" in engines:
+        _one("tooldecode", {"type": "object", "properties": {"a": {"type": "string"}}}, [], "warm-up")
+    if "llama.cpp" in engines:
+        import llama_cpp.llama_grammar  # noqa: F401
+
+
 def _one(kind: str, schema: Any, tests: list[dict], name: str) -> Row:
     row = Row()
     try:
@@ -194,6 +204,7 @@ def run(
         by_split[split_of(p)].append(p)
     rng = random.Random(seed)
     out: dict[str, dict[str, Row]] = {}
+    _warm(engines)  # import the engines once, before the children are forked
     for split in sorted(by_split):
         paths = by_split[split]
         if limit is not None and len(paths) > limit:
