@@ -1,0 +1,52 @@
+"""The MaskBench script's accounting, on a tiny folder laid out like jsonschemabench's maskbench/data."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _maskbench():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import maskbench
+    finally:
+        sys.path.pop(0)
+    return maskbench
+
+
+def test_counts_render_refusals_false_accepts_and_valid_accepted(tmp_path):
+    mb = _maskbench()
+    data = tmp_path / "maskbench" / "data"
+    data.mkdir(parents=True)
+    schema = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0}, "when": {"type": "string", "format": "date"}},
+        "required": ["n"],
+    }
+    tests = [
+        {"data": {"n": 1}, "valid": True},
+        {"data": {"when": "2024-02-29", "n": 2}, "valid": True},
+        {"data": {"n": -1}, "valid": False},
+        {"data": {"n": 1, "when": "2023-02-29"}, "valid": False},
+        {
+            "data": {"n": 3},
+            "valid": False,
+        },  # mislabelled: the grammar accepts it, so it counts as a false accept
+    ]
+    (data / "Toy---a.json").write_text(json.dumps({"schema": schema, "tests": tests}))
+    (data / "Toy---b.json").write_text(json.dumps({"schema": {"$dynamicRef": "#x"}, "tests": []}))
+    (data / "Toy---c.json").write_text("{not json")
+    res = mb.run(tmp_path, None, 0, 60, ("tooldecode", "xgrammar"))
+    ours = res["Toy"]["tooldecode"]
+    assert (ours.schemas, ours.rendered) == (2, 1)
+    assert ours.refused == {"'$dynamicRef'": 1}
+    assert (ours.valid, ours.valid_accepted) == (2, 2)
+    assert (ours.invalid, ours.false_accepts) == (3, 1)
+    assert "Toy---a.json" in ours.examples[0]
+    table = mb.table(res, "cmd")
+    assert "| Toy | tooldecode | 2 | 1 (50.0%) | 1 / 3 | 2/2 (100.0%) |" in table
