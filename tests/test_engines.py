@@ -309,3 +309,20 @@ def test_sampled_results_agree_with_the_soundness_table():
         if not EXPECTED_INVENTED[engine]:
             assert not items, (engine, rec["key"], items)
     assert set(seen) == {n for n in COMPARED if ENGINES[n].kind == "mask"}
+
+
+@pytest.mark.model
+def test_llamacpp_json_admits_raw_control_characters_in_strings(llama_smol):
+    """llama-cpp-python's json_schema_to_gbnf writes the string character class as [^"\\]: a raw newline
+    inside a string (invalid JSON) passes its grammar; xgrammar's JSON schema does not admit it."""
+    from tooldecode.engines import accepts
+
+    valid = serialize_call("edit", {"path": "a", "edits": [{"oldText": "x", "newText": "y"}]}, ws="bounded")
+    valid = serialize_call("edit", json.loads(valid), wire="call-json", ws="bounded")
+    raw = valid.replace('"newText": "y"', '"newText": "a\nb"')
+    assert raw != valid
+    with pytest.raises(ValueError):
+        json.loads(raw)
+    tools = _tools()
+    assert accepts(build_strict("llamacpp-json", tools, "call-json", llama_smol), llama_smol, raw)
+    assert not accepts(build_strict("xgrammar-json", tools, "call-json", llama_smol), llama_smol, raw)
