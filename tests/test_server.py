@@ -90,7 +90,7 @@ def test_sample_record_shape_logprobs_and_seeds(openai_smol, llama_smol):
     llama_smol.end()
     for s in out:
         rec = s.to_record()
-        assert keys <= set(rec) and set(rec) - keys == {"tokens"}
+        assert keys <= set(rec) and set(rec) - keys == {"tokens", "tool_name"}
         assert rec["entropy"] is None and rec["mask_removed"] is None and rec["entropy_masked"] is None
         assert s.finish_reason in ("stop", "length")
         assert s.tokens and len(s.logprobs) == len(s.tokens) == len(s.top)

@@ -251,7 +251,8 @@ def validate_spec(spec: Spec) -> None:
             fail(f"'{key}' lists {dup[0]!r} twice; each value once")
     if spec.backend not in BACKENDS:
         fail(f"unknown backend {spec.backend!r}; choose one of: {', '.join(BACKENDS)}")
-    if any(m in STRICT_MODES for m in spec.modes):
+    # on --backend openai the server's own strict field takes tooldecode's GBNF: no engine to check
+    if any(m in STRICT_MODES for m in spec.modes) and spec.backend != "openai":
         from tooldecode.engines import EngineError, check_engine
 
         for engine in _as_list(spec.engine):
@@ -347,9 +348,10 @@ def _options(arm: dict[str, Any]):
 class _Models:
     """Load each model once per run (per backend)."""
 
-    def __init__(self, n_ctx: int, max_seqs: int) -> None:
+    def __init__(self, n_ctx: int, max_seqs: int, server: dict[str, Any] | None = None) -> None:
         self.cache: dict[tuple[str, str], Any] = {}
         self.n_ctx, self.max_seqs = n_ctx, max_seqs
+        self.server = server or {}  # load_backend("openai", …) options: base_url, api_key_env, kind
 
     def get(self, backend: str, model: str):
         from tooldecode.backends import load_backend
@@ -361,6 +363,8 @@ class _Models:
                 self.cache.pop(other).close()
             ref = resolve(model, fetch=True)
             kw = {"n_ctx": self.n_ctx, "max_seqs": self.max_seqs} if backend == "llamacpp" else {}
+            if backend == "openai":
+                kw = dict(self.server)
             self.cache[key] = load_backend(backend, ref, **kw)
         return self.cache[key]
 
@@ -439,8 +443,13 @@ def _check_models_match(out: Path, models_info: dict[str, dict]) -> None:
             )
 
 
-def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = True) -> Path:
-    """Run every arm × scenario × seed of ``spec`` into ``out`` (resuming what is already there)."""
+def run_spec(
+    spec: Spec, out: Path, *, fresh: bool = False, progress: bool = True, server: dict[str, Any] | None = None
+) -> Path:
+    """Run every arm × scenario × seed of ``spec`` into ``out`` (resuming what is already there).
+
+    ``server``: options of the ``openai`` backend (``base_url``, ``api_key_env``, ``kind``); where the
+    server is is not part of the run's config, so a run resumes against a restarted server."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -501,7 +510,7 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
         store.close()
         raise
     done = store.completed_keys()
-    models = _Models(n_ctx=8192, max_seqs=max(spec.batch_size, 16) + 1)
+    models = _Models(n_ctx=8192, max_seqs=max(spec.batch_size, 16) + 1, server=server)
     # model-major (one model loaded at a time), then scenario-major: arms of one scenario share the
     # prompt prefix, which stays in the KV cache
     jobs = [
@@ -535,7 +544,14 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
                     be = models.get(arm["backend"], arm["model"])
                     prompt = render_prompt(sc, resolve(arm["model"]), _options(arm))
                     mask = None
-                    if arm["mode"] in STRICT_MODES:
+                    if arm["mode"] in STRICT_MODES and arm["backend"] == "openai":
+                        if arm["mode"] == "strict-aligned":
+                            raise SpecError(
+                                f"{spec.path}: mode 'strict-aligned' needs the full logits; "
+                                "--backend openai runs 'loose', 'strict' and 'strict-spec'"
+                            )
+                        mask = _grammar_for(prompt, spec.ws, arm["mode"], "xgrammar")  # GBNF for the server
+                    elif arm["mode"] in STRICT_MODES:
                         engine = arm.get("engine", spec.engine)
                         if engine in ENGINE_FORMATS:
                             grammar = _grammar_for(prompt, spec.ws, arm["mode"], engine)
@@ -577,6 +593,8 @@ def run_spec(spec: Spec, out: Path, *, fresh: bool = False, progress: bool = Tru
                     draw = sample_aligned if arm["mode"] == "strict-aligned" else sample
                     if isinstance(mask, OutlinesSampler):
                         draw = engine_draw
+                    if arm["backend"] == "openai":  # the server draws; its own strict mode takes the GBNF
+                        from tooldecode.backends.openai import draw
                     for start, count in _runs(todo):
                         draw(
                             be,
@@ -655,13 +673,17 @@ def _record(
     s: Any, arm: dict, label: str, scenario: str, seed: int, psha: str, prefill: str, be: Any
 ) -> dict:
     rec = s.to_record()
-    # keep top-k only at structural decision points (tokens carrying , } ] " :) to bound run size
-    rec["top"] = [
-        t if t is not None and _STRUCT & set(be.token_bytes(tok).decode("utf-8", "ignore")) else None
-        for t, tok in zip(rec["top"], rec["token_ids"], strict=True)
-    ]
-    rec["logprobs"] = [round(x, 5) for x in rec["logprobs"]]
-    rec["entropy"] = [round(x, 4) for x in rec["entropy"]]
+    # keep top-k only at structural decision points (tokens carrying , } ] " :) to bound run size;
+    # a server's sample may lack token ids, top-k, log-probabilities or entropies (None: absent)
+    if rec["top"] is not None and rec["token_ids"] is not None:
+        rec["top"] = [
+            t if t is not None and _STRUCT & set(be.token_bytes(tok).decode("utf-8", "ignore")) else None
+            for t, tok in zip(rec["top"], rec["token_ids"], strict=True)
+        ]
+    if rec["logprobs"] is not None:
+        rec["logprobs"] = [round(x, 5) for x in rec["logprobs"]]
+    if rec["entropy"] is not None:
+        rec["entropy"] = [round(x, 4) for x in rec["entropy"]]
     for k in ("entropy_masked", "mask_removed"):
         if rec[k] is not None:
             rec[k] = [round(x, 5) for x in rec[k]]
@@ -756,8 +778,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.model:
         spec.models = list(args.model)
         validate_spec(spec)
+    server = None
+    if args.backend:
+        spec.backend = args.backend
+        validate_spec(spec)
+    if spec.backend == "openai":
+        from tooldecode.backends.openai import server_kwargs
+
+        server = server_kwargs(args)
     out = Path(args.out) if args.out else Path("runs") / (spec.name + ("-quick" if args.quick else ""))
-    run_spec(spec, out, fresh=args.fresh, progress=not args.no_progress)
+    run_spec(spec, out, fresh=args.fresh, progress=not args.no_progress, server=server)
     print(f"run written: {out}")
     if args.report:
         from tooldecode.report import report
@@ -784,6 +814,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--report", action="store_true", help="write summary.md and report.html when done")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--backend", help="run on this backend instead of the spec's (llamacpp, hf, openai)")
+    from tooldecode.backends.openai import add_server_arguments
+
+    add_server_arguments(p)
     p.set_defaults(func=_cmd_run)
 
 

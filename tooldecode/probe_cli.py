@@ -20,6 +20,10 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     prompt = render_prompt(sc, ref, opts)
     call = gold_call_text(sc, opts, ref.family)
     kw = {"n_ctx": 8192, "max_seqs": 32} if args.backend == "llamacpp" else {}
+    if args.backend == "openai":
+        from tooldecode.backends.openai import server_kwargs
+
+        kw = server_kwargs(args)
     be = load_backend(args.backend, ref, **kw)
     points = probe_call(
         be,
@@ -56,7 +60,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--variant", default="", help="transcript variant words, e.g. agentic,thinking (see docs/prompts.md)"
     )
-    p.add_argument("--backend", default="llamacpp", choices=["llamacpp", "hf"])
+    p.add_argument("--backend", default="llamacpp", choices=["llamacpp", "hf", "openai"])
+    from tooldecode.backends.openai import add_server_arguments
+
+    add_server_arguments(p)
     p.add_argument("--select", help="only decision points after this key (e.g. newText)")
     p.add_argument(
         "--depth", type=int, default=3, help="expansion depth for tokens that stop before the decision"

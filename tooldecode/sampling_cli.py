@@ -15,16 +15,20 @@ def _cmd_sample(args: argparse.Namespace) -> int:
     from tooldecode.scenarios import get_scenario
     from tooldecode.scoring import score_text
 
-    if args.mode == "strict":
+    if args.mode == "strict" and args.backend != "openai":
         check_engine(args.engine, backend=args.backend)  # before any model loads
     ref = resolve(args.model, fetch=True)
     sc = get_scenario(args.scenario)
     opts = parse_variant(args.variant) if args.variant else TranscriptOptions()
     prompt = render_prompt(sc, ref, opts)
     kw = {"n_ctx": 8192, "max_seqs": 33} if args.backend == "llamacpp" else {}
+    if args.backend == "openai":
+        from tooldecode.backends.openai import server_kwargs
+
+        kw = server_kwargs(args)
     be = load_backend(args.backend, ref, **kw)
     mask = None
-    if args.mode == "strict":
+    if args.mode == "strict" and args.backend != "openai":
         # an engine setting: tooldecode's grammar or the engine's own JSON-schema mode (or its own sampler)
         mask = build_strict(args.engine, prompt.tools, prompt.wire, be, mode="strict", ws="bounded")
     params = SamplingParams(
@@ -35,9 +39,16 @@ def _cmd_sample(args: argparse.Namespace) -> int:
         seed=args.seed,
         top_logprobs=args.top_logprobs,
     )
-    out = draw(
-        be, prompt.text, args.n, params, mask=mask, prefill=prompt.prefill, batch_size=args.batch_size
-    )
+    if args.backend == "openai":
+        # the server's own strict mode (its grammar field) with tooldecode's strict GBNF; --engine unused
+        grammar = None
+        if args.mode == "strict":
+            from tooldecode.grammar import render_toolset
+
+            grammar = render_toolset(list(prompt.tools), format="gbnf", wire=prompt.wire, mode="strict", ws="bounded")
+        out = be.sample(prompt.text, args.n, params, grammar=grammar, prefill=prompt.prefill)
+    else:
+        out = draw(be, prompt.text, args.n, params, mask=mask, prefill=prompt.prefill, batch_size=args.batch_size)
     if not args.json:
         print(
             f"model {ref.id} ({args.backend}), scenario {sc.id}, variant {args.variant or 'default'}, "
@@ -61,7 +72,8 @@ def _cmd_sample(args: argparse.Namespace) -> int:
             continue
         inv = ", ".join(f"{k['key']} at {k['path']}" for k in v.invented_keys)
         extra = f" ({inv})" if inv else (f" ({s.error})" if s.error else "")
-        print(f"\n--- sample {s.index}: {v.verdict}{extra}, {len(s.token_ids)} tokens, {s.finish_reason}")
+        n_tok = len(s.token_ids) if s.token_ids is not None else len(getattr(s, "tokens", None) or [])
+        print(f"\n--- sample {s.index}: {v.verdict}{extra}, {n_tok} tokens, {s.finish_reason}")
         print((prompt.prefill + s.text) if args.show_prefill else s.text)
     return 0
 
@@ -70,7 +82,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sample", help="sample a scenario's edit call (loose or strict) and score each sample")
     p.add_argument("--scenario", required=True, help="scenario id (see `tooldecode scenarios list`)")
     p.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    p.add_argument("--backend", default="llamacpp", choices=["llamacpp", "hf"])
+    p.add_argument("--backend", default="llamacpp", choices=["llamacpp", "hf", "openai"])
+    from tooldecode.backends.openai import add_server_arguments
+
+    add_server_arguments(p)
     p.add_argument(
         "--variant",
         default="",

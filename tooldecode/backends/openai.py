@@ -233,6 +233,7 @@ class ServerSample:
     error: str | None = None
     timing: dict[str, Any] = field(default_factory=dict)
     tokens: list[str] | None = None
+    tool_name: str | None = None  # chat tool calling: the called tool (``text`` holds its arguments)
 
     def to_record(self) -> dict[str, Any]:
         return asdict(self)
@@ -618,6 +619,66 @@ class OpenAIBackend(Backend):
             tokens=tokens,
         )
 
+    # --- provider-style tool calling (chat completions) ----------------------------------------
+    def chat_tool_samples(
+        self,
+        messages: Sequence[dict],
+        tools: Sequence[dict],
+        n: int,
+        params: Any,
+        *,
+        strict: bool,
+        tool_choice: str | dict = "required",
+        start_index: int = 0,
+    ) -> list[ServerSample]:
+        """Samples of the channel a production agent uses: chat completions with ``tools=[…]`` (each
+        ``{"type": "function", "function": {name, description, parameters}}``) and per-tool ``strict``.
+
+        The server renders the prompt with its own chat template. ``text`` of a sample is the first
+        tool call's ``arguments`` (``tool_name`` names the tool) or, without a tool call, the message
+        content. One request per sample (seed per index, as ``sample``).
+        """
+        fns = [dict(t, function=dict(t["function"], strict=bool(strict))) for t in tools]
+        out: list[ServerSample] = []
+        for i in range(start_index, start_index + n):
+            body: dict[str, Any] = {
+                "model": self.server_model,
+                "messages": list(messages),
+                "tools": fns,
+                "tool_choice": tool_choice,
+                "max_tokens": params.max_new_tokens,
+                "seed": request_seed(params.seed, i),
+                **self._sampling(params.temperature, params.top_p, params.top_k, params.min_p),
+            }
+            t = time.perf_counter()
+            got = self.http.request("POST", "/chat/completions", body)
+            with self._lock:
+                self.stats["requests"] += 1
+            choice = (got.get("choices") or [{}])[0]
+            msg = choice.get("message") or {}
+            calls = msg.get("tool_calls") or []
+            fn = (calls[0].get("function") or {}) if calls else {}
+            finish = choice.get("finish_reason") or "length"
+            finish = "stop" if finish in ("tool_calls", "function_call") else finish
+            out.append(
+                ServerSample(
+                    index=i,
+                    seed=params.seed,
+                    text=str(fn.get("arguments") if calls else msg.get("content") or ""),
+                    token_ids=None,
+                    logprobs=None,
+                    top=None,
+                    entropy=None,
+                    entropy_masked=None,
+                    mask_removed=None,
+                    finish_reason=finish if finish in ("stop", "length") else "error",
+                    error=None if finish in ("stop", "length") else f"the server finished with {finish!r}",
+                    timing={"request_s": round(time.perf_counter() - t, 4)},
+                    tool_name=fn.get("name") if calls else None,
+                )
+            )
+        return out
+
     # --- next-token distributions (the probe) -------------------------------------------------
     def next_logprobs(self, ids: Sequence[int]) -> np.ndarray:
         """Log-probabilities of the next token after ``ids``: ``n_vocab + 1`` entries, the last (``UNSEEN``)
@@ -742,3 +803,49 @@ class OpenAIBackend(Backend):
 
     def close(self) -> None:
         self._vocab.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# command-line options shared by `sample`, `probe` and `run`
+
+
+def add_server_arguments(parser: Any) -> None:
+    """``--base-url``, ``--api-key-env`` and ``--server-kind`` (used with ``--backend openai``)."""
+    parser.add_argument(
+        "--base-url", help="with --backend openai: the server's API root, e.g. http://127.0.0.1:8000/v1"
+    )
+    parser.add_argument(
+        "--api-key-env", help="with --backend openai: environment variable holding the API key (Bearer)"
+    )
+    parser.add_argument(
+        "--server-kind",
+        default="auto",
+        choices=KINDS,
+        help="with --backend openai: the server (default: detect)",
+    )
+
+
+def server_kwargs(args: Any) -> dict[str, Any]:
+    """``load_backend("openai", …)`` keyword arguments from the parsed options (one-line error without a URL)."""
+    if not getattr(args, "base_url", None):
+        raise ServerError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+    return {"base_url": args.base_url, "api_key_env": args.api_key_env, "kind": args.server_kind}
+
+
+def draw(
+    backend: OpenAIBackend,
+    prompt: str,
+    n: int,
+    params: Any,
+    *,
+    mask: str | None = None,
+    prefill: str = "",
+    batch_size: int | None = None,
+    start_index: int = 0,
+    on_batch: Callable[[list[ServerSample]], None] | None = None,
+) -> list[ServerSample]:
+    """``tooldecode.sampling.sample``'s call shape for a server: ``mask`` is the strict GBNF (or ``None``:
+    loose); ``batch_size`` is the server's business and ignored."""
+    return backend.sample(
+        prompt, n, params, grammar=mask, prefill=prefill, start_index=start_index, on_batch=on_batch
+    )
