@@ -171,6 +171,8 @@ class _Translator:
         for k, v in s.items():
             if ref_only and k != "$ref":
                 held[k] = (k, v)
+            elif k == "$schema" and old:  # meaningless below the root in these drafts
+                held[k] = (k, v)
             elif k in _SUB or k in self.vocab or k.startswith("x-") or k in ("$comment",):
                 out[k] = v
             elif _is_keyword(k):
