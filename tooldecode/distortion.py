@@ -399,7 +399,8 @@ def _analyse_arm(
                 cut = complete_only and done is not None and not done[j]
                 lw_list.append(-math.inf if cut else float(x))
                 w_clusters.append(s["scenario"])
-        if complete_only and unknown:
+        mixed = complete_only and unknown > 0
+        if mixed:
             notes.append(
                 f"{unknown} strict-aligned samples do not store which particles completed (drawn before "
                 "completion was recorded): their particles count with prefix weights"
@@ -409,6 +410,7 @@ def _analyse_arm(
         log_w = np.array(lw_list)
         n_cens = 0
     else:
+        mixed = False
         lw_c = [sample_log_weight(s) for s in good]
         log_w = np.array(
             [
@@ -494,7 +496,8 @@ def _analyse_arm(
     res.n_reference_valid = int(valid.sum())
     m_ref = _per_sample(counts, names, [s["scenario"] for s in ref])
     ref_pv, ref_pv_r = _plain(valid, m_ref)
-    res.checks.append(_p_valid_check(log_w, w_clusters, valid, [s["scenario"] for s in ref]))
+    if not mixed:  # weights of another target would not estimate this target's P(valid)
+        res.checks.append(_p_valid_check(log_w, w_clusters, valid, [s["scenario"] for s in ref]))
     for name, f in outcomes.items():
         fv = np.array([f(s) for s in ref], dtype=np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
