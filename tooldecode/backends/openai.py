@@ -485,7 +485,7 @@ class OpenAIBackend(Backend):
         self,
         prompt: str,
         n: int,
-        params: Any = None,
+        params: Any,
         *,
         grammar: str | None = None,
         prefill: str = "",
@@ -499,10 +499,6 @@ class OpenAIBackend(Backend):
         own strict mode constrains every token. ``on_batch`` receives samples as they arrive, so a
         server that goes away mid-call loses none that completed; the call then raises ``ServerError``.
         """
-        if params is None:
-            from tooldecode.sampling import SamplingParams
-
-            params = SamplingParams()
         if grammar is not None and prefill:
             raise ServerError(
                 "strict sampling through a server starts the grammar at the first generated token, and "
