@@ -175,6 +175,7 @@ def test_probe_channel(openai_smol, llama_smol, smol_ref):
     )
 
 
+@pytest.mark.slow
 def test_loose_rates_agree_within_intervals(openai_smol, llama_smol, smol_ref):
     """L2 loose, same prompt, 16 draws per channel: the rate of each first decision agrees (Newcombe 95%)."""
     from tooldecode.classify import classify_continuation
