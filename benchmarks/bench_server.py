@@ -4,6 +4,8 @@ measured side by side in one run (ratios are the result, not the absolute times)
 Starts `python -m llama_cpp.server` on 127.0.0.1 (a free port) with the model, then prints `name: value`:
 - `server_over_inprocess_loose_samples_per_s`: loose samples/s through the server (one request per sample,
   its prefix cache active, no logprobs) ÷ in-process batched sampling, same prompt and budget;
+- `server_logprobs_over_inprocess_samples_per_s`: the same with `logprobs=20` (equal work per token: the
+  in-process sampler always keeps log-probabilities and top-k);
 - `server_logprobs_over_no_logprobs`: the server's samples/s with `logprobs=20` ÷ without (llama-cpp-python
   computes log-softmax over the whole prompt's logits per request);
 - `server_probe_request_s`: seconds for one whole-vocabulary next-token request (the probe's unit).
@@ -83,6 +85,8 @@ def main() -> None:
             print(f"inprocess_loose_samples_per_s: {r_loc:.3f}")
             print(f"server_over_inprocess_loose_samples_per_s: {r_srv / r_loc:.3f}")
             print(f"server_logprobs_over_no_logprobs: {r_srv_lp / r_srv:.3f}")
+            # equal work per token (the in-process sampler always keeps log-probabilities and top-k)
+            print(f"server_logprobs_over_inprocess_samples_per_s: {r_srv_lp / r_loc:.3f}")
             print(f"server_probe_request_s: {probe_s:.3f}")
             srv.close()
             loc.close()
