@@ -773,4 +773,6 @@ def cached_validity(run_dir: str | Path) -> dict[str, dict[str, str]] | None:
 
 def has_masked_arm(manifest: dict) -> bool:
     """Whether a run's config has a masked (strict) arm."""
-    return any(a.get("mode") in MASKED_MODES for a in manifest.get("config", {}).get("arms", []))
+    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    arms = config.get("arms") if isinstance(config.get("arms"), list) else []
+    return any(isinstance(a, dict) and a.get("mode") in MASKED_MODES for a in arms)
