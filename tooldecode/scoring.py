@@ -21,6 +21,7 @@ import jsonschema
 
 from tooldecode.errors import ScenarioError, ToolDecodeError
 from tooldecode.grammar import Tool, strictify, tool_catalog
+from tooldecode.grammar.schema import json_depth
 from tooldecode.scenarios import Edit, Scenario, apply_edits, get_scenario
 from tooldecode.toolsets import EDIT_TOOL, TOOLSETS
 
@@ -126,21 +127,6 @@ class _Parsed:
 # a few levels deep, and walking pathological nesting would exhaust the interpreter's stack.
 MAX_JSON_DEPTH = 64
 TOO_DEEP = f"nested deeper than {MAX_JSON_DEPTH} levels"
-
-
-def json_depth(value: Any) -> int:
-    """Nesting depth of a JSON value (scalars 0, ``[]`` and ``{}`` 1), computed without recursion."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        v, d = stack.pop()
-        if isinstance(v, dict):
-            stack.extend((x, d + 1) for x in v.values())
-            deepest = max(deepest, d + 1)
-        elif isinstance(v, list):
-            stack.extend((x, d + 1) for x in v)
-            deepest = max(deepest, d + 1)
-    return deepest
 
 
 def _bracket_depth(src: str) -> int:
