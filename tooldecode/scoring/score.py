@@ -1,0 +1,193 @@
+"""One verdict per sample: ``score_text`` for a text, ``score_record`` for a stored sample record."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from tooldecode.grammar import Tool
+from tooldecode.grammar.schema import json_depth
+from tooldecode.scenarios import Scenario, get_scenario
+from tooldecode.scoring.calls import primary_call
+from tooldecode.scoring.checks import check_arguments, check_payload, schema_echo
+from tooldecode.scoring.extract import extract_calls, prose_outside
+from tooldecode.scoring.jsonparse import MAX_JSON_DEPTH, TOO_DEEP
+from tooldecode.scoring.records import EXPECTED_TOOL, FLAGS, SCORER_VERSION, ExtractedCall, Verdict
+from tooldecode.scoring.schemas import tool_by_name, tool_keys, toolset_tools
+
+
+def score_text(
+    text: str,
+    tools: Sequence[Tool],
+    *,
+    wire: str | None = None,
+    expected_tool: str | None = None,
+    scenario: Scenario | None = None,
+    finish_reason: str | None = None,
+) -> Verdict:
+    """The verdict of one raw model output (the call text, prefill included)."""
+    tools = list(tools)
+    calls = extract_calls(text, wire=wire, tools=tools, expected_tool=expected_tool)
+    flags: list[str] = []
+    if len(calls) > 1:
+        flags.append("multiple_calls")
+    if calls and prose_outside(text, [c.span for c in calls]):
+        flags.append("text_around_call")
+    call = primary_call(calls, expected_tool)
+    if call is None:
+        return Verdict("no_call", flags, None, None, [], [], None, None, None, 0)
+    base = dict(
+        flags=flags,
+        wrapping=call.wrapping,
+        shape=call.shape,
+        n_calls=len(calls),
+        duplicate_keys=list(call.duplicate_keys),
+    )
+    for f in call.flags:
+        if f in FLAGS and f not in flags:
+            flags.append(f)
+    if call.duplicate_keys:
+        flags.append("duplicate_key")
+    failed = _unparsed_verdict(call, base, finish_reason)
+    if failed is not None:
+        return failed
+
+    by_name = {t.name: t for t in tools}
+    name = call.name
+    if name is None:
+        if wire not in (None, "json"):
+            flags.append("unnamed_call")
+        name = expected_tool if expected_tool is not None else _best_tool(call.arguments, tools)
+    tool = by_name.get(name) if name is not None else None
+    if tool is None or (expected_tool is not None and name != expected_tool):
+        why = (
+            f"called {name!r}, expected {expected_tool!r}"
+            if tool is not None
+            else f"tool {name!r} is not offered"
+        )
+        return Verdict(
+            "wrong_tool",
+            tool=name,
+            invented_keys=[],
+            errors=[why],
+            payload=None,
+            arguments=call.arguments,
+            **base,
+        )
+
+    check = check_arguments(call.arguments, tool)
+    if check.invented:
+        verdict = "invented_key"
+    elif check.missing:
+        verdict = "missing_required"
+    elif check.other:
+        verdict = "wrong_type"
+    else:
+        verdict = "valid"
+    if schema_echo(call.arguments, tool, check.invented):
+        flags.append("schema_echo")
+    payload = check_payload(call.arguments, tool, scenario) if scenario is not None else None
+    if payload is not None and payload["file_correct"] and verdict != "valid":
+        flags.append("payload_correct_schema_invalid")
+    return Verdict(
+        verdict,
+        tool=tool.name,
+        invented_keys=check.invented,
+        errors=check.errors,
+        payload=payload,
+        arguments=call.arguments,
+        **base,
+    )
+
+
+def _unparsed_verdict(call: ExtractedCall, base: dict[str, Any], finish_reason: str | None) -> Verdict | None:
+    """``too_deep``, ``truncated`` or ``json_syntax`` for a call whose JSON did not parse (None if it did)."""
+    if call.error is not None and TOO_DEEP in call.error:
+        return Verdict(
+            "too_deep",
+            tool=call.name,
+            invented_keys=[],
+            errors=[call.error],
+            payload=None,
+            arguments=None,
+            **base,
+        )
+    if call.error is not None or (call.unbalanced and finish_reason == "length"):
+        cut = finish_reason == "length" or (finish_reason is None and call.unbalanced)
+        return Verdict(
+            "truncated" if cut else "json_syntax",
+            tool=call.name,
+            invented_keys=[],
+            errors=[call.error or "the sample ends inside the call"],
+            payload=None,
+            arguments=None,
+            **base,
+        )
+    return None
+
+
+def _best_tool(arguments: Any, tools: Sequence[Tool]) -> str | None:
+    if not isinstance(arguments, dict) or not tools:
+        return tools[0].name if tools else None
+    keys = set(arguments)
+    return max(tools, key=lambda t: len(keys & tool_keys(t)[1])).name
+
+
+# ---------------------------------------------------------------------------------------------- records
+
+_SCENARIOS: dict[tuple[str, tuple[str, ...]], Scenario] = {}
+
+
+def record_context(
+    record: dict, manifest: dict
+) -> tuple[list[Tool], str | None, str | None, Scenario | None]:
+    """(tools offered, wire, expected tool, scenario) of a raw sample record."""
+    arm = record.get("arm") or {}
+    toolset = arm.get("toolset") or "nested"
+    if arm.get("tools"):
+        tools = [tool_by_name(n) for n in arm["tools"]]
+    else:
+        tools = toolset_tools(toolset)
+    expected = arm.get("expected_tool") or EXPECTED_TOOL.get(toolset)
+    scenario = None
+    sid = record.get("scenario")
+    if sid:
+        config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+        raw_dirs = manifest.get("scenario_dirs") or config.get("scenario_dirs")
+        dirs = [Path(d) for d in raw_dirs] if raw_dirs else None
+        key = (str(sid), tuple(str(d) for d in dirs or ()))
+        if key not in _SCENARIOS:
+            _SCENARIOS[key] = get_scenario(str(sid), dirs=dirs)
+        scenario = _SCENARIOS[key]
+    return tools, arm.get("wire"), expected, scenario
+
+
+def score_record(record: dict, manifest: dict) -> dict:
+    """One line of ``verdicts-<SCORER_VERSION>.jsonl``: the verdict of a raw sample as a JSON-able dict."""
+    head = {
+        "key": record.get("key"),
+        "scorer": SCORER_VERSION,
+        "arm": record.get("arm"),
+        "scenario": record.get("scenario"),
+    }
+    if record.get("error"):
+        return {**head, "verdict": None, "skipped": str(record["error"])}
+    tools, wire, expected, scenario = record_context(record, manifest)
+    text = (record.get("prefill") or "") + (record.get("text") or "")
+    try:
+        verdict = score_text(
+            text,
+            tools,
+            wire=wire,
+            expected_tool=expected,
+            scenario=scenario,
+            finish_reason=record.get("finish_reason"),
+        )
+        if json_depth(verdict.arguments) > MAX_JSON_DEPTH:
+            raise RecursionError
+        return {**head, **asdict(verdict)}
+    except RecursionError:  # pathological nesting that got past the parsers' own guards
+        deep = Verdict("too_deep", [], None, None, [], [TOO_DEEP], None, None, None, 0)
+        return {**head, **asdict(deep)}
