@@ -13,6 +13,7 @@ import pytest
 from tooldecode import report as rp
 from tooldecode.cli import main
 from tooldecode.errors import RunError, ToolDecodeError
+from tooldecode.report import page as report_page
 from tooldecode.runstore import RunStore, build_manifest, rescore
 from tooldecode.scenarios import load_scenarios
 from tooldecode.scoring import SCORER_VERSION, score_record
@@ -322,7 +323,7 @@ def test_several_runs_probe_rows_and_the_cli(tmp_path, monkeypatch, capsys):
     ]
     RunStore.open(loose.path).write_derived("probe.jsonl", probe)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(rp, "MAX_SAMPLE_ROWS", 4)
+    monkeypatch.setattr(report_page, "MAX_SAMPLE_ROWS", 4)
     assert main(["report", "e1-loose", "e1-strict"]) == 0
     out = capsys.readouterr().out
     assert "summary: report/summary.md" in out and "html: report/report.html" in out
