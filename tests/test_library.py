@@ -25,7 +25,7 @@ def test_scoring_uses_the_tools_the_prompt_offered(toolset, smol_ref):
 def test_a_report_scores_each_sample_once(tmp_path, monkeypatch):
     import json
 
-    import tooldecode.repair as repair
+    import tooldecode.repair.rescue as repair_rescue
     import tooldecode.scoring as scoring
     from tooldecode.report import load_run
     from tooldecode.runstore import RunStore, build_manifest
@@ -55,7 +55,7 @@ def test_a_report_scores_each_sample_once(tmp_path, monkeypatch):
         return real(record, manifest)
 
     monkeypatch.setattr(scoring, "score_record", counting)
-    monkeypatch.setattr(repair, "score_record", counting)
+    monkeypatch.setattr(repair_rescue, "score_record", counting)
     run = load_run(tmp_path / "run")
     assert run.rescue is not None and len(run.samples) == len(texts)
     assert sorted(calls) == sorted(f"loose/c-config-trim-crlf/0/{i}" for i in range(len(texts)))
