@@ -201,7 +201,7 @@ def test_cut_is_where_generation_starts(models, family):
     """The prompt before the call equals the template's generation prompt plus the turn's text."""
     from tooldecode.chat_templates import apply_template as _apply_template
     from tooldecode.chat_templates import template_info as _template_info
-    from tooldecode.prompts import _tool_json
+    from tooldecode.prompts.tools import tool_json
 
     ref = models[family]
     template, bos, eos = _template_info(ref)
@@ -210,7 +210,7 @@ def test_cut_is_where_generation_starts(models, family):
         prompt = render_prompt(SCENARIO, ref, options)
         *history, turn = prompt.messages
         structured = "tool_calls" in turn  # Qwen2.5 native: the template writes tools and calls
-        tools = [_tool_json(t) for t in prompt.tools] if structured else None
+        tools = [tool_json(t) for t in prompt.tools] if structured else None
         head = _apply_template(template, history, tools, bos, eos, add_generation_prompt=True)
         if structured:
             before_call = turn["content"] + "\n" if turn["content"] else ""
@@ -225,14 +225,14 @@ def test_cut_is_where_generation_starts(models, family):
 def test_rendering_matches_transformers(models):
     """Our jinja rendering equals transformers' apply_chat_template on the GGUF's template."""
     transformers = pytest.importorskip("transformers")
-    from tooldecode.prompts import _tool_json
+    from tooldecode.prompts.tools import tool_json
 
     ref = models["qwen2.5"]
     tok = transformers.AutoTokenizer.from_pretrained(ref.path.parent, gguf_file=ref.path.name)
     for spec in ["agentic,thinking", "fresh", "agentic,antml,flat-edit"]:
         options = parse_variant(spec)
         prompt = render_prompt(SCENARIO, ref, options)
-        tools = [_tool_json(t) for t in prompt.tools] if options.call_format == "native" else None
+        tools = [tool_json(t) for t in prompt.tools] if options.call_format == "native" else None
         full = tok.apply_chat_template(prompt.messages, tools=tools, tokenize=False)
         assert full.startswith(prompt.text)
         history_call = full[len(prompt.text) :]

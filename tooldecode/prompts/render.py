@@ -1,0 +1,180 @@
+"""Rendering a conversation per model family (chat template or plain text) into the prompt text (``render_prompt``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tooldecode.chat_templates import apply_template, template_info
+from tooldecode.errors import PromptError
+from tooldecode.grammar import Tool
+from tooldecode.models import ModelRef
+from tooldecode.prompts.conversation import (
+    SYSTEM_TEXT,
+    call_message,
+    conversation_messages,
+    qwen_tool_block,
+    smollm2_tool_block,
+    switch_text,
+)
+from tooldecode.prompts.options import FAMILIES, Prompt, TranscriptOptions
+from tooldecode.prompts.tools import cut_point, edit_calls, offered_tools, tool_json
+from tooldecode.prompts.wires import calls_text, model_ref, stop_strings, wires_for
+from tooldecode.scenarios import Scenario
+from tooldecode.toolsets import EDIT_TOOL
+
+
+def _lower_calls(messages: list[dict], wire: str, style: str, tool_role: bool) -> list[dict]:
+    """Write tool calls into assistant content (and, unless ``tool_role``, tool results into user turns)."""
+    out = []
+    for i, msg in enumerate(messages):
+        if msg.get("tool_calls"):
+            calls = [(c["function"]["name"], c["function"]["arguments"]) for c in msg["tool_calls"]]
+            text = calls_text(calls, wire, style)
+            out.append({"role": "assistant", "content": "\n".join(p for p in (msg["content"], text) if p)})
+        elif msg["role"] == "tool" and not tool_role:
+            body = f"<tool_response>\n{msg['content']}\n</tool_response>"
+            if out and out[-1]["role"] == "user" and i > 0 and messages[i - 1]["role"] == "tool":
+                out[-1] = {"role": "user", "content": out[-1]["content"] + "\n" + body}
+            else:
+                out.append({"role": "user", "content": body})
+        else:
+            out.append(dict(msg))
+    return out
+
+
+@dataclass
+class _Rendered:
+    before: str  # prompt text up to where the model starts its call
+    messages: list[dict]
+    wire: str  # output wire
+    gold: str  # the full gold call in the output wire
+    eos: str | None = None  # the model's end-of-sequence token text, when known
+
+
+def _prepare(
+    family: str,
+    scenario: Scenario,
+    options: TranscriptOptions,
+    tools: tuple[Tool, ...],
+    prior_tools: tuple[Tool, ...] | None,
+    history_wire: str,
+    system_tools: bool,
+) -> list[dict]:
+    """The conversation with the edit turn last (its calls structured), system prompt filled in
+    unless the chat template writes the tools itself (``system_tools`` False)."""
+    messages, before_call, switched = conversation_messages(scenario, options)
+    first_tools = prior_tools if switched else tools
+    messages.append(call_message(before_call, edit_calls(scenario, options.toolset)))
+    if system_tools:
+        block = (
+            smollm2_tool_block(first_tools, history_wire)
+            if family == "smollm2"
+            else qwen_tool_block(first_tools, history_wire)
+        )
+        messages[0]["content"] = f"{SYSTEM_TEXT}\n\n{block}"
+    for msg in messages:
+        if msg["content"] == "<tool-switch>":
+            msg["content"] = switch_text(tools, family)
+    return messages
+
+
+def _render_chat(
+    ref: ModelRef,
+    scenario: Scenario,
+    options: TranscriptOptions,
+    tools: tuple[Tool, ...],
+    prior_tools: tuple[Tool, ...] | None,
+) -> _Rendered:
+    """Render through the model's chat template, then cut where the edit call starts."""
+    template, bos, eos = template_info(ref)
+    family = ref.family
+    if not template:
+        raise PromptError(
+            f"model '{ref.id}' has no chat template in its metadata; it cannot be rendered as family {family}"
+        )
+    history_wire, wire = wires_for(family, options.call_format, template)
+    # Qwen2.5 and generic templates write the tools and hermes calls themselves.
+    template_tools = history_wire == "hermes" and (
+        family == "qwen2.5" or (family == "generic" and "<tool_call>" in template)
+    )
+    messages = _prepare(family, scenario, options, tools, prior_tools, history_wire, not template_tools)
+    switched = options.prior and options.toolset != "flat-edit"
+    if not (template_tools and options.call_style == "compact"):
+        messages = _lower_calls(messages, history_wire, options.call_style, tool_role=family != "smollm2")
+    rendered = apply_template(
+        template,
+        messages,
+        [tool_json(t) for t in (prior_tools if switched else tools)] if template_tools else None,
+        bos,
+        eos,
+    )
+    calls = edit_calls(scenario, options.toolset)
+    start = rendered.rfind(calls_text(calls, history_wire, options.call_style))
+    if start < 0:
+        raise PromptError(
+            f"model '{ref.id}': its chat template does not write the edit call the way the {history_wire} wire "
+            "does; choose another call format (e.g. json)"
+        )
+    return _Rendered(rendered[:start], messages, wire, calls_text(calls, wire, options.call_style), eos)
+
+
+def _render_plain(
+    scenario: Scenario,
+    options: TranscriptOptions,
+    tools: tuple[Tool, ...],
+    prior_tools: tuple[Tool, ...] | None,
+) -> _Rendered:
+    """Gemma 3 base: a plain transcript of "User:", "Assistant:" and "Tool result (name):" turns."""
+    history_wire, wire = wires_for("gemma3-base", options.call_format)
+    messages = _prepare("gemma3-base", scenario, options, tools, prior_tools, history_wire, True)
+    parts = ["<bos>"]
+    for i, msg in enumerate(messages):
+        if msg["role"] == "system":
+            block = msg["content"] if i == 0 else f"System: {msg['content']}"
+        elif msg["role"] == "user":
+            block = f"User: {msg['content']}"
+        elif msg["role"] == "tool":
+            block = f"Tool result ({msg['name']}):\n{msg['content']}"
+        elif i == len(messages) - 1:  # the edit turn: stop where the call starts
+            parts.append("Assistant: " + (msg["content"] + "\n" if msg["content"] else ""))
+            break
+        else:
+            calls = [(c["function"]["name"], c["function"]["arguments"]) for c in msg.get("tool_calls", [])]
+            text = calls_text(calls, history_wire, options.call_style) if calls else ""
+            block = "Assistant: " + "\n".join(p for p in (msg["content"], text) if p)
+        parts.append(block if block.endswith("\n") else block + "\n")
+        parts.append("\n")
+    gold = calls_text(edit_calls(scenario, options.toolset), wire, options.call_style)
+    return _Rendered("".join(parts), messages, wire, gold)
+
+
+def render_prompt(
+    scenario: Scenario, model: ModelRef | str, options: TranscriptOptions = TranscriptOptions()
+) -> Prompt:
+    """The exact prompt ``model`` sees for ``scenario`` in variant ``options``, ending where its edit call starts."""
+    ref = model_ref(model)
+    if ref.family not in FAMILIES:
+        raise PromptError(f"model '{ref.id}' has family '{ref.family}'; known: {', '.join(FAMILIES)}")
+    tools = offered_tools(options)
+    prior_tools = (
+        offered_tools(options, "flat-edit") if options.prior and options.toolset != "flat-edit" else None
+    )
+    if ref.family == "gemma3-base":
+        r = _render_plain(scenario, options, tools, prior_tools)
+    else:
+        r = _render_chat(ref, scenario, options, tools, prior_tools)
+    if options.conditioning == "free":
+        prefill = ""
+    else:
+        kind = "forced-tool" if options.conditioning == "forced-tool" else options.gold_cut
+        prefill = r.gold[: cut_point(scenario, options, r.wire, kind)]
+    return Prompt(
+        text=r.before + prefill,
+        prefill=prefill,
+        family=ref.family,
+        wire=r.wire,
+        tools=tools,
+        expected_tool=EDIT_TOOL[options.toolset],
+        messages=r.messages,
+        stop=stop_strings(ref.family, r.wire, r.eos),
+    )
