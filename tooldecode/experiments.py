@@ -16,6 +16,7 @@ Strict arms mask every token with the grammar of the offered tools in the prompt
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import os
@@ -23,7 +24,7 @@ import re
 import sys
 import time
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,9 @@ class Spec:
     batch_size: int = 8
     variant: dict[str, list[Any]] = field(default_factory=dict)
     probe: dict[str, Any] = field(default_factory=dict)
+    # strict-aligned options: particles (masked draws per sample), method ('sir' or 'rejection') and
+    # target ('complete' or 'prefix'; see tooldecode.sampling.sample_aligned)
+    aligned: dict[str, Any] = field(default_factory=dict)
     claim: str = ""
     # the claim's effect and the findings rows built from this spec's runs (read by the findings
     # builder in experiments/findings.py; see docs/report.md)
@@ -199,9 +203,25 @@ def _check_types(raw: dict[str, Any], p: Path) -> None:
         and all(isinstance(x, str) for x in raw["scenarios"])
     ):
         raise SpecError(f"{p}: field 'scenarios' must be \"all\" or a list of scenario ids")
-    for key in ("probe",):
+    for key in ("probe", "aligned"):
         if key in raw and not isinstance(raw[key], dict):
             raise SpecError(f"{p}: [{key}] must be a table")
+
+
+def _check_aligned(aligned: dict[str, Any], fail: Callable[[str], None]) -> None:
+    """The [aligned] table: particles ≥ 1, method 'sir'/'rejection', target of ALIGNED_TARGETS."""
+    from tooldecode.sampling import ALIGNED_TARGETS
+
+    unknown = sorted(set(aligned) - {"particles", "method", "target"})
+    if unknown:
+        fail(f"[aligned] has unknown keys {unknown}; use particles, method, target")
+    k = aligned.get("particles", 1)
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        fail(f"[aligned] particles must be a whole number ≥ 1, got {k!r}")
+    if aligned.get("method", "sir") not in ("sir", "rejection"):
+        fail(f"[aligned] method must be 'sir' or 'rejection', got {aligned['method']!r}")
+    if aligned.get("target", "complete") not in ALIGNED_TARGETS:
+        fail(f"[aligned] target must be one of {', '.join(ALIGNED_TARGETS)}, got {aligned['target']!r}")
 
 
 def validate_spec(spec: Spec) -> None:
@@ -226,6 +246,7 @@ def validate_spec(spec: Spec) -> None:
     if not spec.models:
         fail("'models' is empty; name at least one model id or path (see `tooldecode models list`)")
     probe_only = bool(spec.probe.get("only"))
+    _check_aligned(spec.aligned, fail)
     if spec.n < (0 if probe_only else 1):
         fail(f"'n' must be ≥ 1 (0 only with [probe] only = true), got {spec.n}")
     for key in ("max_new_tokens", "batch_size"):
@@ -484,6 +505,8 @@ def run_spec(
         "batch_size": spec.batch_size,
         "probe": spec.probe,
     }
+    if spec.aligned:
+        config["aligned"] = spec.aligned
     models_info = {}
     for m in spec.models:
         ref = resolve(m, fetch=True)
@@ -590,7 +613,9 @@ def run_spec(
 
                     # contiguous runs of missing indices keep per-index seeds identical on resume
                     # strict-aligned: masked particles resampled by their importance weights
-                    draw = sample_aligned if arm["mode"] == "strict-aligned" else sample
+                    draw: Any = sample
+                    if arm["mode"] == "strict-aligned":
+                        draw = functools.partial(sample_aligned, **spec.aligned)
                     if isinstance(mask, OutlinesSampler):
                         draw = engine_draw
                     if arm["backend"] == "openai":  # the server draws; its own strict mode takes the GBNF
@@ -810,7 +835,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run on this model instead of the spec's (id, .gguf file or model folder; repeatable)",
     )
     p.add_argument(
-        "--fresh", action="store_true", help="delete an existing run directory (and only a run directory) first"
+        "--fresh",
+        action="store_true",
+        help="delete an existing run directory (and only a run directory) first",
     )
     p.add_argument("--report", action="store_true", help="write summary.md and report.html when done")
     p.add_argument("--no-progress", action="store_true")

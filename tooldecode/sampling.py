@@ -463,6 +463,7 @@ def _choose(
 
 #: particles drawn per aligned sample (``TOOLDECODE_ALIGNED_PARTICLES`` overrides it)
 ALIGNED_PARTICLES = 8
+ALIGNED_TARGETS = ("complete", "prefix")  # what is valid under the token cap (see sample_aligned)
 #: the particles of aligned sample ``i`` are masked samples ``_PARTICLE_BASE + i * _PARTICLE_STRIDE + j``
 #: of the same seed (streams that no plain sample of a run uses)
 _PARTICLE_BASE = 1 << 40
@@ -519,6 +520,7 @@ def sample_aligned(
     particles: int | None = None,
     method: str = "sir",
     max_rounds: int = 64,
+    target: str = "complete",
     batch_size: int | None = None,
     start_index: int = 0,
     on_batch: Callable[[list[Sample]], None] | None = None,
@@ -528,8 +530,10 @@ def sample_aligned(
     Masked sampling draws from Q(y) = P(y) / w(y) with w = Π_t Z_t ≤ 1 (``log_weight``), which is not
     P_L unless every Z_t is 1. Two corrections, both built on masked particles:
 
-    The target is the model conditioned on a valid call complete within ``max_new_tokens``: a particle
-    cut at the cap has weight 0 (it is not a call).
+    ``target`` says what is valid under the token cap ``max_new_tokens``: ``"complete"`` (the model
+    conditioned on a call complete within the cap: a particle cut at the cap has weight 0) or
+    ``"prefix"`` (conditioned on a string the grammar can still complete: a cut particle keeps the
+    weight of its prefix). ``tooldecode distortion --target`` reads the same two words.
 
     - ``method="sir"`` (importance resampling): ``particles`` masked samples, one kept with
       probability ∝ w. Consistent: the kept sample's law tends to P_L as ``particles`` grows
@@ -548,6 +552,8 @@ def sample_aligned(
         )
     if method not in ("sir", "rejection"):
         raise MaskError(f"unknown aligned method {method!r}; choose 'sir' or 'rejection'")
+    if target not in ALIGNED_TARGETS:
+        raise MaskError(f"unknown aligned target {target!r}; choose one of: {', '.join(ALIGNED_TARGETS)}")
     k = int(particles or os.environ.get("TOOLDECODE_ALIGNED_PARTICLES", 0) or ALIGNED_PARTICLES)
     if k < 1:
         raise MaskError(f"particles must be at least 1, got {k}")
@@ -571,7 +577,10 @@ def sample_aligned(
                 start_index=_PARTICLE_BASE + first * k,
             )
             wall = (time.perf_counter() - t0) / len(idx)
-            done = [_pick(i, parts[m * k : (m + 1) * k], params, k, method, wall) for m, i in enumerate(idx)]
+            done = [
+                _pick(i, parts[m * k : (m + 1) * k], params, k, method, wall, target=target)
+                for m, i in enumerate(idx)
+            ]
             out.extend(done)
             if on_batch is not None:
                 on_batch(list(done))
@@ -597,12 +606,13 @@ def sample_aligned(
             hit = [
                 j
                 for j, s in enumerate(batch)
-                if s.finish_reason == "stop" and math.log(max(u[j], 1e-300)) < _sample_log_w(s)
+                if (s.finish_reason == "stop" or target == "prefix")
+                and math.log(max(u[j], 1e-300)) < _sample_log_w(s)
             ]
             if hit:
                 chosen = len(drawn) - k + hit[0]
                 break
-        done = [_pick(i, drawn, params, k, method, time.perf_counter() - t0, chosen=chosen)]
+        done = [_pick(i, drawn, params, k, method, time.perf_counter() - t0, chosen=chosen, target=target)]
         out.extend(done)
         if on_batch is not None:
             on_batch(list(done))
@@ -621,15 +631,18 @@ def _pick(
     method: str,
     wall: float,
     chosen: int | None = None,
+    target: str = "complete",
 ) -> AlignedSample:
     """Output sample ``i`` from its particles ``drawn`` (SIR: one chosen ∝ w among the particles that
-    completed a call; rejection: ``chosen``). A particle cut at ``max_new_tokens`` is not a valid call:
-    it gets weight 0 unless no particle completed, when the choice falls back to the prefix weights
-    (the output is then cut too, ``particles["complete"]`` all false)."""
+    completed a call; rejection: ``chosen``). Under the ``complete`` target a particle cut at
+    ``max_new_tokens`` is not a valid call: it gets weight 0 unless no particle completed, when the
+    choice falls back to the prefix weights (the output is then cut too, ``particles["complete"]`` all
+    false). Under the ``prefix`` target every particle keeps its prefix weight."""
     log_ws = [_sample_log_w(s) for s in drawn]
     complete = [s.error is None and s.finish_reason == "stop" for s in drawn]
     prefix = np.array(log_ws, dtype=np.float64)
-    lw_all = np.where(complete, prefix, -math.inf) if any(complete) else prefix
+    use_prefix = target == "prefix" or not any(complete)
+    lw_all = prefix if use_prefix else np.where(complete, prefix, -math.inf)
     finite = np.isfinite(lw_all)
     top = float(lw_all[finite].max()) if finite.any() else -math.inf
     w = np.exp(lw_all - top) if finite.any() else np.zeros_like(lw_all)
@@ -646,7 +659,7 @@ def _pick(
         "chosen": chosen,
         "log_w": [round(x, 6) if math.isfinite(x) else None for x in log_ws],
         "complete": complete,
-        "target": "complete",
+        "target": target,
         "ess": round(ess, 4),
         "log_mean_w": round(log_mean, 6) if math.isfinite(log_mean) else None,
         "tokens": sum(len(s.token_ids) for s in drawn),
