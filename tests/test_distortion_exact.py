@@ -155,3 +155,33 @@ def test_aligned_refuses_truncated_sampling(setup):
         sample_aligned(be, ids, 1, SamplingParams(top_p=0.9), mask=mask)
     with pytest.raises(MaskError, match="temperature"):
         sample_aligned(be, ids, 1, SamplingParams(temperature=0.7), mask=mask)
+
+
+def test_aligned_prefix_target_keeps_cut_particles(setup):
+    """Under the ``prefix`` target a particle cut at the token cap keeps its prefix weight. With a cap of
+    one token every particle is cut and every one-token prefix has the same weight (the first step's
+    kept mass), so the sampler's first tokens follow Q's first step, which is P_L over viable prefixes."""
+    from tooldecode.errors import MaskError
+
+    be, ids, mask, exact, _ = setup
+    n = 120
+    out = sample_aligned(
+        be,
+        ids,
+        n,
+        SamplingParams(max_new_tokens=1, seed=9, top_logprobs=0),
+        mask=mask,
+        particles=4,
+        target="prefix",
+    )
+    assert all(s.error is None and s.finish_reason == "length" for s in out)
+    assert all(s.particles["target"] == "prefix" and not any(s.particles["complete"]) for s in out)
+    first: Counter[int] = Counter()
+    for s, q in zip(exact.sequences, exact.q(), strict=True):
+        first[s.token_ids[0]] += q
+    got = Counter(s.token_ids[0] for s in out)
+    assert set(got) <= set(first)
+    for tok, p in first.items():
+        assert abs(got[tok] / n - p) <= Z * math.sqrt(p * (1 - p) / n) + 1e-9, (tok, got[tok], p)
+    with pytest.raises(MaskError, match="target"):
+        sample_aligned(be, ids, 1, SamplingParams(max_new_tokens=1), mask=mask, target="whole")
