@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tooldecode.sampling import SamplingParams, _log_softmax, sample
+from tooldecode.sampling import SamplingParams, sample
+from tooldecode.sampling.kernels import log_softmax
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
@@ -40,8 +41,8 @@ def test_teacher_forced_log_probabilities_agree(llama_qwen, hf_qwen):
     out = sample(llama_qwen, PROMPT, 1, SamplingParams(temperature=0, max_new_tokens=16))[0]
     full = ids + out.token_ids
     pos = list(range(len(ids) - 1, len(full) - 1))
-    la = _log_softmax(llama_qwen.forward(full, pos))
-    lb = _log_softmax(hf_qwen.forward(full, pos))
+    la = log_softmax(llama_qwen.forward(full, pos))
+    lb = log_softmax(hf_qwen.forward(full, pos))
     chosen = np.array(out.token_ids)
     rows = np.arange(len(chosen))
     assert np.abs(la[rows, chosen] - lb[rows, chosen]).max() < TOL_LOGP

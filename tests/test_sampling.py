@@ -10,7 +10,8 @@ import pytest
 
 from tooldecode.errors import MaskError
 from tooldecode.masking import MaskEngine, compile_mask
-from tooldecode.sampling import SamplingParams, _draw_w, _log_softmax, _top_indices, sample
+from tooldecode.sampling import SamplingParams, sample
+from tooldecode.sampling.kernels import draw_weighted, log_softmax, top_indices
 
 pytestmark = pytest.mark.model
 
@@ -144,7 +145,7 @@ def test_prefill_the_grammar_rejects_is_an_error(llama_smol):
 
 def test_log_softmax_is_normalised():
     x = np.array([[1.0, 2.0, -np.inf, 3.0]])
-    lp = _log_softmax(x)
+    lp = log_softmax(x)
     assert np.exp(lp).sum() == pytest.approx(1.0)
     assert lp[0, 2] == -np.inf
 
@@ -229,7 +230,7 @@ def test_two_level_draw_follows_the_weights():
     rng = np.random.default_rng(0)
     w = np.zeros(5000, dtype=np.float32)  # 19 strided groups of 256 and a tail of 136
     w[[3, 2047, 2048, 4999]] = [1.0, 2.0, 3.0, 4.0]
-    draws = np.array([_draw_w(w, rng) for _ in range(20000)])
+    draws = np.array([draw_weighted(w, rng) for _ in range(20000)])
     assert set(np.unique(draws)) == {3, 2047, 2048, 4999}  # zero weights are never drawn
     freq = np.array([(draws == i).mean() for i in (3, 2047, 2048, 4999)])
     assert np.allclose(freq, [0.1, 0.2, 0.3, 0.4], atol=0.015)
@@ -240,7 +241,7 @@ def test_block_top_k_equals_a_full_sort(size):
     rng = np.random.default_rng(size)
     x = np.round(rng.normal(size=size), 2).astype(np.float32)  # many ties
     for k in (1, 5, 20):
-        got = _top_indices(x, k)
+        got = top_indices(x, k)
         assert len(got) == k and len(set(got.tolist())) == k
         assert np.array_equal(np.sort(x[got])[::-1], np.sort(x)[::-1][:k])
         assert np.all(np.diff(x[got]) <= 0)

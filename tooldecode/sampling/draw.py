@@ -1,0 +1,329 @@
+"""Many continuations of one prompt as parallel sequences, optionally masked (``sample``)."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tooldecode.backends.base import Backend
+from tooldecode.errors import MaskError
+from tooldecode.masking import MaskEngine, Matcher
+from tooldecode.sampling.kernels import (
+    draw_index,
+    draw_weighted,
+    entropy,
+    filter_logits,
+    group_sums,
+    log_softmax,
+    top_indices,
+)
+from tooldecode.sampling.params import Sample, SamplingParams
+
+
+@dataclass
+class _Row:
+    index: int
+    rng: np.random.Generator
+    matcher: Matcher | None
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top: list[list[list[float]] | None] = field(default_factory=list)
+    entropy: list[float] = field(default_factory=list)
+    entropy_masked: list[float] = field(default_factory=list)
+    mask_removed: list[float] = field(default_factory=list)
+    text: bytes = b""
+    finish: str | None = None
+    error: str | None = None
+    t_start: float = 0.0
+    t_end: float = 0.0
+
+
+def sample(
+    backend: Backend,
+    prompt: str | Sequence[int],
+    n: int,
+    params: SamplingParams = SamplingParams(),
+    *,
+    mask: MaskEngine | None = None,
+    prefill: str = "",
+    batch_size: int | None = None,
+    start_index: int = 0,
+    on_batch: Callable[[list[Sample]], None] | None = None,
+) -> list[Sample]:
+    """Draw ``n`` samples (indices ``start_index`` … ) from ``prompt``, ``batch_size`` sequences at a time
+    (default: the backend's ``suggest_batch_size``, from its memory and context; ``TOOLDECODE_BATCH``
+    overrides it).
+
+    ``prompt`` is the full prompt text (special tokens as text) or token ids; ``prefill`` is the part
+    of it that the call already contains (the mask's matcher is advanced over it). With ``mask``, every
+    token is drawn from the masked distribution; a matcher failure aborts that sample
+    (``finish_reason="error"``), never continuing unconstrained.
+
+    On a backend that can restart a sequence (llama.cpp), a finished sample's slot is refilled at once
+    with the next sample (continuous batching), so early stops do not leave the batch half empty.
+    ``on_batch`` receives the samples as they finish (in finishing order); the return value is in
+    index order.
+    """
+    ids = backend.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+    prefill_ids = backend.tokenize(prefill, special=False) if (mask is not None and prefill) else []
+    indices = list(range(start_index, start_index + n))
+    if batch_size is None:
+        env = os.environ.get("TOOLDECODE_BATCH")
+        batch_size = int(env) if env else backend.suggest_batch_size(len(ids), params.max_new_tokens)
+    slots = max(1, batch_size)
+    if getattr(backend, "can_restart", False):
+        groups = [indices] if indices else []
+    else:
+        groups = [indices[k : k + slots] for k in range(0, n, slots)]
+    out: list[Sample] = []
+    for group in groups:
+        out.extend(_stream(backend, ids, group, params, mask, prefill, prefill_ids, slots, on_batch))
+    return sorted(out, key=lambda s: s.index)
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor | None:
+    """Threads for the per-row draws (``TOOLDECODE_SAMPLER_THREADS``, default: the CPU count, at most 4)."""
+    global _POOL
+    n = int(os.environ.get("TOOLDECODE_SAMPLER_THREADS", 0)) or min(4, os.cpu_count() or 1)
+    if n <= 1:
+        return None
+    if _POOL is None or _POOL._max_workers != n:
+        _POOL = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tooldecode-sampler")
+    return _POOL
+
+
+def _new_row(
+    i: int, params: SamplingParams, mask: MaskEngine | None, prefill: str, prefill_ids: list[int]
+) -> _Row:
+    matcher = None
+    err = None
+    if mask is not None:
+        try:
+            matcher = mask.matcher(prefill, prefill_ids)
+        except MaskError as e:
+            err = str(e)
+        except Exception as e:  # engine bug: never fall back to unconstrained sampling
+            err = f"mask engine failed: {type(e).__name__}: {e}"
+    row = _Row(i, np.random.default_rng([params.seed, i]), matcher, t_start=time.perf_counter())
+    if err:
+        row.finish, row.error = "error", err
+    return row
+
+
+def _stream(
+    backend: Backend,
+    ids: list[int],
+    indices: list[int],
+    params: SamplingParams,
+    mask: MaskEngine | None,
+    prefill: str,
+    prefill_ids: list[int],
+    slots: int,
+    on_batch: Callable[[list[Sample]], None] | None,
+) -> list[Sample]:
+    t0 = time.perf_counter()
+    pending = list(reversed(indices))
+    n_slots = min(slots, len(indices))
+    logits = backend.begin(ids, n_slots)
+    first = np.array(logits[0], dtype=np.float32)  # the prompt's next-token logits, for refilled slots
+    t_prefill = time.perf_counter() - t0
+    eog = backend.eog_ids
+    results: list[Sample] = []
+    finished: list[_Row] = []
+
+    def next_row() -> _Row | None:
+        while pending:
+            row = _new_row(pending.pop(), params, mask, prefill, prefill_ids)
+            if row.finish is None:
+                return row
+            row.t_end = time.perf_counter()
+            finished.append(row)
+        return None
+
+    pool = _pool() if n_slots > 1 else None
+    masked = mask is not None
+
+    def choose(row: _Row, x: np.ndarray) -> int | None:
+        return _choose(row, x, params, masked, eog)
+
+    rows: dict[int, _Row] = {}
+    for slot in range(n_slots):
+        row = next_row()
+        if row is None:
+            break
+        rows[slot] = row
+    active = list(rows)
+    current: list[np.ndarray] = [logits[slot] for slot in active]
+    try:
+        while active:
+            chosen: list[int] = []
+            keep: list[int] = []
+            freed: list[int] = []
+            batch_rows = [rows[slot] for slot in active]
+            if pool is not None and len(active) > 1:
+                # rows are independent (own generator, own matcher): numpy and the mask engines
+                # release the GIL on the vocabulary-sized work, so the rows' draws share the cores
+                toks = list(pool.map(choose, batch_rows, current))
+            else:
+                toks = [choose(r, x) for r, x in zip(batch_rows, current, strict=True)]
+            for slot, row, tok in zip(active, batch_rows, toks, strict=True):
+                if tok is not None:
+                    _accept(row, tok, backend, params, eog)
+                if row.finish is None:
+                    chosen.append(tok)  # type: ignore[arg-type]
+                    keep.append(slot)
+                else:
+                    row.t_end = time.perf_counter()
+                    finished.append(row)
+                    freed.append(slot)
+            fresh: list[int] = []
+            for slot in freed:
+                row = next_row()
+                if row is None:
+                    del rows[slot]
+                    continue
+                backend.restart(slot)  # type: ignore[attr-defined]
+                rows[slot] = row
+                fresh.append(slot)
+            if finished:
+                done = [_to_sample(r, params, mask, t0, t_prefill, n_slots) for r in finished]
+                finished.clear()
+                results.extend(done)
+                if on_batch is not None:
+                    on_batch(done)
+            stepped = backend.step(chosen, keep) if keep else np.empty((0, 0), dtype=np.float32)
+            active = keep + fresh
+            current = [stepped[k] for k in range(len(keep))] + [first] * len(fresh)
+    finally:
+        backend.end()
+    if finished:  # rows that failed before their first token after the last step
+        done = [_to_sample(r, params, mask, t0, t_prefill, n_slots) for r in finished]
+        results.extend(done)
+        if on_batch is not None:
+            on_batch(done)
+    return results
+
+
+def _accept(row: _Row, tok: int, backend: Backend, params: SamplingParams, eog: frozenset[int]) -> None:
+    """Append ``tok`` to ``row``; set the row's finish reason when the token ends the sample."""
+    row.ids.append(tok)
+    if tok in eog:
+        row.finish = "stop"
+        return
+    row.text += backend.token_bytes(tok)
+    if params.stop and _hit_stop(row, params.stop):
+        row.finish = "stop"
+    elif len(row.ids) >= params.max_new_tokens:
+        row.finish = "length"
+
+
+def _to_sample(
+    row: _Row, params: SamplingParams, mask: MaskEngine | None, t0: float, t_prefill: float, n_slots: int
+) -> Sample:
+    return Sample(
+        index=row.index,
+        seed=params.seed,
+        text=row.text.decode("utf-8", errors="replace"),
+        token_ids=row.ids,
+        logprobs=row.logprobs,
+        top=row.top,
+        entropy=row.entropy,
+        entropy_masked=row.entropy_masked if mask is not None else None,
+        mask_removed=row.mask_removed if mask is not None else None,
+        finish_reason=row.finish or "length",
+        error=row.error,
+        timing={
+            "prefill_s": round(t_prefill, 4),
+            "start_s": round(row.t_start - t0, 4),
+            "end_s": round(row.t_end - t0, 4),
+            "slots": n_slots,
+            "tokens": len(row.ids),
+        },
+    )
+
+
+def _hit_stop(row: _Row, stops: tuple[str, ...]) -> bool:
+    tail = row.text[-512:].decode("utf-8", errors="ignore")
+    for s in stops:
+        k = tail.find(s)
+        if k >= 0:
+            # cut anything the last token carried past the stop string
+            cut = len(tail[: k + len(s)].encode("utf-8"))
+            row.text = row.text[: len(row.text) - len(tail.encode("utf-8")) + cut]
+            return True
+    return False
+
+
+def _choose(
+    row: _Row, x: np.ndarray, params: SamplingParams, masked: bool, eog: frozenset[int]
+) -> int | None:
+    x = x.astype(np.float32, copy=False)
+    m = float(x.max())
+    z = x - m  # logits are finite: z <= 0
+    e = np.exp(z)
+    sums = group_sums(e)
+    s = float(sums.sum())
+    log_s = math.log(s)
+    h = log_s - float(np.dot(e, z)) / s
+    # plain T=1 sampling draws straight from the (masked) exp-weights
+    plain = params.temperature == 1.0 and not params.top_k and params.top_p >= 1.0 and params.min_p <= 0
+    w = e
+    allowed = None
+    if masked:
+        assert row.matcher is not None
+        try:
+            allowed = row.matcher.allowed()
+            if row.matcher.done():
+                allowed = np.zeros_like(allowed)
+                allowed[list(eog)] = True
+        except MaskError as err:
+            row.finish, row.error = "error", str(err)
+            return None
+        except Exception as err:  # never continue unconstrained
+            row.finish, row.error = "error", f"mask engine failed: {type(err).__name__}: {err}"
+            return None
+        if not allowed.any():
+            row.finish, row.error = "error", "grammar dead end: no token is allowed"
+            return None
+        w = np.multiply(e, allowed.view(np.uint8) if allowed.dtype == bool else allowed, dtype=np.float32)
+        sums = group_sums(w)
+        sa = float(sums.sum())
+        row.mask_removed.append(max(0.0, 1.0 - sa / s))
+        if sa > 0:
+            # entropy of the renormalised masked distribution (disallowed tokens have weight 0)
+            row.entropy_masked.append(math.log(sa) - float(np.dot(w, z)) / sa)
+        else:  # every allowed token underflowed: fall back to the masked logits
+            row.entropy_masked.append(float(entropy(log_softmax(np.where(allowed, x, -np.inf)))))
+            plain = False
+    if params.temperature <= 0:
+        tok = int(np.argmax(np.where(allowed, x, -np.inf) if allowed is not None else x))
+    elif plain:
+        tok = draw_weighted(w, row.rng, sums)
+    else:
+        weights = np.where(allowed, x, -np.inf) if allowed is not None else x
+        tok = draw_index(filter_logits(weights, params), row.rng)
+    if masked:
+        try:
+            row.matcher.accept(tok)  # type: ignore[union-attr]
+        except MaskError as err:
+            row.finish, row.error = "error", str(err)
+            return None
+    lse = m + log_s
+    row.logprobs.append(float(x[tok]) - lse)
+    row.entropy.append(h)
+    if params.top_logprobs and params.keep_top == "all":
+        top = top_indices(x, params.top_logprobs)
+        vals = np.round(x[top].astype(np.float64) - lse, 5).tolist()
+        row.top.append([[t, v] for t, v in zip(top.tolist(), vals, strict=True)])
+    else:
+        row.top.append(None)
+    return tok

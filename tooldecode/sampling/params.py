@@ -1,0 +1,38 @@
+"""What a draw takes and gives: ``SamplingParams`` and the ``Sample`` record."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    max_new_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    seed: int = 0
+    top_logprobs: int = 20
+    keep_top: str = "all"  # "all" | "none" (runs keep top-k only at structural positions when stored)
+
+
+@dataclass
+class Sample:
+    index: int
+    seed: int
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    top: list[list[list[float]] | None]
+    entropy: list[float]
+    entropy_masked: list[float] | None
+    mask_removed: list[float] | None
+    finish_reason: str
+    error: str | None = None
+    timing: dict[str, float] = field(default_factory=dict)
+
+    def to_record(self) -> dict[str, Any]:
+        return asdict(self)
