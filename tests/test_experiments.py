@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tooldecode.errors import ModelError
-from tooldecode.experiments import SpecError, _runs, arm_label, load_spec, run_spec
+from tooldecode.experiments import SpecError, arm_label, load_spec, run_spec
+from tooldecode.experiments.runner import index_runs
 from tooldecode.findings import continuation_class
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,8 +50,8 @@ def test_spec_errors_are_one_line(tmp_path):
 
 
 def test_runs_of_missing_indices():
-    assert list(_runs([0, 1, 2, 5, 6, 9])) == [(0, 3), (5, 2), (9, 1)]
-    assert list(_runs([])) == []
+    assert list(index_runs([0, 1, 2, 5, 6, 9])) == [(0, 3), (5, 2), (9, 1)]
+    assert list(index_runs([])) == []
 
 
 @pytest.mark.parametrize(
@@ -134,7 +135,7 @@ def test_strict_smollm2_panel_run_scores_and_reports(tmp_path):
 def test_strict_spec_mode_masks_with_the_open_grammar(tmp_path):
     from types import SimpleNamespace
 
-    from tooldecode.experiments import _grammar_for
+    from tooldecode.experiments.arms import arm_grammar
     from tooldecode.grammar import check, load_tool
 
     spec = load_spec(ROOT / "experiments" / "e13_open_grammar.toml")
@@ -145,6 +146,6 @@ def test_strict_spec_mode_masks_with_the_open_grammar(tmp_path):
     }
     prompt = SimpleNamespace(tools=[load_tool("edit")], wire="call-json")
     extra = '{"name": "edit", "arguments": {"path": "a", "edits": [{"oldText": "x", "newText": "y", "required": 1}]}}'
-    assert check.accepts("xgrammar", _grammar_for(prompt, "bounded", "strict-spec"), extra)
-    assert not check.accepts("xgrammar", _grammar_for(prompt, "bounded", "strict"), extra)
+    assert check.accepts("xgrammar", arm_grammar(prompt, "bounded", "strict-spec"), extra)
+    assert not check.accepts("xgrammar", arm_grammar(prompt, "bounded", "strict"), extra)
 

@@ -1,0 +1,60 @@
+"""``tooldecode run SPEC``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tooldecode.experiments.runner import run_spec
+from tooldecode.experiments.spec import load_spec, validate_spec
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``tooldecode run SPEC``."""
+    spec = load_spec(args.spec, quick=args.quick)
+    if args.model:
+        spec.models = list(args.model)
+        validate_spec(spec)
+    server = None
+    if args.backend:
+        spec.backend = args.backend
+        validate_spec(spec)
+    if spec.backend == "openai":
+        from tooldecode.backends.openai import server_kwargs
+
+        server = server_kwargs(args)
+    out = Path(args.out) if args.out else Path("runs") / (spec.name + ("-quick" if args.quick else ""))
+    run_spec(spec, out, fresh=args.fresh, progress=not args.no_progress, server=server)
+    print(f"run written: {out}")
+    if args.report:
+        from tooldecode.report import report
+
+        paths = report([out], out)
+        for p in paths.values() if isinstance(paths, dict) else paths:
+            print(f"report: {p}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``run`` to the command line."""
+    p = sub.add_parser("run", help="run an experiment spec (experiments/*.toml); resumable")
+    p.add_argument("spec")
+    p.add_argument("--out", help="run directory (default runs/<name>)")
+    p.add_argument("--quick", action="store_true", help="use the spec's [quick] overrides (small N)")
+    p.add_argument(
+        "--model",
+        action="append",
+        metavar="ID_OR_PATH",
+        help="run on this model instead of the spec's (id, .gguf file or model folder; repeatable)",
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="delete an existing run directory (and only a run directory) first",
+    )
+    p.add_argument("--report", action="store_true", help="write summary.md and report.html when done")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--backend", help="run on this backend instead of the spec's (llamacpp, hf, openai)")
+    from tooldecode.backends.openai import add_server_arguments
+
+    add_server_arguments(p)
+    p.set_defaults(func=cmd_run)

@@ -1,0 +1,330 @@
+"""Running a spec: every arm × scenario × seed sampled into a resumable run (``run_spec``)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from tooldecode.experiments.arms import (
+    ModelCache,
+    arm_grammar,
+    arm_label,
+    select_scenarios,
+    transcript_options,
+)
+from tooldecode.experiments.probes import run_probe
+from tooldecode.experiments.rundir import check_models_match, discard_empty_run, remove_run
+from tooldecode.experiments.spec import STRICT_MODES, Spec, SpecError, load_spec, validate_spec
+
+
+def run_spec(
+    spec: Spec, out: Path, *, fresh: bool = False, progress: bool = True, server: dict[str, Any] | None = None
+) -> Path:
+    """Run every arm × scenario × seed of ``spec`` into ``out`` (resuming what is already there).
+
+    ``server``: options of the ``openai`` backend (``base_url``, ``api_key_env``, ``kind``); where the
+    server is is not part of the run's config, so a run resumes against a restarted server."""
+    from tooldecode.runstore import MANIFEST, RunStore
+
+    validate_spec(spec)
+    if fresh:
+        remove_run(out)
+    scenarios = select_scenarios(spec)
+    arms = spec.arms()
+    manifest = _run_manifest(spec, out, arms, scenarios)
+    new_run = not (out / MANIFEST).exists()
+    new_dir = not out.exists()
+    store = RunStore.create(out, manifest)
+    try:
+        # the write lock before any model loads: a second writer learns of it at once
+        store.lock()
+    except BaseException:
+        store.close()
+        raise
+    done = store.completed_keys()
+    models = ModelCache(n_ctx=8192, max_seqs=max(spec.batch_size, 16) + 1, server=server)
+    # model-major (one model loaded at a time), then scenario-major: arms of one scenario share the
+    # prompt prefix, which stays in the KV cache
+    jobs = [
+        (arm, sc, seed)
+        for model in spec.models
+        for sc in scenarios
+        for seed in spec.seeds
+        for arm in arms
+        if arm["model"] == model
+    ]
+    total = len(jobs) * spec.n if not spec.probe.get("only") else 0
+    t_start = time.perf_counter()
+    try:
+        with _progress(progress) as bar:
+            task = bar.add_task(spec.name, total=total)
+            bar.advance(task, sum(1 for k in done if not k.startswith("probe/")))
+            if not spec.probe.get("only"):
+                for arm, sc, seed in jobs:
+                    _sample_job(spec, store, models, (arm, sc, seed), done, lambda k: bar.advance(task, k))
+            if spec.probe:
+                run_probe(spec, store, scenarios, models, done, bar)
+    except BaseException:
+        models.close()
+        store.close()
+        if new_run and len(store) == 0 and not store.derived_path("probe.jsonl").exists():
+            discard_empty_run(out, remove_dir=new_dir)
+        raise
+    finally:
+        models.close()
+        store.close()
+    _write_timing(store, time.perf_counter() - t_start)
+    return out
+
+
+def _run_manifest(spec: Spec, out: Path, arms: list[dict[str, Any]], scenarios: list[Any]) -> dict[str, Any]:
+    """The manifest of a run of ``spec`` into ``out`` (refusing to resume one sampled from other weights)."""
+    from tooldecode.models import resolve
+    from tooldecode.runstore import build_manifest
+
+    config = {
+        "spec": spec.name,
+        "arms": arms,
+        "scenarios": [s.id for s in scenarios],
+        "n": spec.n,
+        "seeds": spec.seeds,
+        "max_new_tokens": spec.max_new_tokens,
+        "top_p": spec.top_p,
+        "ws": spec.ws,
+        "batch_size": spec.batch_size,
+        "probe": spec.probe,
+    }
+    if spec.aligned:
+        config["aligned"] = spec.aligned
+    models_info = {}
+    for m in spec.models:
+        ref = resolve(m, fetch=True)
+        models_info[m] = {"id": ref.id, "sha256": ref.digest(), "path": str(ref.path)}
+    check_models_match(out, models_info)
+    manifest = build_manifest(
+        config,
+        model=models_info if len(models_info) > 1 else next(iter(models_info.values())),
+        seeds=spec.seeds,
+        scenarios={s.id: s.sha256() for s in scenarios},
+    )
+    manifest["claim"] = spec.claim
+    manifest["description"] = spec.description
+    manifest["command"] = " ".join(
+        ["tooldecode", "run", rel_path(spec.path)]
+        + (["--quick"] if spec.quick else [])
+        + ["--out", rel_path(out)]
+    )
+    return manifest
+
+
+def _progress(enabled: bool) -> Any:
+    """The run's progress bars (rich), shown only when ``enabled``."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    cols = [
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    ]
+    return Progress(*cols, disable=not enabled, transient=False)
+
+
+def _sample_job(
+    spec: Spec,
+    store: Any,
+    models: ModelCache,
+    job: tuple[dict[str, Any], Any, int],
+    done: set[str],
+    advance: Callable[[int], None],
+) -> None:
+    """The samples of one (arm, scenario, seed) that ``store`` does not have yet, appended as they come."""
+    import hashlib
+
+    from tooldecode.models import resolve
+    from tooldecode.prompts import render_prompt
+    from tooldecode.sampling import SamplingParams
+
+    arm, sc, seed = job
+    label = arm_label(arm)
+    keys = [f"{label}/{sc.id}/{seed}/{i}" for i in range(spec.n)]
+    todo = [i for i, k in enumerate(keys) if k not in done]
+    if not todo:
+        return
+    be = models.get(arm["backend"], arm["model"])
+    prompt = render_prompt(sc, resolve(arm["model"]), transcript_options(arm))
+    mask = _arm_mask(spec, arm, prompt, be)
+    params = SamplingParams(
+        temperature=arm["temperature"],
+        top_p=spec.top_p,
+        max_new_tokens=spec.max_new_tokens,
+        stop=tuple(prompt.stop),
+        seed=seed,
+        top_logprobs=20,
+        keep_top="all",
+    )
+    arm_rec = dict(arm, wire=prompt.wire, expected_tool=prompt.expected_tool)
+    psha = hashlib.sha256(prompt.text.encode()).hexdigest()
+
+    def write(batch: list) -> None:
+        recs = [_record(s, arm_rec, label, sc.id, seed, psha, prompt.prefill, be) for s in batch]
+        store.append(recs)
+        advance(len(recs))
+
+    draw = _drawer(spec, arm, mask)
+    # contiguous runs of missing indices keep per-index seeds identical on resume
+    for start, count in index_runs(todo):
+        draw(
+            be,
+            prompt.text,
+            count,
+            params,
+            mask=mask,
+            prefill=prompt.prefill,
+            batch_size=spec.batch_size,
+            start_index=start,
+            on_batch=write,
+        )
+
+
+def _arm_mask(spec: Spec, arm: dict[str, Any], prompt: Any, be: Any) -> Any:
+    """What constrains an arm's samples: None (loose), the GBNF a server's strict mode takes, a compiled
+    mask, or an engine setting's own strict channel."""
+    from tooldecode.engines import build_strict
+    from tooldecode.masking import ENGINE_FORMATS, compile_mask
+
+    if arm["mode"] not in STRICT_MODES:
+        return None
+    if arm["backend"] == "openai":
+        if arm["mode"] == "strict-aligned":
+            raise SpecError(
+                f"{spec.path}: mode 'strict-aligned' needs the full logits; "
+                "--backend openai runs 'loose', 'strict' and 'strict-spec'"
+            )
+        return arm_grammar(prompt, spec.ws, arm["mode"], "xgrammar")  # GBNF for the server
+    engine = arm.get("engine", spec.engine)
+    if engine in ENGINE_FORMATS:
+        grammar = arm_grammar(prompt, spec.ws, arm["mode"], engine)
+        return compile_mask(engine, grammar, be)
+    # an engine setting: its own grammar of the schema, or its own sampler
+    return build_strict(engine, prompt.tools, prompt.wire, be, mode=arm["mode"], ws=spec.ws)
+
+
+def _drawer(spec: Spec, arm: dict[str, Any], mask: Any) -> Callable[..., Any]:
+    """The draw function of an arm (all share ``tooldecode.sampling.sample``'s call shape)."""
+    from tooldecode.engines import OutlinesSampler
+    from tooldecode.engines import draw as engine_draw
+    from tooldecode.sampling import sample, sample_aligned
+
+    if arm["backend"] == "openai":  # the server draws; its own strict mode takes the GBNF
+        from tooldecode.backends.openai import draw
+
+        return draw
+    if isinstance(mask, OutlinesSampler):
+        return engine_draw
+    if arm["mode"] == "strict-aligned":  # masked particles resampled by their importance weights
+        return functools.partial(sample_aligned, **spec.aligned)
+    return sample
+
+
+def _write_timing(store: Any, elapsed: float) -> None:
+    """``timing.json``: this invocation's wall time, and the previous one's when the run was resumed."""
+    timing = {"wall_s": round(elapsed, 1)}
+    prev = store.derived_path("timing.json")
+    if prev.exists():
+        try:
+            timing["previous_wall_s"] = json.loads(prev.read_text()).get("wall_s")
+        except ValueError:
+            pass
+    store.write_derived("timing.json", json.dumps(timing) + "\n")
+
+
+def rel_path(path: Path | None) -> str:
+    """``path`` relative to the working directory where it lies below it (for a run's command line)."""
+    if path is None:
+        return "?"
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def index_runs(indices: list[int]) -> Iterable[tuple[int, int]]:
+    """(start, count) of each run of consecutive indices in ``indices`` (sorted)."""
+    start = prev = None
+    for i in indices:
+        if start is None:
+            start = prev = i
+        elif i == prev + 1:
+            prev = i
+        else:
+            yield start, prev - start + 1
+            start = prev = i
+    if start is not None:
+        yield start, prev - start + 1
+
+
+_STRUCT = set(',}]":')
+
+
+def _record(
+    s: Any, arm: dict, label: str, scenario: str, seed: int, psha: str, prefill: str, be: Any
+) -> dict:
+    rec = s.to_record()
+    # keep top-k only at structural decision points (tokens carrying , } ] " :) to bound run size;
+    # a server's sample may lack token ids, top-k, log-probabilities or entropies (None: absent)
+    if rec["top"] is not None and rec["token_ids"] is not None:
+        rec["top"] = [
+            t if t is not None and _STRUCT & set(be.token_bytes(tok).decode("utf-8", "ignore")) else None
+            for t, tok in zip(rec["top"], rec["token_ids"], strict=True)
+        ]
+    if rec["logprobs"] is not None:
+        rec["logprobs"] = [round(x, 5) for x in rec["logprobs"]]
+    if rec["entropy"] is not None:
+        rec["entropy"] = [round(x, 4) for x in rec["entropy"]]
+    for k in ("entropy_masked", "mask_removed"):
+        if rec[k] is not None:
+            rec[k] = [round(x, 5) for x in rec[k]]
+    return {
+        "key": f"{label}/{scenario}/{seed}/{s.index}",
+        "arm": arm,
+        "scenario": scenario,
+        "seed": seed,
+        "index": s.index,
+        "prompt_sha256": psha,
+        "prefill": prefill,
+        **{k: v for k, v in rec.items() if k not in ("index", "seed")},
+    }
+
+
+def run_demo(model: str) -> int:
+    """``make demo``: E1 and E5 at small N on ``model``, then the table and the report path."""
+    root = Path(__file__).resolve().parents[2]
+    runs = []
+    for name in ("e1_strict_vs_loose.toml", "e5_close_brace.toml"):
+        spec = load_spec(root / "experiments" / name, quick=True)
+        spec.models = [model]
+        out = Path("out") / "demo" / spec.name
+        print(f"\n== {spec.name} (quick): {spec.description}")
+        run_spec(spec, out)
+        runs.append(out)
+    from tooldecode.report import report
+
+    paths = report(runs, Path("out") / "demo" / "report")
+    print(Path(paths["summary"]).read_text())
+    print(f"report: {Path(paths['html']).resolve()}")
+    sys.stdout.flush()
+    return 0

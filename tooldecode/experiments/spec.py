@@ -1,0 +1,288 @@
+"""Experiment specs (``experiments/*.toml``): the ``Spec`` record, ``load_spec`` and ``validate_spec``."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tooldecode.errors import ToolDecodeError
+
+# masked modes: "strict" (every object closed), "strict-spec" (the schema as written) and
+# "strict-aligned" (strict, with masked particles resampled by importance weight: tooldecode.sampling)
+STRICT_MODES = ("strict", "strict-spec", "strict-aligned")
+LEVELS = {"free": "L0", "forced-tool": "L1", "gold-prefix": "L2"}
+VARIANT_FIELDS = (
+    "history",
+    "thinking",
+    "prior",
+    "toolset",
+    "schema_view",
+    "call_format",
+    "conditioning",
+    "gold_cut",
+    "call_style",
+    "schema_extra",
+)
+
+
+class SpecError(ToolDecodeError):
+    """An experiment spec that is malformed."""
+
+
+@dataclass
+class Spec:
+    name: str
+    description: str
+    models: list[str]
+    backend: str = "llamacpp"
+    scenarios: list[str] | str = "all"
+    tags: list[str] = field(default_factory=list)
+    max_scenarios: int | None = None
+    n: int = 8
+    seeds: list[int] = field(default_factory=lambda: [0])
+    temperatures: list[float] = field(default_factory=lambda: [1.0])
+    top_p: float = 1.0
+    max_new_tokens: int = 384
+    modes: list[str] = field(default_factory=lambda: ["loose"])
+    engine: str | list[str] = "xgrammar"  # an engine setting (tooldecode.engines.ENGINES) or a list of them
+    ws: str = "bounded"
+    batch_size: int = 8
+    variant: dict[str, list[Any]] = field(default_factory=dict)
+    probe: dict[str, Any] = field(default_factory=dict)
+    # strict-aligned options: particles (masked draws per sample), method ('sir' or 'rejection') and
+    # target ('complete' or 'prefix'; see tooldecode.sampling.sample_aligned)
+    aligned: dict[str, Any] = field(default_factory=dict)
+    claim: str = ""
+    # the claim's effect and the findings rows built from this spec's runs (read by the findings
+    # builder in experiments/findings.py; see docs/report.md)
+    findings: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+    quick: bool = False
+
+    def arms(self) -> list[dict[str, Any]]:
+        fields = [f for f in VARIANT_FIELDS if f in self.variant]
+        values = [self.variant[f] for f in fields]
+        out = []
+        for model, combo, mode, temp in itertools.product(
+            self.models, itertools.product(*values), self.modes, self.temperatures
+        ):
+            arm = {"model": model, "backend": self.backend, "mode": mode, "temperature": temp}
+            arm.update(dict(zip(fields, combo, strict=True)))
+            arm["level"] = LEVELS[arm.get("conditioning", "free")]
+            if mode in STRICT_MODES:
+                # one strict arm per engine setting
+                for engine in as_list(self.engine):
+                    out.append(dict(arm, engine=engine))
+                continue
+            out.append(arm)
+        return out
+
+
+def as_list(v: Any) -> list[Any]:
+    """``v`` if it is a list, else ``[v]``."""
+    return v if isinstance(v, list) else [v]
+
+
+def load_spec(path: str | os.PathLike[str], *, quick: bool = False) -> Spec:
+    """Read and validate an experiment spec (every field checked before any model loads).
+
+    Raises
+    ------
+    SpecError
+        One line naming the file, the field and the allowed values.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise SpecError(f"{p} is a directory; pass a spec file such as experiments/e1_strict_vs_loose.toml")
+    try:
+        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"experiment spec {p} not found; see experiments/ for examples") from None
+    except UnicodeDecodeError as err:
+        raise SpecError(f"{p}: not UTF-8 text (byte {err.start}); save the spec as UTF-8") from None
+    except OSError as err:
+        raise SpecError(f"cannot read experiment spec {p}: {err.strerror or err}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"{p}: invalid TOML ({err})") from None
+    quick_over = raw.pop("quick", {})
+    if quick:
+        raw.update(quick_over)
+    known = set(Spec.__dataclass_fields__) - {"path", "quick"}
+    unknown = set(raw) - known
+    if unknown:
+        raise SpecError(
+            f"{p}: unknown field(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}"
+        )
+    for req in ("name", "models"):
+        if req not in raw:
+            raise SpecError(f"{p}: missing field '{req}'")
+    raw.setdefault("description", "")
+    variant = {k: as_list(v) for k, v in raw.pop("variant", {}).items()}
+    bad = set(variant) - set(VARIANT_FIELDS)
+    if bad:
+        raise SpecError(
+            f"{p}: unknown variant field(s) {', '.join(sorted(bad))}; known: {', '.join(VARIANT_FIELDS)}"
+        )
+    for key in ("models", "seeds", "temperatures", "modes"):
+        if key in raw:
+            raw[key] = as_list(raw[key])
+    for mode in raw.get("modes", []):
+        if mode not in ("loose", *STRICT_MODES):
+            raise SpecError(f"{p}: modes must be 'loose', 'strict' or 'strict-spec', got {mode!r}")
+    _check_types(raw, p)
+    try:
+        spec = Spec(**raw, variant=variant, path=p, quick=quick)
+    except TypeError as err:
+        raise SpecError(f"{p}: {err}") from None
+    validate_spec(spec)
+    return spec
+
+
+# field -> (accepted types, description) for the scalar and list fields of a spec
+_FIELD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "name": ((str,), "a plain name"),
+    "description": ((str,), "text"),
+    "claim": ((str,), "text"),
+    "backend": ((str,), "a backend name"),
+    "engine": ((str, list), "an engine setting or a list of them (see `tooldecode sample --help`)"),
+    "ws": ((str,), "a whitespace mode"),
+    "n": ((int,), "a whole number ≥ 1"),
+    "max_new_tokens": ((int,), "a whole number ≥ 1"),
+    "batch_size": ((int,), "a whole number ≥ 1"),
+    "max_scenarios": ((int,), "a whole number ≥ 1"),
+    "top_p": ((int, float), "a number in (0, 1]"),
+}
+_LIST_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "models": ((str,), "model ids or paths"),
+    "seeds": ((int,), "whole numbers"),
+    "temperatures": ((int, float), "numbers ≥ 0"),
+    "modes": ((str,), "'loose', 'strict', 'strict-spec'"),
+    "tags": ((str,), "scenario tags"),
+}
+# a run name becomes a folder under runs/: one plain path component
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def _check_types(raw: dict[str, Any], p: Path) -> None:
+    def ok(v: Any, types: tuple[type, ...]) -> bool:
+        return isinstance(v, types) and not (isinstance(v, bool) and bool not in types)
+
+    for key, (types, what) in _FIELD_TYPES.items():
+        if key in raw and not ok(raw[key], types):
+            raise SpecError(f"{p}: field '{key}' must be {what}, got {raw[key]!r}")
+    for key, (types, what) in _LIST_TYPES.items():
+        if key in raw and not all(ok(v, types) for v in raw[key]):
+            bad = next(v for v in raw[key] if not ok(v, types))
+            raise SpecError(f"{p}: field '{key}' must list {what}, got {bad!r}")
+    if "scenarios" in raw and not (
+        raw["scenarios"] == "all"
+        or isinstance(raw["scenarios"], list)
+        and all(isinstance(x, str) for x in raw["scenarios"])
+    ):
+        raise SpecError(f"{p}: field 'scenarios' must be \"all\" or a list of scenario ids")
+    for key in ("probe", "aligned"):
+        if key in raw and not isinstance(raw[key], dict):
+            raise SpecError(f"{p}: [{key}] must be a table")
+
+
+def _check_aligned(aligned: dict[str, Any], fail: Callable[[str], None]) -> None:
+    """The [aligned] table: particles ≥ 1, method 'sir'/'rejection', target of ALIGNED_TARGETS."""
+    from tooldecode.sampling import ALIGNED_TARGETS
+
+    unknown = sorted(set(aligned) - {"particles", "method", "target"})
+    if unknown:
+        fail(f"[aligned] has unknown keys {unknown}; use particles, method, target")
+    k = aligned.get("particles", 1)
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        fail(f"[aligned] particles must be a whole number ≥ 1, got {k!r}")
+    if aligned.get("method", "sir") not in ("sir", "rejection"):
+        fail(f"[aligned] method must be 'sir' or 'rejection', got {aligned['method']!r}")
+    if aligned.get("target", "complete") not in ALIGNED_TARGETS:
+        fail(f"[aligned] target must be one of {', '.join(ALIGNED_TARGETS)}, got {aligned['target']!r}")
+
+
+def validate_spec(spec: Spec) -> None:
+    """Check a spec's values (ranges, duplicates, engines, backends, transcript words).
+
+    Raises
+    ------
+    SpecError
+        One line naming the spec file, the field and what is allowed.
+    """
+    from tooldecode.backends import BACKENDS
+    from tooldecode.grammar import WS_POLICIES
+    from tooldecode.prompts import PromptError, TranscriptOptions
+
+    where = spec.path if spec.path is not None else spec.name
+
+    def fail(msg: str) -> None:
+        raise SpecError(f"{where}: {msg}")
+
+    if not _PLAIN_NAME.fullmatch(spec.name) or spec.name.strip(".") == "":
+        fail(f"name {spec.name!r} must be a plain name (letters, digits, '.', '_', '-'; no '/' or '..')")
+    if not spec.models:
+        fail("'models' is empty; name at least one model id or path (see `tooldecode models list`)")
+    probe_only = bool(spec.probe.get("only"))
+    _check_aligned(spec.aligned, fail)
+    if spec.n < (0 if probe_only else 1):
+        fail(f"'n' must be ≥ 1 (0 only with [probe] only = true), got {spec.n}")
+    for key in ("max_new_tokens", "batch_size"):
+        if getattr(spec, key) < 1:
+            fail(f"'{key}' must be ≥ 1, got {getattr(spec, key)}")
+    if spec.max_scenarios is not None and spec.max_scenarios < 1:
+        fail(f"'max_scenarios' must be ≥ 1, got {spec.max_scenarios}")
+    if not 0 < spec.top_p <= 1:
+        fail(f"'top_p' must be in (0, 1], got {spec.top_p}")
+    if not spec.temperatures:
+        fail("'temperatures' is empty; give at least one (e.g. [1.0])")
+    if not spec.seeds:
+        fail("'seeds' is empty; give at least one (e.g. [0])")
+    if not spec.modes:
+        fail("'modes' is empty; use 'loose', 'strict' or 'strict-spec'")
+    for t in spec.temperatures:
+        if t < 0:
+            fail(f"temperature {t} is negative; temperatures must be ≥ 0")
+    for key in ("models", "seeds", "temperatures", "modes"):
+        values = getattr(spec, key)
+        dup = [v for i, v in enumerate(values) if v in values[:i]]
+        if dup:
+            fail(f"'{key}' lists {dup[0]!r} twice; each value once")
+    if spec.backend not in BACKENDS:
+        fail(f"unknown backend {spec.backend!r}; choose one of: {', '.join(BACKENDS)}")
+    # on --backend openai the server's own strict field takes tooldecode's GBNF: no engine to check
+    if any(m in STRICT_MODES for m in spec.modes) and spec.backend != "openai":
+        from tooldecode.engines import EngineError, check_engine
+
+        for engine in as_list(spec.engine):
+            try:
+                check_engine(engine, backend=spec.backend, modes=[m for m in spec.modes if m != "loose"])
+            except EngineError as err:
+                fail(str(err))
+    if spec.ws not in WS_POLICIES:
+        fail(f"unknown ws {spec.ws!r}; choose one of: {', '.join(WS_POLICIES)}")
+    for key, values in spec.variant.items():
+        dup = [v for i, v in enumerate(values) if v in values[:i]]
+        if dup:
+            fail(f"variant '{key}' lists {dup[0]!r} twice; each value once")
+    for key, values in spec.variant.items():
+        for value in values:
+            try:
+                TranscriptOptions(**{key: value})
+            except (PromptError, TypeError) as err:
+                fail(f"variant '{key}' = {value!r}: {err}")
+    if spec.probe:
+        known = {"only", "fields", "variant", "select", "depth", "samples", *VARIANT_FIELDS}
+        unknown = set(spec.probe) - known
+        if unknown:
+            fail(f"unknown [probe] field(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+        for f in spec.probe.get("fields", []):
+            if f not in VARIANT_FIELDS:
+                fail(f"[probe] fields: {f!r} is not a variant field ({', '.join(VARIANT_FIELDS)})")
+            if f not in spec.probe:
+                fail(f"[probe] fields names {f!r} but gives no values for it")
