@@ -17,6 +17,10 @@ The same instances (``json.dumps``, compact and default separators) are run thro
 anchors. The data is not part of this repository (no license file); pass a clone's folder.
 
 Usage: python scripts/maskbench.py --jsb DIR [--limit N] [--seed S] [--out FILE] [--timeout S]
+       [--engines E,...] [--save FILE.json] [--load FILE.json ...]
+
+``--save`` writes the per-split counts as JSON; ``--load`` merges saved counts (e.g. the anchors and
+``tooldecode`` measured in separate runs) into one table (later files win per split and engine).
 """
 
 from __future__ import annotations
@@ -240,6 +244,33 @@ def run(
     return out
 
 
+def save_rows(res: dict[str, dict[str, Row]], path: Path) -> None:
+    """Per-split counts as JSON (``--save``)."""
+    doc = {
+        split: {
+            kind: {**{k: v for k, v in vars(r).items() if k != "refused"}, "refused": dict(r.refused)}
+            for kind, r in rows.items()
+        }
+        for split, rows in res.items()
+    }
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True), encoding="utf-8")
+
+
+def load_rows(paths: list[Path], into: dict[str, dict[str, Row]] | None = None) -> dict[str, dict[str, Row]]:
+    """Merge saved counts (``--load``); a later file replaces an earlier one's (split, engine) row."""
+    out = into if into is not None else {}
+    for path in paths:
+        for split, rows in json.loads(path.read_text(encoding="utf-8")).items():
+            for kind, d in rows.items():
+                r = Row(**{k: v for k, v in d.items() if k != "refused"})
+                r.refused = Counter(d.get("refused", {}))
+                out.setdefault(split, {})[kind] = r
+    order = {k: i for i, k in enumerate(ENGINES)}
+    return {
+        split: dict(sorted(out[split].items(), key=lambda kv: order.get(kv[0], 99))) for split in sorted(out)
+    }
+
+
 def _pct(a: int, b: int) -> str:
     return f"{100 * a / b:.1f}%" if b else "–"
 
@@ -278,7 +309,7 @@ def table(res: dict[str, dict[str, Row]], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jsb", required=True, type=Path, help="a clone of guidance-ai/jsonschemabench")
+    ap.add_argument("--jsb", type=Path, help="a clone of guidance-ai/jsonschemabench")
     ap.add_argument("--limit", type=int, default=None, help="schemas per split (a seeded random sample)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=30, help="seconds per schema and engine")
@@ -286,6 +317,14 @@ def main(argv: list[str] | None = None) -> int:
         "--engines", default=",".join(ENGINES), help="tooldecode and the anchors llama.cpp, xgrammar"
     )
     ap.add_argument("--out", type=Path, help="write the markdown table here (default: stdout only)")
+    ap.add_argument("--save", type=Path, help="write the per-split counts as JSON")
+    ap.add_argument(
+        "--load",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="merge saved counts (no schema is run when --jsb is absent)",
+    )
     ap.add_argument(
         "--doc",
         type=Path,
@@ -293,7 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--note", default="", help="a paragraph printed under the section heading (with --doc)")
     args = ap.parse_args(argv)
-    if not (args.jsb / "maskbench" / "data").is_dir():
+    if args.jsb is None and not args.load:
+        ap.error("pass --jsb (a clone of jsonschemabench) or --load (saved counts)")
+    if args.jsb is not None and not (args.jsb / "maskbench" / "data").is_dir():
         print(
             f"maskbench: {args.jsb}/maskbench/data not found; pass a clone of jsonschemabench",
             file=sys.stderr,
@@ -301,7 +342,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     t0 = time.time()
     engines = tuple(e for e in args.engines.split(",") if e)
-    res = run(args.jsb, args.limit, args.seed, args.timeout, engines)
+    res = run(args.jsb, args.limit, args.seed, args.timeout, engines) if args.jsb is not None else {}
+    if args.save:
+        save_rows(res, args.save)
+    if args.load:
+        res = load_rows(args.load + ([args.save] if args.save else []))
     cmd = "python scripts/maskbench.py --jsb JSB_DIR" + (
         f" --limit {args.limit} --seed {args.seed}" if args.limit else ""
     )

@@ -11,7 +11,7 @@ import pytest
 
 from tooldecode.grammar import Tool, check, compile_schema, render, serialize_call, strictify
 from tooldecode.grammar.dialects import dialect_of, to_2020
-from tooldecode.grammar.ir import FORMAT_PATTERNS
+from tooldecode.grammar.strlang import FORMAT_PATTERNS
 
 MCP_TOOL = {
     "name": "fetch_page",

@@ -468,7 +468,7 @@ def test_number_terminals_are_sound(lo, hi, lo_x, hi_x, integer, texts):
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(pattern=st.sampled_from(sorted(PATTERNS)), text=st.text(alphabet="abcdxyz_.py019\n", max_size=8))
 def test_pattern_automaton_matches_reference(pattern, text):
-    from tooldecode.grammar.ir import StrLang
+    from tooldecode.grammar.strlang import StrLang
 
     lang = StrLang(patterns=frozenset({pattern}))
     assert lang.accepts(text) == bool(re.search(PATTERNS[pattern], text)), (pattern, text)

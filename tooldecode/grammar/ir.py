@@ -12,11 +12,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Any
 
-from tooldecode.grammar import automata as A
-from tooldecode.grammar.ecma import pattern_ast
+from tooldecode.grammar.strlang import ALL_STRINGS, StrLang
 
 TYPES = ("null", "boolean", "number", "string", "array", "object")
 
@@ -63,192 +62,6 @@ def json_equal(a: Any, b: Any) -> bool:
 
 def is_integral(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) or (isinstance(v, float) and v.is_integer())
-
-
-# ---------------------------------------------------------------------------------------------
-# string languages (decoded strings)
-
-FORMAT_PATTERNS = {
-    "date": (
-        r"^(?:\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)"
-        r"|02-(?:0[1-9]|1\d|2[0-8]))|(?:\d\d(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)"
-        r"-02-29)$"
-    ),
-    "uuid": r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$",
-    # RFC 3339 full-time: upper-case Z, no leap second (a sound subset: 23:59:60 is valid only in UTC)
-    "time": r"^(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d+)?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)$",
-    "ipv4": r"^(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$",
-}
-_U = r"A-Za-z0-9\-._~"  # unreserved
-_PCT = r"%[0-9A-Fa-f]{2}"
-_SUB = r"!$&'()*+,;="
-_PCHAR = rf"(?:[{_U}{_SUB}:@]|{_PCT})"
-_AUTH = rf"(?:(?:[{_U}{_SUB}:]|{_PCT})*@)?(?:[{_U}{_SUB}]|{_PCT})*(?::\d*)?"  # no IP literals (a subset)
-_QF = rf"(?:\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
-_SEGS = rf"(?:/{_PCHAR}*)*"
-# a label of 1..30 characters whose third character is not '-' (so never an "xn--" style label)
-_LTAIL = r"(?:[A-Za-z0-9]|[A-Za-z0-9-][A-Za-z0-9](?:[A-Za-z0-9-]{0,26}[A-Za-z0-9])?)?"
-_LABEL = rf"[A-Za-z0-9]{_LTAIL}"
-_TLD = rf"[A-Za-z]{_LTAIL}"
-# at most 8 labels of at most 30 characters: never longer than 253 characters (a subset of RFC 1123)
-_HOST = rf"(?:{_LABEL}\.){{0,7}}{_TLD}"
-_DUR_T = r"T(?:\d+H(?:\d+M(?:\d+S)?)?|\d+M(?:\d+S)?|\d+S)"
-FORMAT_PATTERNS.update(
-    {
-        # RFC 3986 URI (ASCII, no IP-literal hosts)
-        "uri": rf"^[A-Za-z][A-Za-z0-9+\-.]*:(?://{_AUTH}{_SEGS}|/(?:{_PCHAR}+{_SEGS})?|{_PCHAR}+{_SEGS}|){_QF}$",
-        "uri-reference": (
-            rf"^(?:[A-Za-z][A-Za-z0-9+\-.]*:(?://{_AUTH}{_SEGS}|/(?:{_PCHAR}+{_SEGS})?|{_PCHAR}+{_SEGS}|)"
-            rf"|//{_AUTH}{_SEGS}|/(?:{_PCHAR}+{_SEGS})?|(?:[{_U}{_SUB}@]|{_PCT})+{_SEGS}|){_QF}$"
-        ),
-        "hostname": rf"^{_HOST}$",
-        # RFC 5321 dot-atom local part at a host name (a subset: no quoted local parts, no literals)
-        "email": rf"^[A-Za-z0-9!#$%&'*+/=?^_`{{|}}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{{|}}~-]+)*@{_HOST}$",
-        # RFC 3339 appendix A
-        "duration": rf"^P(?:(?:\d+D|\d+M(?:\d+D)?|\d+Y(?:\d+M(?:\d+D)?)?)(?:{_DUR_T})?|{_DUR_T}|\d+W)$",
-        "json-pointer": r"^(?:/(?:[^~/]|~[01])*)*$",
-        "relative-json-pointer": r"^(?:0|[1-9]\d*)(?:#|(?:/(?:[^~/]|~[01])*)*)$",
-    }
-)
-FORMAT_PATTERNS["date-time"] = (
-    FORMAT_PATTERNS["date"][:-1] + "T" + FORMAT_PATTERNS["time"][1:]
-)  # RFC 3339 date-time: upper-case T
-
-
-@dataclass(frozen=True)
-class StrLang:
-    """Decoded strings s with min_len <= len(s) <= max_len, every pattern found in s, every format
-    matched, s in ``values`` (when given), s not in ``excluded`` and s in no language of ``negs``."""
-
-    min_len: int = 0
-    max_len: int | None = None
-    patterns: frozenset[str] = frozenset()
-    formats: frozenset[str] = frozenset()
-    values: frozenset[str] | None = None
-    excluded: frozenset[str] = frozenset()
-    negs: frozenset[StrLang] = frozenset()
-
-    def is_all(self) -> bool:
-        return self == ALL_STRINGS
-
-    def inter(self, o: StrLang) -> StrLang:
-        vals = (
-            self.values if o.values is None else (o.values if self.values is None else self.values & o.values)
-        )
-        hi = (
-            self.max_len
-            if o.max_len is None
-            else (o.max_len if self.max_len is None else min(self.max_len, o.max_len))
-        )
-        out = StrLang(
-            max(self.min_len, o.min_len),
-            hi,
-            self.patterns | o.patterns,
-            self.formats | o.formats,
-            vals,
-            self.excluded | o.excluded,
-            self.negs | o.negs,
-        )
-        if out.values is not None:
-            out = StrLang(values=frozenset(v for v in out.values if out.accepts(v)))
-        return out
-
-    def accepts(self, s: str) -> bool:
-        n = len(s)
-        if n < self.min_len or (self.max_len is not None and n > self.max_len):
-            return False
-        if self.values is not None and s not in self.values:
-            return False
-        if s in self.excluded:
-            return False
-        for p in self.patterns:
-            if not _pattern_dfa(p).accepts(s):
-                return False
-        for f in self.formats:
-            if not _pattern_dfa(FORMAT_PATTERNS[f]).accepts(s):
-                return False
-        return not any(n_.accepts(s) for n_ in self.negs)
-
-    def simple_ast(self) -> A.RNode | None:
-        """A regex AST over decoded characters when no automaton construction is needed."""
-        if self.negs or self.excluded:
-            return None
-        if self.values is not None:
-            return A.alt(*(A.lit(v) for v in sorted(self.values)))
-        regs = [pattern_ast(p) for p in sorted(self.patterns)] + [
-            pattern_ast(FORMAT_PATTERNS[f]) for f in sorted(self.formats)
-        ]
-        has_len = self.min_len > 0 or self.max_len is not None
-        if not regs:
-            return A.rep(A.Chars(A.UNIVERSE), self.min_len, self.max_len)
-        if len(regs) == 1 and not has_len:
-            return regs[0]
-        return None
-
-    @cached_property
-    def dfa(self) -> A.DFA:
-        parts: list[A.DFA] = []
-        if self.min_len > 0 or self.max_len is not None:
-            parts.append(A.length_dfa(self.min_len, self.max_len))
-        for p in sorted(self.patterns):
-            parts.append(_pattern_dfa(p))
-        for f in sorted(self.formats):
-            parts.append(_pattern_dfa(FORMAT_PATTERNS[f]))
-        if self.values is not None:
-            parts.append(A.finite_dfa(self.values))
-        if self.excluded:
-            parts.append(A.finite_dfa(self.excluded).complement())
-        for n in sorted(self.negs, key=repr):
-            parts.append(n.dfa.complement())
-        if not parts:
-            return A.to_dfa(A.star(A.Chars(A.UNIVERSE)))
-        if len(parts) == 1:
-            return parts[0]
-        return A.product(parts)
-
-    def complement(self) -> list[StrLang]:
-        """Union of languages equal to the complement (within strings)."""
-        out: list[StrLang] = []
-        if self.min_len > 0:
-            out.append(StrLang(max_len=self.min_len - 1))
-        if self.max_len is not None:
-            out.append(StrLang(min_len=self.max_len + 1))
-        for p in self.patterns:
-            out.append(StrLang(negs=frozenset({StrLang(patterns=frozenset({p}))})))
-        for f in self.formats:
-            out.append(StrLang(negs=frozenset({StrLang(formats=frozenset({f}))})))
-        if self.values is not None:
-            out.append(StrLang(excluded=self.values))
-        if self.excluded:
-            out.append(StrLang(values=self.excluded))
-        for n in self.negs:
-            out.append(n)
-        return out
-
-    def is_empty(self) -> bool:
-        if self.max_len is not None and self.max_len < self.min_len:
-            return True
-        if self.values is not None:
-            return not self.values
-        if self.is_all() or (
-            not self.patterns
-            and not self.formats
-            and not self.negs
-            and (self.max_len is None or self.max_len > 0 or "" not in self.excluded)
-        ):
-            return False
-        try:
-            return self.dfa.is_empty()
-        except A.TooComplex:
-            return False
-
-
-ALL_STRINGS = StrLang()
-
-
-@lru_cache(maxsize=256)
-def _pattern_dfa(p: str) -> A.DFA:
-    return A.to_dfa(pattern_ast(p))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,7 +212,7 @@ def node(*alts: Alt) -> Node:
     for a in alts:
         if isinstance(a, AnyA):
             return ANY
-        if a not in seen and not _alt_empty(a):
+        if a not in seen and not alt_empty(a):
             seen.add(a)
             out.append(a)
     return Node(tuple(out))
@@ -436,11 +249,11 @@ def type_node(types: list[str]) -> Node:
 # emptiness
 
 
-def _alt_empty(a: Alt) -> bool:
+def alt_empty(a: Alt) -> bool:
     if isinstance(a, BoolA):
         return not a.values
     if isinstance(a, NumA):
-        return _num_empty(a)
+        return num_empty(a)
     if isinstance(a, StrA):
         la = a.lang
         if la.max_len is not None and la.max_len < la.min_len:
@@ -461,7 +274,7 @@ def _alt_empty(a: Alt) -> bool:
     return False
 
 
-def _num_empty(a: NumA) -> bool:
+def num_empty(a: NumA) -> bool:
     if a.lo is not None and a.hi is not None:
         if a.lo > a.hi or (a.lo == a.hi and (a.lo_x or a.hi_x)):
             return True
@@ -504,13 +317,13 @@ def intersect(x: Node, y: Node) -> Node:
     out: list[Alt] = []
     for a in x.alts:
         for b in y.alts:
-            r = _inter_alt(a, b)
+            r = inter_alt(a, b)
             if r is not None:
                 out.append(r)
     return node(*out)
 
 
-def _inter_alt(a: Alt, b: Alt) -> Alt | None:
+def inter_alt(a: Alt, b: Alt) -> Alt | None:
     if isinstance(a, AnyA):
         return b
     if isinstance(b, AnyA):
@@ -532,7 +345,7 @@ def _inter_alt(a: Alt, b: Alt) -> Alt | None:
         return BoolA(a.values & b.values)
     if isinstance(a, NumA):
         assert isinstance(b, NumA)
-        return _inter_num(a, b)
+        return inter_num(a, b)
     if isinstance(a, StrA):
         assert isinstance(b, StrA)
         return StrA(a.lang.inter(b.lang))
@@ -545,7 +358,7 @@ def _inter_alt(a: Alt, b: Alt) -> Alt | None:
     raise TypeError(a)
 
 
-def _inter_num(a: NumA, b: NumA) -> NumA | None:
+def inter_num(a: NumA, b: NumA) -> NumA | None:
     kinds = {a.kind, b.kind}
     if kinds == {"int", "nonint"}:
         return None
@@ -577,7 +390,7 @@ def _inter_arr(a: ArrA, b: ArrA) -> ArrA:
     prefix = tuple(intersect(a.item(i), b.item(i)) for i in range(n))
     rest = _inter_opt(a.rest, b.rest)
     hi = a.max if b.max is None else (b.max if a.max is None else min(a.max, b.max))
-    return _norm_arr(
+    return norm_arr(
         ArrA(
             prefix,
             rest,
@@ -600,7 +413,7 @@ def _inter_opt(x: Node | None, y: Node | None) -> Node | None:
     return None if r.is_any else r
 
 
-def _norm_arr(a: ArrA) -> ArrA:
+def norm_arr(a: ArrA) -> ArrA:
     hi = a.max
     prefix = list(a.prefix)
     for i, p in enumerate(prefix):
@@ -633,7 +446,7 @@ def _inter_obj(a: ObjA, b: ObjA) -> ObjA:
     else:
         pn = intersect(a.names, b.names)
     hi = a.max_p if b.max_p is None else (b.max_p if a.max_p is None else min(a.max_p, b.max_p))
-    return _norm_obj(
+    return norm_obj(
         ObjA(
             keys,
             a.required | b.required,
@@ -648,7 +461,7 @@ def _inter_obj(a: ObjA, b: ObjA) -> ObjA:
     )
 
 
-def _norm_obj(o: ObjA) -> ObjA:
+def norm_obj(o: ObjA) -> ObjA:
     extras = tuple((la, n) for la, n in o.extras if not n.is_any)
     # dedupe extras rules
     seen: list[tuple[StrLang, Node]] = []
@@ -659,111 +472,6 @@ def _norm_obj(o: ObjA) -> ObjA:
     if o.names is not None:
         keys = tuple((k, n if accepts(o.names, k) else NEVER) for k, n in keys)
     return replace(o, extras=tuple(seen), keys=keys)
-
-
-# ---------------------------------------------------------------------------------------------
-# complement
-
-
-def complement(x: Node) -> Node:
-    if x.is_any:
-        return NEVER
-    if x.is_never:
-        return ANY
-    out: list[Alt] = []
-    for t in TYPES:
-        alts = [a for a in x.alts if a.type == t]
-        if any(isinstance(a, RefA) for a in x.alts):
-            raise Inexact("'not' of a recursive $ref")
-        cur: list[Alt] = [TOP[t]]
-        for a in alts:
-            comp = _complement_alt(a)
-            nxt: list[Alt] = []
-            for c in cur:
-                for d in comp:
-                    r = _inter_alt(c, d)
-                    if r is not None and not _alt_empty(r):
-                        nxt.append(r)
-            cur = nxt
-            if len(cur) > 64:
-                raise Inexact("negation too large to expand")
-        out.extend(cur)
-    return node(*out)
-
-
-def _complement_alt(a: Alt) -> list[Alt]:
-    """Alternatives (of the same type) whose union is the complement of ``a`` within its type."""
-    if isinstance(a, NullA):
-        return []
-    if isinstance(a, BoolA):
-        return [BoolA(frozenset({True, False}) - a.values)]
-    if isinstance(a, ConstA):
-        v = a.value
-        t = a.type
-        if t == "null":
-            return []
-        if t == "boolean":
-            return [BoolA(frozenset({not v}))]
-        if t == "number":
-            f = Fraction(v)
-            return [NumA(hi=f, hi_x=True), NumA(lo=f, lo_x=True)]
-        if t == "string":
-            return [StrA(StrLang(excluded=frozenset({v})))]
-        raise Inexact("'not' of an array or object constant")
-    if isinstance(a, NumA):
-        out: list[Alt] = []
-        if a.kind == "int" or a.mult is not None:
-            out.append(NumA(kind="nonint"))
-        if a.kind == "nonint":
-            out.append(NumA(kind="int"))
-        if a.lo is not None:
-            out.append(NumA(hi=a.lo, hi_x=not a.lo_x))
-        if a.hi is not None:
-            out.append(NumA(lo=a.hi, lo_x=not a.hi_x))
-        if a.mult is not None and a.residues is not None:
-            out.append(NumA(kind="int", mult=a.mult, residues=frozenset(range(a.mult)) - a.residues))
-        return out
-    if isinstance(a, StrA):
-        return [StrA(la) for la in a.lang.complement()]
-    if isinstance(a, ArrA):
-        out = []
-        if a.min > 0:
-            out.append(ArrA(max=a.min - 1))
-        if a.max is not None:
-            out.append(ArrA(min=a.max + 1))
-        for i, p in enumerate(a.prefix):
-            if not p.is_any:
-                out.append(ArrA(prefix=tuple([ANY] * i + [complement(p)]), min=i + 1))
-        if a.rest is not None and not a.rest.is_any:
-            if a.prefix:
-                raise Inexact("'not' of items after prefixItems")
-            out.append(ArrA(contains=((complement(a.rest), 1, None),)))
-        for c, lo, hi in a.contains:
-            if lo > 0:
-                out.append(ArrA(contains=((c, 0, lo - 1),)))
-            if hi is not None:
-                out.append(ArrA(contains=((c, hi + 1, None),)))
-        if a.unique:
-            raise Inexact("'not' of uniqueItems")
-        return out
-    if isinstance(a, ObjA):
-        out = []
-        for k in sorted(a.required):
-            out.append(ObjA(keys=((k, NEVER),)))
-        for k, n in a.keys:
-            if not n.is_any:
-                out.append(ObjA(keys=((k, complement(n)),), required=frozenset({k})))
-        for _la, n in a.extras:
-            if not n.is_any:
-                raise Inexact("'not' of additionalProperties / patternProperties")
-        if a.names is not None:
-            raise Inexact("'not' of propertyNames")
-        if a.min_p > 0:
-            out.append(ObjA(max_p=a.min_p - 1))
-        if a.max_p is not None:
-            out.append(ObjA(min_p=a.max_p + 1))
-        return out
-    raise Inexact(f"'not' of {type(a).__name__}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,7 +30,6 @@ from tooldecode.grammar.gir import (
     tok,
 )
 from tooldecode.grammar.ir import (
-    ALL_STRINGS,
     ANY,
     AnyA,
     ArrA,
@@ -43,13 +42,13 @@ from tooldecode.grammar.ir import (
     ObjA,
     RefA,
     StrA,
-    StrLang,
-    complement,
     int_bounds,
     intersect,
     json_type,
 )
+from tooldecode.grammar.negation import complement
 from tooldecode.grammar.schema import SchemaIR
+from tooldecode.grammar.strlang import ALL_STRINGS, StrLang
 
 WS_POLICIES = ("compact", "bounded", "pretty")
 WS_DEFAULT_MAX = {"compact": 0, "bounded": 2, "pretty": 16}
@@ -219,7 +218,9 @@ class Lowerer:
         duplicates: str = "forbid",
     ) -> None:
         if duplicates not in DUPLICATES:
-            raise GrammarError(f"unknown duplicates option {duplicates!r}; use one of {', '.join(DUPLICATES)}")
+            raise GrammarError(
+                f"unknown duplicates option {duplicates!r}; use one of {', '.join(DUPLICATES)}"
+            )
         self.duplicates = duplicates
         self.book = book
         self.ws = ws

@@ -32,11 +32,12 @@ from tooldecode.grammar.ir import (
     RefA,
     StrA,
     StrLang,
-    complement,
     intersect,
     node,
     union,
 )
+from tooldecode.grammar.negation import complement
+from tooldecode.grammar.strlang import FORMAT_PATTERNS
 
 MODES = ("strict", "spec")
 ORDERS = ("schema", "required-first", "any")
@@ -93,7 +94,7 @@ KNOWN = frozenset(OBJECT_KW + ARRAY_KW + STRING_KW + NUMBER_KW + APPLICATORS + (
 # keywords that constrain values but have no exact rendering: refused (or skipped under lenient)
 UNEXPRESSIBLE = frozenset({"$dynamicRef", "$recursiveRef"})
 JSON_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
-FORMATS = tuple(ir.FORMAT_PATTERNS)
+FORMATS = tuple(FORMAT_PATTERNS)
 MAX_UNIQUE_ENUM = 2000
 DIALECTS = frozenset(
     {"https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2020-12/schema#"}
@@ -490,7 +491,7 @@ class _Compiler:
             for t in types:
                 if t == "integer":
                     a = alts["number"]
-                    chosen.append(ir._inter_num(a, NumA(kind="int")) if a is not None else None)
+                    chosen.append(ir.inter_num(a, NumA(kind="int")) if a is not None else None)
                 else:
                     chosen.append(alts[t])
             base = node(*(a for a in chosen if a is not None))
@@ -679,13 +680,13 @@ class _Compiler:
         lo, hi = self._num_value(s, "minimum", ptr), self._num_value(s, "maximum", ptr)
         xlo, xhi = self._num_value(s, "exclusiveMinimum", ptr), self._num_value(s, "exclusiveMaximum", ptr)
         if lo is not None:
-            a = ir._inter_num(a, NumA(lo=lo)) or a
+            a = ir.inter_num(a, NumA(lo=lo)) or a
         if xlo is not None:
-            a = ir._inter_num(a, NumA(lo=xlo, lo_x=True)) or a
+            a = ir.inter_num(a, NumA(lo=xlo, lo_x=True)) or a
         if hi is not None:
-            a = ir._inter_num(a, NumA(hi=hi)) or a
+            a = ir.inter_num(a, NumA(hi=hi)) or a
         if xhi is not None:
-            a = ir._inter_num(a, NumA(hi=xhi, hi_x=True)) or a
+            a = ir.inter_num(a, NumA(hi=xhi, hi_x=True)) or a
         m = self._num_value(s, "multipleOf", ptr)
         if m is not None:
             if m <= 0:
@@ -697,7 +698,7 @@ class _Compiler:
                     "only integer divisors up to 10000 are expressible exactly",
                 )
             else:
-                r = ir._inter_num(a, NumA(mult=int(m), residues=frozenset({0})))
+                r = ir.inter_num(a, NumA(mult=int(m), residues=frozenset({0})))
                 a = r if r is not None else NumA(kind="int", lo=Fraction(1), hi=Fraction(0))
         return a
 
@@ -718,7 +719,7 @@ class _Compiler:
                 self.unsupported("pattern", kptr, str(e))
         if "format" in s and self.assert_format:
             f = s["format"]
-            if f in ir.FORMAT_PATTERNS:
+            if f in FORMAT_PATTERNS:
                 lang = lang.inter(StrLang(formats=frozenset({f})))
             else:
                 fptr = pointer_join(ptr, "format")
@@ -761,7 +762,7 @@ class _Compiler:
                 contains = ((c, cmin, cmax),)
         unique = pointer_join(ptr, "uniqueItems") if s.get("uniqueItems") is True else ""
         a = ArrA(prefix, rest, lo, hi, contains, unique, len(prefix), "items" in s)
-        return ir._norm_arr(a)
+        return ir.norm_arr(a)
 
     def _object(self, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> ObjA:
         props = s.get("properties", {})
@@ -816,7 +817,7 @@ class _Compiler:
             eval_pats=frozenset(p for p, _ in pat_nodes),
             eval_all="additionalProperties" in s,
         )
-        return ir._norm_obj(o)
+        return ir.norm_obj(o)
 
     # -- unevaluated*
     def _apply_uneval_props(self, a: ObjA, u: Node) -> ObjA:
@@ -829,7 +830,7 @@ class _Compiler:
 
         keys = tuple((k, n if evaluated(k) else intersect(n, u)) for k, n in a.keys)
         rule = (StrLang(excluded=a.eval_names, negs=frozenset(pats)), u)
-        return ir._norm_obj(replace(a, keys=keys, extras=a.extras + (rule,), eval_all=True))
+        return ir.norm_obj(replace(a, keys=keys, extras=a.extras + (rule,), eval_all=True))
 
     def _apply_uneval_items(self, a: ArrA, u: Node) -> ArrA:
         if a.eval_all:
@@ -841,7 +842,7 @@ class _Compiler:
         prefix = [p if i < n else intersect(p, u) for i, p in enumerate(prefix)]
         rest = a.rest if a.rest is not None else ANY
         rest = intersect(rest, u)
-        return ir._norm_arr(
+        return ir.norm_arr(
             replace(a, prefix=tuple(prefix), rest=None if rest.is_any else rest, eval_all=True)
         )
 
@@ -962,7 +963,7 @@ def _provably_empty(n: Node) -> bool:
             if not a.lang.is_empty():
                 return False
         elif isinstance(a, NumA):
-            if not ir._num_empty(a):
+            if not ir.num_empty(a):
                 return False
         else:
             return False
