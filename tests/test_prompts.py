@@ -511,7 +511,7 @@ def test_options_are_validated():
 def test_cli_show(smol_ref, capsys):
     import argparse
 
-    from tooldecode.prompts_cli import register_show
+    from tooldecode.cli.prompts import register_show
     from tooldecode.scenarios import load_scenarios
 
     scenario = load_scenarios()[0]

@@ -402,7 +402,7 @@ def test_imports_without_model_libraries():
         "import sys\n"
         "for name in ('torch', 'transformers', 'llama_cpp'):\n"
         "    sys.modules[name] = None\n"
-        "import tooldecode.repair, tooldecode.scoring, tooldecode.repair_cli\n"
+        "import tooldecode.repair, tooldecode.scoring, tooldecode.cli.repair\n"
         "assert not {'torch', 'transformers', 'llama_cpp'} & {k for k, v in sys.modules.items() if v}\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -494,7 +494,7 @@ def test_rescue_accounting(scenario_dir):
 
 
 def test_cli_writes_repaired_file_beside_raw_samples(scenario_dir, tmp_path, capsys):
-    from tooldecode.repair_cli import register
+    from tooldecode.cli.repair import register
     from tooldecode.runstore import RunStore, build_manifest
 
     run_dir = tmp_path / "run"

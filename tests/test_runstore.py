@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tooldecode import runstore_cli
+from tooldecode.cli import runs as runstore_cli
 from tooldecode.errors import RunError
 from tooldecode.runstore import RunStore, build_manifest, rescore
 

@@ -16,7 +16,6 @@ Strict arms mask every token with the grammar of the offered tools in the prompt
 from __future__ import annotations
 
 from tooldecode.experiments.arms import arm_label
-from tooldecode.experiments.command import register
 from tooldecode.experiments.rundir import RunStoreRefusal
 from tooldecode.experiments.runner import run_demo, run_spec
 from tooldecode.experiments.spec import (
@@ -38,7 +37,6 @@ __all__ = [
     "VARIANT_FIELDS",
     "arm_label",
     "load_spec",
-    "register",
     "run_demo",
     "run_spec",
     "validate_spec",

@@ -7,6 +7,7 @@ from typing import Any
 
 from tooldecode.experiments.spec import VARIANT_FIELDS, Spec, SpecError, as_list
 
+
 def arm_label(arm: dict[str, Any]) -> str:
     """The arm's part of a sample key: model, level, mode and the variant fields it sets."""
     keys = [

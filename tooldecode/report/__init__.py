@@ -20,20 +20,18 @@ from tooldecode.report.page import highlight, summary_html
 from tooldecode.report.plots import plot_probe, plot_rates, plot_zoo
 from tooldecode.report.summary import Arm, Summary, summarize
 from tooldecode.report.tables import summary_markdown
-from tooldecode.report.write import cmd_report, register, report
+from tooldecode.report.write import report
 
 __all__ = [
     "Arm",
     "ReportError",
     "RunData",
     "Summary",
-    "cmd_report",
     "highlight",
     "load_run",
     "plot_probe",
     "plot_rates",
     "plot_zoo",
-    "register",
     "report",
     "summarize",
     "summary_html",

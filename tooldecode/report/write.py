@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 from collections import Counter
@@ -14,8 +13,6 @@ from tooldecode.report.page import clean_text, summary_html
 from tooldecode.report.summary import summarize
 from tooldecode.report.tables import summary_markdown
 from tooldecode.runstore import RunStore
-
-# --- writing ---------------------------------------------------------------------------------------
 
 
 def _write_text(path: Path, text: str) -> Path:
@@ -77,27 +74,3 @@ def report(
 
 
 # --- CLI -------------------------------------------------------------------------------------------
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "report",
-        help="write summary.md and a self-contained report.html for runs",
-        description="Score the runs' raw samples (using verdicts-<scorer>.jsonl when it is current, else "
-        "writing it) and write summary.md and report.html: rates with Wilson intervals per arm, "
-        "differences between arms that differ in one field, noise floor, invented keys, probe plots.",
-    )
-    p.add_argument("runs", nargs="+", metavar="RUN", help="run directory, e.g. runs/e1")
-    p.add_argument(
-        "--out",
-        metavar="DIR",
-        default=None,
-        help="output folder (default: the run's directory for one run, ./report for several)",
-    )
-    p.set_defaults(func=cmd_report)
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    for what, path in report(args.runs, args.out).items():
-        print(f"{what}: {path}")
-    return 0

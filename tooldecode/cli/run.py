@@ -1,12 +1,12 @@
-"""``tooldecode run SPEC``."""
+"""``tooldecode run SPEC``: run an experiment spec (resumable), on its models or ``--model``/``--backend``."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from tooldecode.experiments.runner import run_spec
-from tooldecode.experiments.spec import load_spec, validate_spec
+from tooldecode.experiments import load_spec, run_spec, validate_spec
+
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``tooldecode run SPEC``."""

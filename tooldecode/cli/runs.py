@@ -37,7 +37,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_rescore(args: argparse.Namespace) -> int:
     from tooldecode.scoring import SCORER_VERSION, score_record
 
-
     for run_path in args.runs:
         run = RunStore.open(run_path)
         out = rescore(run, score_record, SCORER_VERSION, require=SAMPLE_FIELDS)

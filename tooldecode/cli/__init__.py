@@ -1,42 +1,54 @@
-"""The ``tooldecode`` command line. Each stage module registers its own subcommands."""
+"""The ``tooldecode`` command line: one module per command group, listed in ``COMMAND_MODULES``.
+
+Each module's ``register(subparsers)`` adds its subcommands and sets ``func`` on them; a module that
+fails to import is an error, never a silently missing command. The groups of ``models``, ``grammar``
+and ``scenarios`` live beside their stage (``tooldecode.models``, ``tooldecode.grammar.cli``,
+``tooldecode.scenarios.cli``); ``scenarios show`` renders prompts, so the prompts group adds it.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from tooldecode.errors import ToolDecodeError
 
-# Every command group, in help order: each module's ``register(subparsers)`` adds its subcommands and sets
-# ``func`` on them. A module that fails to import is an error, never a silently missing command.
+# Every command group, in help order.
 COMMAND_MODULES = (
     "tooldecode.models",
     "tooldecode.grammar.cli",
     "tooldecode.scenarios.cli",
-    "tooldecode.sampling_cli",
-    "tooldecode.probe_cli",
-    "tooldecode.runstore_cli",
-    "tooldecode.repair_cli",
-    "tooldecode.experiments",
-    "tooldecode.report",
-    "tooldecode.distortion_cli",
+    "tooldecode.cli.sample",
+    "tooldecode.cli.probe",
+    "tooldecode.cli.runs",
+    "tooldecode.cli.repair",
+    "tooldecode.cli.run",
+    "tooldecode.cli.report",
+    "tooldecode.cli.distortion",
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tooldecode import prompts_cli
+    """The ``tooldecode`` parser with every command group of ``COMMAND_MODULES`` registered."""
+    from tooldecode.cli import prompts
 
-    parser = argparse.ArgumentParser(prog="tooldecode", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="tooldecode",
+        description="Strict (grammar-constrained) and loose decoding of tool calls: grammars, prompts, "
+        "samples, verdicts, runs and reports.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         group = importlib.import_module(name).register(sub)
         if name == "tooldecode.scenarios.cli":
-            prompts_cli.register_show(group)  # `scenarios show` renders prompts: a later stage
+            prompts.register_show(group)  # `scenarios show` renders prompts: a later stage
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line; the exit status (2 for a usage or ``ToolDecodeError``)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
@@ -49,8 +61,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tooldecode: error: {err}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # e.g. `tooldecode scenarios list | head`
-        import os
-
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0

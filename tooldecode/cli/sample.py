@@ -45,10 +45,14 @@ def _cmd_sample(args: argparse.Namespace) -> int:
         if args.mode == "strict":
             from tooldecode.grammar import render_toolset
 
-            grammar = render_toolset(list(prompt.tools), format="gbnf", wire=prompt.wire, mode="strict", ws="bounded")
+            grammar = render_toolset(
+                list(prompt.tools), format="gbnf", wire=prompt.wire, mode="strict", ws="bounded"
+            )
         out = be.sample(prompt.text, args.n, params, grammar=grammar, prefill=prompt.prefill)
     else:
-        out = draw(be, prompt.text, args.n, params, mask=mask, prefill=prompt.prefill, batch_size=args.batch_size)
+        out = draw(
+            be, prompt.text, args.n, params, mask=mask, prefill=prompt.prefill, batch_size=args.batch_size
+        )
     if not args.json:
         print(
             f"model {ref.id} ({args.backend}), scenario {sc.id}, variant {args.variant or 'default'}, "

@@ -1,0 +1,63 @@
+"""The command line: one explicit list of command groups, each registered, every command's --help."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tooldecode.cli as cli
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:  # noqa: SLF001 - argparse keeps subparsers only here
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            return dict(action.choices)
+    return {}
+
+
+def _all_commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = []
+    for name, sub in _subcommands(parser).items():
+        out.append((*prefix, name))
+        out.extend(_all_commands(sub, (*prefix, name)))
+    return out
+
+
+def test_each_command_module_registers_its_group():
+    parser = argparse.ArgumentParser(prog="tooldecode")
+    sub = parser.add_subparsers(dest="command")
+    for name in cli.COMMAND_MODULES:
+        before = set(sub.choices)
+        importlib.import_module(name).register(sub)
+        assert set(sub.choices) - before, f"{name} registered no command"
+
+
+def test_every_cli_module_is_listed():
+    """A module in tooldecode/cli/ that the list forgets would be a command nobody can run."""
+    folder = Path(cli.__file__).parent
+    modules = {f"tooldecode.cli.{p.stem}" for p in folder.glob("*.py") if p.stem != "__init__"}
+    hooked = {"tooldecode.cli.prompts"}  # adds `scenarios show` to the scenarios group
+    assert modules - hooked == {m for m in cli.COMMAND_MODULES if m.startswith("tooldecode.cli.")}
+    assert not list(folder.parent.glob("*_cli.py"))  # no command modules outside the package
+
+
+def test_every_command_prints_help(capsys):
+    commands = _all_commands(cli.build_parser())
+    assert {("run",), ("report",), ("distortion",), ("scenarios", "show"), ("runs", "list")} <= set(commands)
+    for cmd in commands:
+        with pytest.raises(SystemExit) as exc:
+            cli.main([*cmd, "--help"])
+        assert exc.value.code == 0, cmd
+        assert capsys.readouterr().out.startswith(f"usage: tooldecode {' '.join(cmd)}")
+
+
+def test_python_dash_m_tooldecode_help():
+    done = subprocess.run([sys.executable, "-m", "tooldecode", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    for name in ("models", "grammar", "scenarios", "sample", "probe", "rescore", "repair", "run", "report"):
+        assert name in done.stdout

@@ -1,0 +1,33 @@
+"""``tooldecode report RUN...``: ``summary.md`` and ``report.html`` for runs."""
+
+from __future__ import annotations
+
+import argparse
+
+from tooldecode.report import report
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``report`` to the command line."""
+    p = sub.add_parser(
+        "report",
+        help="write summary.md and a self-contained report.html for runs",
+        description="Score the runs' raw samples (using verdicts-<scorer>.jsonl when it is current, else "
+        "writing it) and write summary.md and report.html: rates with Wilson intervals per arm, "
+        "differences between arms that differ in one field, noise floor, invented keys, probe plots.",
+    )
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run directory, e.g. runs/e1")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        default=None,
+        help="output folder (default: the run's directory for one run, ./report for several)",
+    )
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``tooldecode report RUN...``: print each file written."""
+    for what, path in report(args.runs, args.out).items():
+        print(f"{what}: {path}")
+    return 0
