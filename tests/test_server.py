@@ -90,8 +90,10 @@ def test_sample_record_shape_logprobs_and_seeds(openai_smol, llama_smol):
     llama_smol.end()
     for s in out:
         rec = s.to_record()
-        assert keys <= set(rec) and set(rec) - keys == {"tokens", "tool_name"}
+        assert keys <= set(rec) and set(rec) - keys == {"tokens", "tool_name", "absent"}
         assert rec["entropy"] is None and rec["mask_removed"] is None and rec["entropy_masked"] is None
+        # every None has its reason; nothing with a value is called absent
+        assert {k for k in keys if rec[k] is None and k != "error"} == set(rec["absent"])
         assert s.finish_reason in ("stop", "length")
         assert s.tokens and len(s.logprobs) == len(s.tokens) == len(s.top)
         assert s.token_ids is not None, s.tokens
@@ -115,6 +117,7 @@ def test_sample_record_shape_logprobs_and_seeds(openai_smol, llama_smol):
     two = openai_smol.sample(SHORT, 2, params, start_index=5, logprobs=False)
     again = openai_smol.sample(SHORT, 1, params, start_index=6, logprobs=False)
     assert again[0].text == two[1].text and again[0].logprobs is None and again[0].token_ids is None
+    assert again[0].absent["logprobs"].startswith("not requested")
 
 
 def test_strict_through_the_server_grammar(openai_smol, smol_ref):

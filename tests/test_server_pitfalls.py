@@ -1,5 +1,5 @@
 """Behaviours of llama-cpp-python's server (0.3.36) that the `openai` backend works around, pinned down
-against the real server, plus the provider-style tool-calling arm and the CLI through the server."""
+against the real server, and the CLI through the server (the tool-calling arms: test_server_tools.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from tooldecode.backends.openai import ServerHTTPError
-from tooldecode.sampling import SamplingParams
 
 pytestmark = pytest.mark.model
 
@@ -95,38 +94,6 @@ def test_logprobs_are_from_scores_before_the_grammar(openai_smol, llama_smol):
     c = chat["choices"][0]
     assert json.loads(c["message"]["content"]) == "zqxv"
     assert min(t["logprob"] for t in c["logprobs"]["content"]) < -3
-
-
-@pytest.mark.slow
-def test_tool_calling_arm_strict_flag_and_scoring(openai_smol, smol_ref):
-    """Chat completions with tools=[…]: llama-cpp-python ignores per-tool `strict` (same seed → same
-    call); a named tool_choice constrains the arguments to the tool's schema (objects closed), and the
-    arguments go through the same classifier as every other sample."""
-    from tooldecode.prompts import parse_variant, render_prompt
-    from tooldecode.scenarios import get_scenario
-    from tooldecode.scoring import score_text
-
-    sc = get_scenario("py-mutable-default-cart")
-    p = render_prompt(sc, smol_ref, parse_variant("fresh"))
-    tools = [
-        {
-            "type": "function",
-            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
-        }
-        for t in p.tools
-    ]
-    choice = {"type": "function", "function": {"name": p.expected_tool}}
-    params = SamplingParams(max_new_tokens=24, seed=0)
-    # same numerics for both requests: the prompt evaluated whole each time (see OpenAIBackend.reset_prefix)
-    openai_smol.reset_prefix()
-    on = openai_smol.chat_tool_samples(p.messages[:-1], tools, 1, params, strict=True, tool_choice=choice)
-    openai_smol.reset_prefix()
-    off = openai_smol.chat_tool_samples(p.messages[:-1], tools, 1, params, strict=False, tool_choice=choice)
-    assert on[0].tool_name == off[0].tool_name == p.expected_tool
-    assert on[0].text == off[0].text  # the flag changes nothing on this server
-    v = score_text(on[0].text, list(p.tools), wire="json", expected_tool=p.expected_tool, scenario=sc,
-                   finish_reason=on[0].finish_reason)  # fmt: skip
-    assert v.invented_keys == []
 
 
 def test_cli_sample_and_probe_through_the_server(llama_server, capsys):

@@ -23,226 +23,67 @@ response is checked: the number of prompt tokens the server evaluated must equal
 rendered, else ``ChannelError``.
 
 Records have the in-process sampler's shape (``tooldecode.sampling.Sample``); what a server cannot
-supply is ``None``: entropies and the mask's removed mass always, token ids where the server
-reports tokens only as text and a text is shared by several tokens, ``top`` entries whose text is
-ambiguous. ``tokens`` adds the server's own token texts.
+supply is ``None`` and its reason is in ``absent``: entropies and the mask's removed mass always,
+token ids where the server reports tokens only as text and a text is shared by several tokens,
+``top`` entries whose text is ambiguous, log-probabilities of strict samples where the server reports
+the masked distribution's (vLLM, SGLang). ``tokens`` adds the server's own token texts.
 
-The probe (``tooldecode.probe.probe_call``) runs unchanged on this backend: ``forward`` and
-``branch_logits`` ask for one token (``max_tokens=1``) with the widest ``logprobs`` the server
-allows and return log-probabilities over the vocabulary plus one extra column, ``UNSEEN``, holding
-the mass the server did not show (tokens past its limit, tokens whose text collides with another's).
-The probe keeps that column in its "more" class until its depth runs out, so it ends up in
-``p_undetermined``, never in close/continue/other.
+The probe (``tooldecode.probe.probe_call``) runs unchanged on this backend (``openai_probe``). The
+provider-style tool-calling arms (chat completions with ``tools=[…]``, per-tool ``strict``) are in
+``openai_tools``; the HTTP client and the server kinds in ``openai_http``; the vocabulary-only
+tokenizer in ``openai_vocab``; the record in ``openai_records``. Their public names are re-exported
+here.
 """
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
-import http.client
-import json
-import math
 import os
 import re
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from tooldecode.backends.base import Backend
+from tooldecode.backends.openai_http import (
+    CAPS,
+    KINDS,
+    Caps,
+    ChannelError,
+    HttpClient,
+    ServerError,
+    ServerHTTPError,
+)
+from tooldecode.backends.openai_probe import ServerProbe
+from tooldecode.backends.openai_records import (
+    AMBIGUOUS_TEXT,
+    MASKED_LOGPROBS,
+    NOT_REQUESTED,
+    ServerSample,
+    request_seed,
+)
+from tooldecode.backends.openai_vocab import GGUFVocab
 from tooldecode.errors import ModelError
 from tooldecode.models import ModelRef
 
-KINDS = ("auto", "llama-cpp-python", "vllm", "sglang")
-
-
-class ServerError(ModelError):
-    """The server could not be reached, went away, or answered with an error."""
-
-
-class ServerHTTPError(ServerError):
-    """The server answered with an HTTP error status."""
-
-    def __init__(self, message: str, status: int, detail: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.detail = detail
-
-
-class ChannelError(ServerError):
-    """The server would not evaluate the tokens tooldecode rendered (tokenization differs)."""
-
-
-@dataclass(frozen=True)
-class Caps:
-    """What a server kind accepts."""
-
-    token_ids: bool  # the Completions prompt may be a list of token ids
-    honours_n: bool  # ``n`` > 1 returns n choices
-    strict_field: str  # where a GBNF grammar goes
-    tokenize_path: str  # the tokenize endpoint (relative to the server root)
-
-
-CAPS = {
-    "llama-cpp-python": Caps(False, False, "grammar", "/extras/tokenize"),
-    "vllm": Caps(True, True, "structured_outputs", "/tokenize"),
-    "sglang": Caps(True, True, "ebnf", "/tokenize"),
-}
-
-
-# ---------------------------------------------------------------------------------------------
-# HTTP
-
-
-def _detail(raw: bytes) -> str:
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        return raw.decode("utf-8", "replace").strip()[:300]
-    err = body.get("error", body.get("detail", body)) if isinstance(body, dict) else body
-    if isinstance(err, dict):
-        err = err.get("message", err)
-    return " ".join(str(err).split())[:300]
-
-
-class _Http:
-    def __init__(self, base_url: str, api_key: str | None, timeout: float) -> None:
-        base = base_url.rstrip("/")
-        parts = urllib.parse.urlsplit(base)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ServerError(f"--base-url {base_url!r} is not an http(s) URL; e.g. http://127.0.0.1:8000/v1")
-        self.base = base
-        root_path = parts.path[: -len("/v1")] if parts.path.endswith("/v1") else parts.path
-        self.root = urllib.parse.urlunsplit((parts.scheme, parts.netloc, root_path, "", ""))
-        self.api_key = api_key
-        self.timeout = timeout
-
-    def request(self, method: str, path: str, body: Any = None, *, root: bool = False) -> Any:
-        url = (self.root if root else self.base) + path
-        data = None if body is None else json.dumps(body).encode("utf-8")
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(url, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as err:
-            detail = _detail(err.read())
-            raise ServerHTTPError(f"{method} {url}: HTTP {err.code}: {detail}", err.code, detail) from None
-        except (urllib.error.URLError, ConnectionError, http.client.HTTPException, OSError) as err:
-            reason = getattr(err, "reason", None) or err
-            raise ServerError(
-                f"cannot reach the server at {url} ({type(reason).__name__}: {reason}); "
-                "start it or fix --base-url (completed samples are kept; rerun to resume)"
-            ) from None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            raise ServerError(f"{method} {url}: the server answered with non-JSON ({raw[:80]!r})") from None
-
-
-# ---------------------------------------------------------------------------------------------
-# the model's tokenizer, vocabulary only
-
-
-class _GGUFVocab:
-    """Token ids and bytes from a ``.gguf`` file loaded vocabulary-only (no weights)."""
-
-    def __init__(self, ref: ModelRef) -> None:
-        if not ref.is_gguf:
-            raise ModelError(
-                f"--backend openai reads the tokenizer from a .gguf file; '{ref.path}' is a folder "
-                "(pass the model's .gguf id or path with --model)"
-            )
-        try:
-            import llama_cpp
-            from llama_cpp import _logger
-            from llama_cpp._internals import LlamaModel
-        except ImportError as err:  # pragma: no cover - depends on the install
-            raise ModelError(f"llama-cpp-python is not installed ({err}); run `make setup`") from None
-        _logger.set_verbose(bool(os.environ.get("TOOLDECODE_LLAMA_VERBOSE")))
-        self._lc = llama_cpp
-        llama_cpp.llama_backend_init()
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.vocab_only = True
-        try:
-            self._model = LlamaModel(path_model=str(ref.path), params=mparams, verbose=False)
-        except ValueError:
-            raise ModelError(f"llama.cpp could not read the vocabulary of '{ref.path}'") from None
-        self.vocab = self._model.vocab
-        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
-        self.eog_ids = frozenset(
-            i for i in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self.vocab, i)
-        )
-        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
-
-    def tokenize(self, text: str, special: bool, add_bos: bool) -> list[int]:
-        data = text.encode("utf-8")
-        lc = self._lc
-        cap = len(data) + 16
-        buf = (lc.llama_token * cap)()
-        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_bos and self.add_bos, special)
-        if n < 0:
-            cap = -n
-            buf = (lc.llama_token * cap)()
-            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_bos and self.add_bos, special)
-        return list(buf[:n])
-
-    def piece(self, token_id: int, special: bool) -> bytes:
-        buf = ctypes.create_string_buffer(256)
-        n = self._lc.llama_token_to_piece(self.vocab, int(token_id), buf, 256, 0, special)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = self._lc.llama_token_to_piece(self.vocab, int(token_id), buf, -n, 0, special)
-        return buf.raw[:n]
-
-    def close(self) -> None:
-        model = getattr(self, "_model", None)
-        if model is not None:
-            model.close()
-            self._model = None
-
-
-# ---------------------------------------------------------------------------------------------
-# records
-
-
-@dataclass
-class ServerSample:
-    """One sample drawn by the server; the fields of ``tooldecode.sampling.Sample`` (``None`` where the
-    server cannot supply them) plus ``tokens``, the server's own token texts."""
-
-    index: int
-    seed: int
-    text: str
-    token_ids: list[int] | None
-    logprobs: list[float] | None
-    top: list[list[list[float]] | None] | None
-    entropy: list[float] | None
-    entropy_masked: list[float] | None
-    mask_removed: list[float] | None
-    finish_reason: str
-    error: str | None = None
-    timing: dict[str, Any] = field(default_factory=dict)
-    tokens: list[str] | None = None
-    tool_name: str | None = None  # chat tool calling: the called tool (``text`` holds its arguments)
-
-    def to_record(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def request_seed(seed: int, index: int) -> int:
-    """The server-side seed of sample ``index`` of seed ``seed`` (31 bits; stable across runs)."""
-    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0]) & 0x7FFFFFFF
-
+__all__ = [
+    "CAPS",
+    "KINDS",
+    "Caps",
+    "ChannelError",
+    "OpenAIBackend",
+    "ServerError",
+    "ServerHTTPError",
+    "ServerSample",
+    "add_server_arguments",
+    "draw",
+    "request_seed",
+    "server_kwargs",
+]
 
 _TOKEN_ID = re.compile(r"^token_id:(\d+)$")
 
@@ -251,7 +92,7 @@ _TOKEN_ID = re.compile(r"^token_id:(\d+)$")
 # the backend
 
 
-class OpenAIBackend(Backend):
+class OpenAIBackend(ServerProbe, Backend):
     """A model served behind an OpenAI-compatible HTTP API.
 
     Parameters
@@ -298,8 +139,8 @@ class OpenAIBackend(Backend):
             if not api_key:
                 raise ServerError(f"--api-key-env {api_key_env}: that environment variable is not set")
         self.model = model
-        self.http = _Http(base_url, api_key, timeout)
-        self._vocab = _GGUFVocab(model)
+        self.http = HttpClient(base_url, api_key, timeout)
+        self._vocab = GGUFVocab(model)
         self.n_vocab = self._vocab.n_vocab
         self.eog_ids = self._vocab.eog_ids
         self.UNSEEN = self.n_vocab  # the extra column of forward/branch_logits
@@ -315,7 +156,7 @@ class OpenAIBackend(Backend):
         self.n_per_request = max(1, n_per_request)
         self.probe_logprobs = probe_logprobs or self.n_vocab
         self._checked: dict[str, bool] = {}
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         self._ids_by_text: dict[str, list[int]] | None = None
         self._pieces: list[bytes] = []
         self.stats = {"requests": 0, "probe_requests": 0, "probe_max_unseen": 0.0, "probe_untokenizable": 0}
@@ -377,7 +218,7 @@ class OpenAIBackend(Backend):
             )
         self._checked[key] = True
 
-    def _text_of(self, ids: Sequence[int]) -> str | None:
+    def text_of(self, ids: Sequence[int]) -> str | None:
         try:
             return b"".join(self.token_bytes(int(t)) for t in ids).decode("utf-8")
         except UnicodeDecodeError:
@@ -423,7 +264,7 @@ class OpenAIBackend(Backend):
             at += len(self._pieces[cands[0]])
         return out
 
-    def _token_id(self, key: str) -> int | None:
+    def token_id(self, key: str) -> int | None:
         m = _TOKEN_ID.match(key)
         if m:
             return int(m.group(1))
@@ -441,7 +282,8 @@ class OpenAIBackend(Backend):
             body["return_tokens_as_token_ids"] = True
         return body
 
-    def _sampling(self, temperature: float, top_p: float, top_k: int, min_p: float) -> dict[str, Any]:
+    def sampling_fields(self, temperature: float, top_p: float, top_k: int, min_p: float) -> dict[str, Any]:
+        """Every sampling parameter of a request, in this server's spelling (no server default left on)."""
         if self.kind == "llama-cpp-python":
             return {
                 "temperature": temperature,
@@ -467,11 +309,15 @@ class OpenAIBackend(Backend):
             return {"structured_outputs": {"grammar": grammar}}
         return {self.caps.strict_field: grammar}
 
+    def count_request(self) -> None:
+        """Count one request in ``stats`` (thread-safe)."""
+        with self.lock:
+            self.stats["requests"] += 1
+
     def complete(self, ids: Sequence[int], text: str, *, check_length: bool = True, **kw: Any) -> dict:
         """One Completions request for the prompt ``ids`` (= ``text``); checks the prompt length it evaluated."""
         out = self.http.request("POST", "/completions", self._body(ids, text, **kw))
-        with self._lock:
-            self.stats["requests"] += 1
+        self.count_request()
         used = (out.get("usage") or {}).get("prompt_tokens")
         if check_length and used is not None and int(used) != len(ids):
             raise ChannelError(
@@ -546,7 +392,9 @@ class OpenAIBackend(Backend):
         t0: float,
     ) -> list[ServerSample]:
         start = time.perf_counter()
-        kw: dict[str, Any] = self._sampling(params.temperature, params.top_p, params.top_k, params.min_p)
+        kw: dict[str, Any] = self.sampling_fields(
+            params.temperature, params.top_p, params.top_k, params.min_p
+        )
         kw.update(max_tokens=params.max_new_tokens, seed=request_seed(params.seed, group[0]))
         if params.stop:
             kw["stop"] = list(params.stop)
@@ -558,21 +406,28 @@ class OpenAIBackend(Backend):
             kw.update(self._strict(grammar))
         out = self.complete(ids, text, **kw)
         end = time.perf_counter()
+        masked = grammar is not None and self.caps.masked_logprobs
         choices = sorted(out.get("choices") or [], key=lambda c: int(c.get("index", 0)))
         if len(choices) < len(group):
             # the server ignored n: take what came back, ask for the rest one by one
-            with self._lock:
+            with self.lock:
                 self.honours_n = False
-            done = [self._parse(c, group[k], params, start - t0, end - t0) for k, c in enumerate(choices)]
+            done = [
+                self._parse(c, group[k], params, masked, start - t0, end - t0) for k, c in enumerate(choices)
+            ]
             for i in group[len(choices) :]:
                 done.extend(self._draw(ids, text, [i], params, grammar, logprobs, t0))
             return done
         return [
-            self._parse(c, group[k], params, start - t0, end - t0)
+            self._parse(c, group[k], params, masked, start - t0, end - t0)
             for k, c in enumerate(choices[: len(group)])
         ]
 
-    def _parse(self, choice: dict, index: int, params: Any, start_s: float, end_s: float) -> ServerSample:
+    def _parse(
+        self, choice: dict, index: int, params: Any, masked: bool, start_s: float, end_s: float
+    ) -> ServerSample:
+        """A Completions choice as a record; ``masked``: its log-probabilities are the grammar-masked
+        distribution's (dropped, with the reason in ``absent``)."""
         finish = choice.get("finish_reason") or "length"
         error = None
         if finish not in ("stop", "length"):
@@ -589,10 +444,18 @@ class OpenAIBackend(Backend):
                 if not alts or not params.top_logprobs:
                     top.append(None)
                     continue
-                row = [[self._token_id(k), float(v)] for k, v in alts.items()]
+                row = [[self.token_id(k), float(v)] for k, v in alts.items()]
                 row = [r for r in row if r[0] is not None]
                 row.sort(key=lambda r: -r[1])
                 top.append([[int(r[0]), round(r[1], 5)] for r in row[: params.top_logprobs]])
+        absent: dict[str, str] = {}
+        if tokens is None:
+            absent.update({f: NOT_REQUESTED for f in ("token_ids", "logprobs", "top", "tokens")})
+        elif token_ids is None:
+            absent["token_ids"] = AMBIGUOUS_TEXT
+        if masked and logprobs is not None:
+            logprobs = top = None
+            absent.update(logprobs=MASKED_LOGPROBS, top=MASKED_LOGPROBS)
         return ServerSample(
             index=index,
             seed=params.seed,
@@ -613,163 +476,29 @@ class OpenAIBackend(Backend):
                 "tokens": len(tokens) if tokens is not None else None,
             },
             tokens=tokens,
+            absent=absent,
         )
 
     # --- provider-style tool calling (chat completions) ----------------------------------------
     def chat_tool_samples(
         self,
         messages: Sequence[dict],
-        tools: Sequence[dict],
+        tools: Sequence[Any],
         n: int,
         params: Any,
         *,
         strict: bool,
-        tool_choice: str | dict = "required",
+        tool_choice: str | dict = "auto",
         start_index: int = 0,
+        on_batch: Callable[[list[ServerSample]], None] | None = None,
     ) -> list[ServerSample]:
-        """Samples of the channel a production agent uses: chat completions with ``tools=[…]`` (each
-        ``{"type": "function", "function": {name, description, parameters}}``) and per-tool ``strict``.
+        """Chat completions with ``tools=[…]`` and per-tool ``strict`` (see ``openai_tools``)."""
+        from tooldecode.backends.openai_tools import chat_tool_samples
 
-        The server renders the prompt with its own chat template. ``text`` of a sample is the first
-        tool call's ``arguments`` (``tool_name`` names the tool) or, without a tool call, the message
-        content. One request per sample (seed per index, as ``sample``).
-        """
-        fns = [dict(t, function=dict(t["function"], strict=bool(strict))) for t in tools]
-        out: list[ServerSample] = []
-        for i in range(start_index, start_index + n):
-            body: dict[str, Any] = {
-                "model": self.server_model,
-                "messages": list(messages),
-                "tools": fns,
-                "tool_choice": tool_choice,
-                "max_tokens": params.max_new_tokens,
-                "seed": request_seed(params.seed, i),
-                **self._sampling(params.temperature, params.top_p, params.top_k, params.min_p),
-            }
-            t = time.perf_counter()
-            got = self.http.request("POST", "/chat/completions", body)
-            with self._lock:
-                self.stats["requests"] += 1
-            choice = (got.get("choices") or [{}])[0]
-            msg = choice.get("message") or {}
-            calls = msg.get("tool_calls") or []
-            fn = (calls[0].get("function") or {}) if calls else {}
-            finish = choice.get("finish_reason") or "length"
-            finish = "stop" if finish in ("tool_calls", "function_call") else finish
-            out.append(
-                ServerSample(
-                    index=i,
-                    seed=params.seed,
-                    text=str(fn.get("arguments") if calls else msg.get("content") or ""),
-                    token_ids=None,
-                    logprobs=None,
-                    top=None,
-                    entropy=None,
-                    entropy_masked=None,
-                    mask_removed=None,
-                    finish_reason=finish if finish in ("stop", "length") else "error",
-                    error=None if finish in ("stop", "length") else f"the server finished with {finish!r}",
-                    timing={"request_s": round(time.perf_counter() - t, 4)},
-                    tool_name=fn.get("name") if calls else None,
-                )
-            )
-        return out
-
-    # --- next-token distributions (the probe) -------------------------------------------------
-    def next_logprobs(self, ids: Sequence[int]) -> np.ndarray:
-        """Log-probabilities of the next token after ``ids``: ``n_vocab + 1`` entries, the last (``UNSEEN``)
-        holding the mass the server did not attribute to a token (``-inf`` where everything was seen)."""
-        row = np.full(self.n_vocab + 1, -np.inf, dtype=np.float64)
-        text = self._text_of(ids)
-        if not self.caps.token_ids:
-            ok = text is not None
-            if ok:
-                try:
-                    self.check_tokenization(text, ids)  # type: ignore[arg-type]
-                except ChannelError:
-                    ok = False
-            if not ok:  # cannot be sent as text without re-tokenizing: all of it undetermined
-                with self._lock:
-                    self.stats["probe_untokenizable"] += 1
-                row[self.UNSEEN] = 0.0
-                return row
-        kw = self._sampling(1.0, 1.0, 0, 0.0)
-        while True:
-            try:
-                out = self.complete(ids, text or "", max_tokens=1, seed=0, logprobs=self.probe_logprobs, **kw)
-                break
-            except ServerHTTPError as err:
-                limit = self._logprobs_limit(err)
-                if limit is None or limit >= self.probe_logprobs:
-                    raise
-                self.probe_logprobs = limit
-        alts = ((out["choices"][0].get("logprobs") or {}).get("top_logprobs") or [None])[0] or {}
-        seen = 0.0
-        for key, value in alts.items():
-            tid = self._token_id(str(key))
-            if tid is None or tid >= self.n_vocab or value is None:
-                continue
-            row[tid] = float(value)
-            seen += math.exp(float(value))
-        unseen = max(0.0, 1.0 - seen)
-        if unseen > 1e-9:
-            row[self.UNSEEN] = math.log(unseen)
-        with self._lock:
-            self.stats["probe_requests"] += 1
-            self.stats["probe_max_unseen"] = max(self.stats["probe_max_unseen"], unseen)
-        return row
-
-    @staticmethod
-    def _logprobs_limit(err: ServerHTTPError) -> int | None:
-        if err.status not in (400, 422) or "logprob" not in err.detail.lower():
-            return None
-        nums = [int(x) for x in re.findall(r"\d+", err.detail)]
-        return min(nums) if nums else None
-
-    # llama.cpp's logits depend on how many tokens are evaluated together (one alone vs several in a
-    # batch: up to 0.2 nats apart on SmolLM2 Q4_1), and llama-cpp-python's server evaluates only what
-    # follows the longest prefix it shares with the previous request, always re-evaluating at least the
-    # last prompt token. To give the probe the in-process numerics (``forward``: the whole sequence in
-    # chunks; ``branch_logits``: the prefix, then one token per step), a row of ``forward`` is preceded
-    # by a one-token request that empties the shared prefix, and a continuation of k tokens is walked
-    # one token per request. This holds while this client is the server's only one.
-
-    def reset_prefix(self) -> None:
-        """Make llama-cpp-python's server forget the prefix it shares with the next request (a one-token
-        request), so the next prompt is evaluated whole, in chunks, as the in-process ``forward`` does."""
-        if self.kind == "llama-cpp-python":
-            self.complete([], "\n", max_tokens=1, **self._sampling(1.0, 1.0, 0, 0.0), check_length=False)
-
-    def _walk(self, ids: Sequence[int], upto: int) -> None:
-        if self.kind == "llama-cpp-python":
-            for j in range(upto, len(ids)):
-                text = self._text_of(ids[:j])
-                if text is None:
-                    return
-                self.complete(ids[:j], text, max_tokens=1, **self._sampling(1.0, 1.0, 0, 0.0))
-
-    def forward(self, ids: Sequence[int], positions: Sequence[int]) -> np.ndarray:
-        ids = list(ids)
-        if not positions:
-            return np.empty((0, self.n_vocab + 1))
-        rows = []
-        for p in positions:
-            self.reset_prefix()
-            rows.append(self.next_logprobs(ids[: p + 1]))
-        return np.stack(rows)
-
-    def branch_logits(self, prefix_ids: Sequence[int], continuations: Sequence[Sequence[int]]) -> np.ndarray:
-        rows = []
-        for c in continuations:
-            if any(int(t) >= self.n_vocab for t in c):  # past the unseen mass: stays unseen
-                row = np.full(self.n_vocab + 1, -np.inf)
-                row[self.UNSEEN] = 0.0
-                rows.append(row)
-            else:
-                full = list(prefix_ids) + [int(t) for t in c]
-                self._walk(full, len(prefix_ids) + 1)
-                rows.append(self.next_logprobs(full))
-        return np.stack(rows) if rows else np.empty((0, self.n_vocab + 1))
+        return chat_tool_samples(
+            self, messages, tools, n, params, strict=strict, tool_choice=tool_choice,
+            start_index=start_index, on_batch=on_batch,
+        )  # fmt: skip
 
     # --- not available over HTTP ----------------------------------------------------------------
     def begin(self, prompt_ids: Sequence[int], n_seqs: int) -> np.ndarray:

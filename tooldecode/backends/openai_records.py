@@ -1,0 +1,61 @@
+"""Sample records of the ``openai`` backend: the in-process sampler's fields, ``None`` where the server
+cannot supply them, each ``None`` with its reason in ``absent``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+# why a field of a server's sample is None (one home for these sentences)
+NO_DISTRIBUTION = "a server returns no full next-token distribution per generated token"
+AMBIGUOUS_TEXT = "the server reports tokens as text and a text here is shared by several tokens"
+MASKED_LOGPROBS = (
+    "under structured outputs this server reports the grammar-masked distribution's log-probabilities, "
+    "not the model's (tooldecode's logprobs are the model's)"
+)
+NOT_REQUESTED = "not requested (logprobs=False)"
+PARSED_CALL = (
+    "chat tool calling: the server returns the call it parsed, not the tokens it generated, so token "
+    "fields cannot be aligned with the text"
+)
+
+
+@dataclass
+class ServerSample:
+    """One sample drawn by a server.
+
+    The fields of ``tooldecode.sampling.Sample`` (``None`` where the server cannot supply them), plus
+    ``tokens`` (the server's own token texts), ``tool_name`` (chat tool calling: the called tool) and
+    ``absent`` (field name → why it is ``None``).
+    """
+
+    index: int
+    seed: int
+    text: str
+    token_ids: list[int] | None
+    logprobs: list[float] | None
+    top: list[list[list[float]] | None] | None
+    entropy: list[float] | None
+    entropy_masked: list[float] | None
+    mask_removed: list[float] | None
+    finish_reason: str
+    error: str | None = None
+    timing: dict[str, Any] = field(default_factory=dict)
+    tokens: list[str] | None = None
+    tool_name: str | None = None
+    absent: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("entropy", "entropy_masked", "mask_removed"):
+            if getattr(self, name) is None:
+                self.absent.setdefault(name, NO_DISTRIBUTION)
+
+    def to_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def request_seed(seed: int, index: int) -> int:
+    """The server-side seed of sample ``index`` of seed ``seed`` (31 bits; stable across runs)."""
+    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0]) & 0x7FFFFFFF

@@ -1,0 +1,76 @@
+"""The model's tokenizer for the ``openai`` backend: a ``.gguf`` loaded vocabulary-only (the weights stay
+on the server)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+from tooldecode.errors import ModelError
+from tooldecode.models import ModelRef
+
+
+class GGUFVocab:
+    """Token ids and bytes from a ``.gguf`` file loaded vocabulary-only (no weights).
+
+    Parameters
+    ----------
+    ref : ModelRef
+        A ``.gguf`` model (a folder is refused with a one-line error).
+    """
+
+    def __init__(self, ref: ModelRef) -> None:
+        if not ref.is_gguf:
+            raise ModelError(
+                f"--backend openai reads the tokenizer from a .gguf file; '{ref.path}' is a folder "
+                "(pass the model's .gguf id or path with --model)"
+            )
+        try:
+            import llama_cpp
+            from llama_cpp import _logger
+            from llama_cpp._internals import LlamaModel
+        except ImportError as err:  # pragma: no cover - depends on the install
+            raise ModelError(f"llama-cpp-python is not installed ({err}); run `make setup`") from None
+        _logger.set_verbose(bool(os.environ.get("TOOLDECODE_LLAMA_VERBOSE")))
+        self._lc = llama_cpp
+        llama_cpp.llama_backend_init()
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.vocab_only = True
+        try:
+            self._model = LlamaModel(path_model=str(ref.path), params=mparams, verbose=False)
+        except ValueError:
+            raise ModelError(f"llama.cpp could not read the vocabulary of '{ref.path}'") from None
+        self.vocab = self._model.vocab
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self.eog_ids = frozenset(
+            i for i in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self.vocab, i)
+        )
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+
+    def tokenize(self, text: str, special: bool, add_bos: bool) -> list[int]:
+        """Token ids of ``text`` (special-token text parsed when ``special``)."""
+        data = text.encode("utf-8")
+        lc = self._lc
+        cap = len(data) + 16
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_bos and self.add_bos, special)
+        if n < 0:
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_bos and self.add_bos, special)
+        return list(buf[:n])
+
+    def piece(self, token_id: int, special: bool) -> bytes:
+        """The bytes of one token (special tokens as their text when ``special``, else empty)."""
+        buf = ctypes.create_string_buffer(256)
+        n = self._lc.llama_token_to_piece(self.vocab, int(token_id), buf, 256, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = self._lc.llama_token_to_piece(self.vocab, int(token_id), buf, -n, 0, special)
+        return buf.raw[:n]
+
+    def close(self) -> None:
+        model = getattr(self, "_model", None)
+        if model is not None:
+            model.close()
+            self._model = None
