@@ -74,19 +74,11 @@ def test_lenient_records_what_was_ignored():
     "schema, keyword",
     [
         ({"type": "string", "pattern": "a\\1"}, "pattern"),
-        ({"type": "array", "uniqueItems": True}, "uniqueItems"),
+        ({"not": {"type": "number", "multipleOf": 0.01}}, "not"),
         ({"$dynamicRef": "#x"}, "$dynamicRef"),
         ({"$ref": "https://example.com/s.json"}, "$ref"),
-        ({"type": "number", "multipleOf": 0.1}, "multipleOf"),
-        (
-            {
-                "oneOf": [
-                    {"type": "object", "additionalProperties": {"type": "string"}},
-                    {"type": "object", "additionalProperties": {"type": "integer"}},
-                ]
-            },
-            "oneOf",
-        ),
+        ({"type": "number", "multipleOf": 0.07}, "multipleOf"),
+        ({"oneOf": [{"type": "number", "multipleOf": 0.01}, {"type": "integer"}]}, "oneOf"),
         ({"$recursiveRef": "#"}, "$recursiveRef"),
         ({"$schema": "http://json-schema.org/draft-03/schema#", "type": "string"}, "$schema"),
     ],
@@ -95,6 +87,39 @@ def test_unsupported_keywords_are_named(schema, keyword):
     with pytest.raises(UnsupportedSchemaError) as ei:
         compile_schema(schema, mode="spec")
     assert ei.value.keyword == keyword
+
+
+@pytest.mark.parametrize(
+    "schema, keyword, kept, left_out",
+    [
+        (
+            {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+            "uniqueItems",
+            [[], ["a"]],
+            [["a", "b"]],
+        ),
+        ({"type": "number", "multipleOf": 0.1}, "multipleOf", [0, 3, -20], [0.5]),
+        (
+            {
+                "oneOf": [
+                    {"type": "object", "additionalProperties": {"type": "string"}},
+                    {"type": "object", "additionalProperties": {"type": "integer"}},
+                ]
+            },
+            "oneOf",
+            [],
+            [{}, {"a": 1}],
+        ),
+    ],
+)
+def test_narrowed_keywords_are_warned(schema, keyword, kept, left_out):
+    """Renderings that are a strict subset of the schema's language say so in ``warnings``."""
+    sir = compile_schema(schema, mode="spec")
+    assert any(w.startswith(keyword) and "narrower" in w for w in sir.warnings), sir.warnings
+    for v in kept:
+        assert sir.accepts(v), v
+    for v in left_out:
+        assert not sir.accepts(v), v
 
 
 def test_bad_options_raise_grammar_error():

@@ -46,7 +46,7 @@ from tooldecode.grammar.ir import (
     intersect,
     json_type,
 )
-from tooldecode.grammar.negation import complement
+from tooldecode.grammar.negation import difference
 from tooldecode.grammar.schema import SchemaIR
 from tooldecode.grammar.strlang import ALL_STRINGS, StrLang
 
@@ -618,7 +618,7 @@ class Lowerer:
                         if mask >> k & 1:
                             n = intersect(n, c)
                         elif hi is not None:
-                            n = intersect(n, complement(c))
+                            n = difference(n, c)
                 except Inexact as e:
                     raise GrammarError(f"contains/maxContains cannot be rendered at {hint}: {e}") from e
                 if n.is_never:

@@ -36,7 +36,7 @@ from tooldecode.grammar.ir import (
     node,
     union,
 )
-from tooldecode.grammar.negation import complement
+from tooldecode.grammar.negation import complement, difference
 from tooldecode.grammar.strlang import FORMAT_PATTERNS
 
 MODES = ("strict", "spec")
@@ -337,6 +337,25 @@ class _Compiler:
         # definition is complete ((base, kind, id(u)) -> derived name; pending: name, base, kind, u)
         self.derived: dict[tuple[str, str, int], str] = {}
         self.pending: list[tuple[str, str, str, Node]] = []
+        # under-approximations: a counter bumped by each (a subschema compiled narrower than it is
+        # makes every schema around it narrower too), the memo keys and definitions concerned
+        self.losses = 0
+        self.lossy: set[tuple[int, str]] = set()
+        self.lossy_defs: set[str] = set()
+
+    def narrowed(self, keyword: str, ptr: str, why: list[str] | str) -> None:
+        """Record that the rendered language at ``ptr`` is a subset of the schema's (sound, lossy)."""
+        reasons = [why] if isinstance(why, str) else sorted(set(why))
+        if not reasons:
+            return
+        self.losses += 1
+        self.warnings.append(
+            f"{keyword} at {ptr or '#'}: rendered narrower than the schema ({'; '.join(reasons)})"
+        )
+
+    def exact_defs(self) -> dict[str, Node]:
+        """The finished definitions that are exact (the ones a negation may unfold)."""
+        return {k: v for k, v in self.defs.items() if k not in self.lossy_defs}
 
     # -- errors
     def unsupported(self, keyword: str, ptr: str, detail: str = "") -> None:
@@ -414,6 +433,8 @@ class _Compiler:
             resolver = resolver.in_subresource(DRAFT202012.create_resource(s))
         key = (id(s), str(resolver._base_uri))
         if key in self.memo:
+            if key in self.lossy:
+                self.losses += 1
             return self.memo[key]
         if key in self.progress:
             entry = self.progress[key]
@@ -426,10 +447,14 @@ class _Compiler:
         entry = [name, depth, False]
         self.progress[key] = entry
         self._keep.append(s)
+        before = self.losses
         try:
             result = self._compile_dict(s, ptr, resolver, depth)
         finally:
             del self.progress[key]
+        if self.losses > before:
+            self.lossy.add(key)
+            self.lossy_defs.add(name)
         if entry[2]:
             self.defs[name] = result
         self.memo[key] = result
@@ -458,7 +483,10 @@ class _Compiler:
                 self.unsupported(k, pointer_join(ptr, k))
             else:  # an unknown keyword is an annotation (JSON Schema 2020-12, section 6.5)
                 self.ignored.append((k, pointer_join(ptr, k)))
-        if "$schema" in s and s["$schema"] not in DIALECTS:
+        if "$schema" in s and s is not self.root and not isinstance(s.get("$id"), str):
+            # below the root, outside an embedded resource, $schema has no meaning: an annotation
+            self.ignored.append(("$schema", pointer_join(ptr, "$schema")))
+        elif "$schema" in s and s["$schema"] not in DIALECTS:
             # another draft or a custom metaschema (vocabularies) changes the meaning of keywords
             self.unsupported(
                 "$schema",
@@ -536,12 +564,15 @@ class _Compiler:
         # oneOf
         if "oneOf" in s:
             kptr = pointer_join(ptr, "oneOf")
-            branches = [
-                self.compile(sub, pointer_join(ptr, "oneOf", i), resolver, depth)
-                for i, sub in enumerate(self._list(s, "oneOf", ptr))
-            ]
+            branches, lossy = [], []
+            for i, sub in enumerate(self._list(s, "oneOf", ptr)):
+                before = self.losses
+                branches.append(self.compile(sub, pointer_join(ptr, "oneOf", i), resolver, depth))
+                lossy.append(self.losses > before)
             try:
-                meet(self._one_of(branches), "oneOf", kptr)
+                loss: list[str] = []
+                meet(self._one_of(branches, lossy, loss), "oneOf", kptr)
+                self.narrowed("oneOf", kptr, loss)
             except Inexact as e:
                 self.unsupported("oneOf", kptr, f"branches are not provably disjoint ({e})")
                 if self.lenient:
@@ -549,19 +580,34 @@ class _Compiler:
         # not
         if "not" in s:
             kptr = pointer_join(ptr, "not")
+            before = self.losses
             sub = self.compile(s["not"], kptr, resolver, depth)
-            try:
-                meet(complement(sub), "not", kptr)
-            except Inexact as e:
-                self.unsupported("not", kptr, str(e))
+            if self.losses > before:
+                self.unsupported("not", kptr, "the negated schema is itself rendered narrower than it is")
+            else:
+                loss = []
+                try:
+                    cur = difference(cur, sub, loss, self.exact_defs())
+                    self.narrowed("not", kptr, loss)
+                except Inexact as e:
+                    self.unsupported("not", kptr, str(e))
         # if / then / else
         if "if" in s and ("then" in s or "else" in s):
             kptr = pointer_join(ptr, "if")
+            before = self.losses
             cond = self.compile(s["if"], kptr, resolver, depth)
+            cond_lossy = self.losses > before
             then = self.compile(s["then"], pointer_join(ptr, "then"), resolver, depth) if "then" in s else ANY
             els = self.compile(s["else"], pointer_join(ptr, "else"), resolver, depth) if "else" in s else ANY
+            loss = []
             try:
-                meet(union(intersect(cond, then), intersect(complement(cond), els)), "if", kptr)
+                if cond_lossy:  # no sound negation of a narrowed condition: the 'else' side is left out
+                    loss.append("the condition is itself rendered narrower, so only its 'then' side is kept")
+                    other = NEVER
+                else:
+                    other = difference(els, cond, loss, self.exact_defs())
+                meet(union(intersect(cond, then), other), "if", kptr)
+                self.narrowed("if", kptr, loss)
             except Inexact as e:
                 self.unsupported("if", kptr, str(e))
         elif "if" in s and ("unevaluatedProperties" in s or "unevaluatedItems" in s):
@@ -598,6 +644,11 @@ class _Compiler:
                 except Inexact as e:
                     self.unsupported("dependentSchemas", kptr, str(e))
         # unevaluatedProperties / unevaluatedItems
+        if ("unevaluatedProperties" in s or "unevaluatedItems" in s) and _any_of_in_place(s, resolver):
+            # a value may match several anyOf branches and gets the annotations of all of them; an
+            # alternative of the IR carries one branch's, so what it lets through is a subset
+            kw = "unevaluatedProperties" if "unevaluatedProperties" in s else "unevaluatedItems"
+            self.narrowed(kw, pointer_join(ptr, kw), "only one anyOf branch's evaluated members count")
         if "unevaluatedProperties" in s:
             kptr = pointer_join(ptr, "unevaluatedProperties")
             u = self.compile(s["unevaluatedProperties"], kptr, resolver, depth + 1)
@@ -636,21 +687,30 @@ class _Compiler:
             raise InvalidSchemaError(kw, pointer_join(ptr, kw), "must be a non-empty array")
         return v
 
-    def _one_of(self, branches: list[Node]) -> Node:
-        disjoint = True
-        for i in range(len(branches)):
-            for j in range(i + 1, len(branches)):
-                if not _provably_empty(intersect(branches[i], branches[j])):
+    def _one_of(self, branches: list[Node], lossy: list[bool], loss: list[str]) -> Node:
+        """Values in exactly one branch: each branch minus the branches it may overlap (a subset
+        where a difference is not exact, with the reasons in ``loss``)."""
+        n = len(branches)
+        overlap = [[False] * n for _ in range(n)]
+        for i in range(n):
+            for j in range(i + 1, n):
+                try:
+                    disjoint = _provably_empty(intersect(branches[i], branches[j]))
+                except Inexact:
                     disjoint = False
-        if disjoint:
+                # a narrowed branch proves nothing about the branch it stands for
+                overlap[i][j] = overlap[j][i] = not disjoint or lossy[i] or lossy[j]
+        if not any(map(any, overlap)):
             return union(*branches)
-        comps = [complement(b) for b in branches]
+        if any(lossy):
+            raise Inexact("a branch is itself rendered narrower than it is, so it cannot be excluded")
+        defs = self.exact_defs()
         parts = []
         for i, b in enumerate(branches):
             cur = b
-            for j, c in enumerate(comps):
-                if j != i:
-                    cur = intersect(cur, c)
+            for j in range(n):
+                if overlap[i][j]:
+                    cur = difference(cur, branches[j], loss, defs)
             parts.append(cur)
         return union(*parts)
 
@@ -691,11 +751,30 @@ class _Compiler:
         if m is not None:
             if m <= 0:
                 raise InvalidSchemaError("multipleOf", pointer_join(ptr, "multipleOf"), "must be > 0")
-            if m.denominator != 1 or m > 10000:
+            if m.denominator != 1 and (ints := float_multiple_integers(s["multipleOf"])) is not None:
+                # a fractional divisor: only integers are rendered (a subset; see float_multiple_integers)
+                step, bound = ints
+                r = ir.inter_num(
+                    a,
+                    NumA(
+                        kind="int",
+                        lo=Fraction(-bound),
+                        hi=Fraction(bound),
+                        mult=step,
+                        residues=frozenset({0}),
+                    ),
+                )
+                a = r if r is not None else NumA(kind="int", lo=Fraction(1), hi=Fraction(0))
+                self.narrowed(
+                    "multipleOf",
+                    pointer_join(ptr, "multipleOf"),
+                    f"only integers that are multiples of {s['multipleOf']!r} are rendered",
+                )
+            elif m.denominator != 1 or m > 10000:
                 self.unsupported(
                     "multipleOf",
                     pointer_join(ptr, "multipleOf"),
-                    "only integer divisors up to 10000 are expressible exactly",
+                    "only integer divisors up to 10000 and decimal divisors whose multiples include integers are expressible",
                 )
             else:
                 r = ir.inter_num(a, NumA(mult=int(m), residues=frozenset({0})))
@@ -896,10 +975,7 @@ class _Compiler:
             if vals is None:
                 if i >= a.min and a.item(i).is_never:
                     break
-                self.unsupported(
-                    "uniqueItems", a.unique, "uniqueItems over items that are not a small finite set"
-                )
-                return [replace(a, unique="")]
+                return self._unique_narrowed(a, "items that are not a small finite set")
             if not vals:
                 break
             domains.append(vals)
@@ -930,9 +1006,61 @@ class _Compiler:
 
         go([], set())
         if len(seqs) > MAX_UNIQUE_ENUM:
-            self.unsupported("uniqueItems", a.unique, "too many unique arrays to enumerate")
-            return [plain]
+            return self._unique_narrowed(a, "too many unique arrays to enumerate")
         return [ConstA(sq) for sq in seqs]
+
+    def _unique_narrowed(self, a: ArrA, why: str) -> list[ir.Alt]:
+        """uniqueItems without an exact rendering: arrays of at most one item (a subset: they are unique)."""
+        self.narrowed("uniqueItems", a.unique, f"{why}: arrays of at most one item are rendered")
+        return [ir.norm_arr(replace(a, unique="", max=1 if a.max is None else min(a.max, 1)))]
+
+
+def float_multiple_integers(m: float | int) -> tuple[int, int] | None:
+    """``(step, bound)``: the integers n with ``step | n`` and ``|n| <= bound`` pass ``multipleOf: m``
+    for a fractional ``m`` as validators check it in floating point (``n / m`` is integral), or None.
+
+    With ``m``'s shortest decimal ``P/Q`` (``0.01`` -> 1/100) and the double ``m = (P/Q)(1 + d)``:
+    for ``P | n`` the exact quotient ``N = nQ/P`` is an integer, ``n / m = N / (1 + d)`` lies within
+    ``|N| |d| / (1 + d)`` of it, and ``|d| <= 2**-54`` with ``|N| < 2**52`` keeps that under half a unit in the
+    last place of ``N``, so the division rounds to ``N`` exactly. Other integers and all non-integral
+    numbers are left out (a subset of the multiples; ``0.07 / 0.01`` is not integral in binary)."""
+    from decimal import Decimal
+
+    if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m <= 0:
+        return None
+    q = Fraction(Decimal(repr(float(m))))
+    if q.denominator == 1 or q.numerator > 10000:
+        return None
+    d = Fraction(m) / q - 1
+    if abs(d) > Fraction(1, 2**54):
+        return None
+    bound = min((2**52 - 1) * q.numerator // q.denominator, 2**52)
+    return q.numerator, bound
+
+
+def _any_of_in_place(s: Any, resolver: Any) -> bool:
+    """Whether ``s`` applies an ``anyOf`` in place (through allOf/oneOf/if/$ref/dependentSchemas)."""
+    seen: set[int] = set()
+    stack = [(s, resolver)]
+    while stack:
+        x, res = stack.pop()
+        if not isinstance(x, dict) or id(x) in seen:
+            continue
+        seen.add(id(x))
+        if "anyOf" in x:
+            return True
+        subs = [y for k in ("allOf", "oneOf") if isinstance(x.get(k), list) for y in x[k]]
+        subs += [x[k] for k in ("if", "then", "else") if k in x]
+        if isinstance(x.get("dependentSchemas"), dict):
+            subs += list(x["dependentSchemas"].values())
+        stack.extend((y, res) for y in subs if isinstance(y, dict))
+        if isinstance(x.get("$ref"), str):
+            try:
+                r = res.lookup(x["$ref"])
+            except Exception:  # noqa: BLE001 -- unresolvable: reported where it is compiled
+                continue
+            stack.append((r.contents, r.resolver))
+    return False
 
 
 def _expand(n: Node) -> Node:
@@ -957,14 +1085,20 @@ def _finite_values(n: Node) -> list[Any] | None:
     return list(uniq.values())
 
 
-def _provably_empty(n: Node) -> bool:
-    for a in n.alts:
-        if isinstance(a, StrA):
-            if not a.lang.is_empty():
-                return False
-        elif isinstance(a, NumA):
-            if not ir.num_empty(a):
-                return False
-        else:
-            return False
-    return True
+def _provably_empty(n: Node, depth: int = 0) -> bool:
+    """True when ``n`` has no value (False: maybe it has; through objects and arrays to depth 4)."""
+    return all(_alt_provably_empty(a, depth) for a in n.alts)
+
+
+def _alt_provably_empty(a: ir.Alt, depth: int) -> bool:
+    if isinstance(a, StrA):
+        return a.lang.is_empty()
+    if isinstance(a, NumA):
+        return ir.num_empty(a)
+    if depth >= 4:
+        return False
+    if isinstance(a, ObjA):
+        return any(_provably_empty(a.value_for(k), depth + 1) for k in a.required)
+    if isinstance(a, ArrA):
+        return any(_provably_empty(a.item(i), depth + 1) for i in range(min(a.min, 8)))
+    return False
