@@ -108,3 +108,44 @@ def test_free_arm_is_unconstrained_text_and_gold_prefix_refused(openai_smol, smo
     with pytest.raises(ServerError, match="conditioning 'free' or 'forced-tool'") as err:
         draw_tools(openai_smol, g, 1, params, strict=True, conditioning="gold-prefix")
     assert "\n" not in str(err.value)
+
+
+TOOLS_SPEC = """
+name = "server-tools"
+description = "provider-style tool calling, strict true vs false"
+models = ["smollm2-135m-instruct"]
+scenarios = ["py-mutable-default-cart"]
+n = 2
+seeds = [0]
+max_new_tokens = 8
+modes = ["tools-strict", "tools-loose"]
+backend = "openai"
+
+[variant]
+history = ["fresh"]
+conditioning = ["forced-tool"]
+"""
+
+
+def test_run_with_tool_modes_scored_like_any_run(llama_server, tmp_path):
+    """`tooldecode run` with modes tools-strict / tools-loose: records of the usual shape, the arm's mode
+    in each, verdicts from the same classifier; the modes refuse a backend that is not a server."""
+    from tooldecode.experiments import SpecError, load_spec, run_spec
+    from tooldecode.runstore import RunStore
+    from tooldecode.scoring import score_record
+
+    path = tmp_path / "spec.toml"
+    path.write_text(TOOLS_SPEC)
+    spec = load_spec(path)
+    out = run_spec(spec, tmp_path / "run", progress=False, server={"base_url": llama_server.base_url})
+    with RunStore.open(out) as store:
+        manifest, recs = store.manifest, list(store.sample_records())
+    assert sorted(r["arm"]["mode"] for r in recs) == ["tools-loose"] * 2 + ["tools-strict"] * 2
+    for r in recs:
+        assert r["tool_name"] == "edit" and r["token_ids"] is None and r["absent"]["token_ids"] == PARSED_CALL
+        v = score_record(r, manifest)
+        assert v["tool"] == "edit" and v["verdict"] == "truncated", (r["text"], v)  # 8 tokens: cut
+    spec.backend = "llamacpp"
+    with pytest.raises(SpecError, match="--backend openai") as err:
+        run_spec(spec, tmp_path / "run2", progress=False)
+    assert "\n" not in str(err.value)

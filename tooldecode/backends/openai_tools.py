@@ -196,3 +196,21 @@ def draw_tools(
         start_index=start_index,
         on_batch=on_batch,
     )
+
+
+def tool_drawer(prompt: Any, mode: str, conditioning: str = "free") -> Callable[..., list[ServerSample]]:
+    """The ``tools-strict`` / ``tools-loose`` arm for ``prompt`` as a function of
+    ``tooldecode.sampling.sample``'s call shape (a run's draw function; the prompt text, mask, prefill and
+    batch size it is handed are the server's business here and ignored)."""
+    if mode not in TOOL_MODES:
+        raise ServerError(f"unknown tool-calling mode {mode!r}; choose one of: {', '.join(TOOL_MODES)}")
+    tool_choice_for(conditioning, prompt.expected_tool)  # refuse a conditioning a chat request cannot carry
+
+    def drawer(backend: Any, _text: str, n: int, params: Any, *, start_index: int = 0,
+               on_batch: Callable[[list[ServerSample]], None] | None = None, **_ignored: Any) -> list[ServerSample]:  # fmt: skip
+        return draw_tools(
+            backend, prompt, n, params, strict=mode == "tools-strict", conditioning=conditioning,
+            start_index=start_index, on_batch=on_batch,
+        )  # fmt: skip
+
+    return drawer

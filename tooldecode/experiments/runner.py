@@ -184,7 +184,7 @@ def _sample_job(
         store.append(recs)
         advance(len(recs))
 
-    draw = _drawer(spec, arm, mask)
+    draw = _drawer(spec, arm, mask, prompt)
     # contiguous runs of missing indices keep per-index seeds identical on resume
     for start, count in index_runs(todo):
         draw(
@@ -223,12 +223,15 @@ def _arm_mask(spec: Spec, arm: dict[str, Any], prompt: Any, be: Any) -> Any:
     return build_strict(engine, prompt.tools, prompt.wire, be, mode=arm["mode"], ws=spec.ws)
 
 
-def _drawer(spec: Spec, arm: dict[str, Any], mask: Any) -> Callable[..., Any]:
+def _drawer(spec: Spec, arm: dict[str, Any], mask: Any, prompt: Any) -> Callable[..., Any]:
     """The draw function of an arm (all share ``tooldecode.sampling.sample``'s call shape)."""
+    from tooldecode.backends.openai_tools import TOOL_MODES, tool_drawer
     from tooldecode.engines import OutlinesSampler
     from tooldecode.engines import draw as engine_draw
     from tooldecode.sampling import sample, sample_aligned
 
+    if arm["mode"] in TOOL_MODES:  # chat completions with tools=[…] and per-tool strict, on a server
+        return tool_drawer(prompt, arm["mode"], arm.get("conditioning", "free"))
     if arm["backend"] == "openai":  # the server draws; its own strict mode takes the GBNF
         from tooldecode.backends.openai import draw
 

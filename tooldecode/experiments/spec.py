@@ -11,11 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tooldecode.backends.openai_tools import TOOL_MODES
 from tooldecode.errors import ToolDecodeError
 
 # masked modes: "strict" (every object closed), "strict-spec" (the schema as written) and
 # "strict-aligned" (strict, with masked particles resampled by importance weight: tooldecode.sampling)
 STRICT_MODES = ("strict", "strict-spec", "strict-aligned")
+# provider-style tool calling (--backend openai): chat completions with tools=[…], per-tool strict
+ARM_MODES = ("loose", *STRICT_MODES, *TOOL_MODES)
 LEVELS = {"free": "L0", "forced-tool": "L1", "gold-prefix": "L2"}
 VARIANT_FIELDS = (
     "history",
@@ -133,8 +136,8 @@ def load_spec(path: str | os.PathLike[str], *, quick: bool = False) -> Spec:
         if key in raw:
             raw[key] = as_list(raw[key])
     for mode in raw.get("modes", []):
-        if mode not in ("loose", *STRICT_MODES):
-            raise SpecError(f"{p}: modes must be 'loose', 'strict' or 'strict-spec', got {mode!r}")
+        if mode not in ARM_MODES:
+            raise SpecError(f"{p}: modes must be one of {', '.join(ARM_MODES)}; got {mode!r}")
     _check_types(raw, p)
     try:
         spec = Spec(**raw, variant=variant, path=p, quick=quick)
@@ -255,6 +258,13 @@ def validate_spec(spec: Spec) -> None:
             fail(f"'{key}' lists {dup[0]!r} twice; each value once")
     if spec.backend not in BACKENDS:
         fail(f"unknown backend {spec.backend!r}; choose one of: {', '.join(BACKENDS)}")
+    tool_modes = [m for m in spec.modes if m in TOOL_MODES]
+    if tool_modes and spec.backend != "openai":
+        fail(
+            f"mode {tool_modes[0]!r} sends chat requests to a server; run it with --backend openai --base-url URL"
+        )
+    if tool_modes and "gold-prefix" in spec.variant.get("conditioning", []):
+        fail(f"mode {tool_modes[0]!r} is a chat request and cannot carry conditioning 'gold-prefix'")
     # on --backend openai the server's own strict field takes tooldecode's GBNF: no engine to check
     if any(m in STRICT_MODES for m in spec.modes) and spec.backend != "openai":
         from tooldecode.engines import EngineError, check_engine
