@@ -20,6 +20,7 @@ test-fast: setup
 lint: setup
 	$(PY) -m ruff check tooldecode tests benchmarks experiments scripts
 	$(PY) -m ruff format --check tooldecode tests benchmarks experiments scripts
+	$(PY) -m mypy
 
 models: setup
 	$(PY) -m tooldecode models fetch --all

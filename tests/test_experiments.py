@@ -148,4 +148,3 @@ def test_strict_spec_mode_masks_with_the_open_grammar(tmp_path):
     extra = '{"name": "edit", "arguments": {"path": "a", "edits": [{"oldText": "x", "newText": "y", "required": 1}]}}'
     assert check.accepts("xgrammar", arm_grammar(prompt, "bounded", "strict-spec"), extra)
     assert not check.accepts("xgrammar", arm_grammar(prompt, "bounded", "strict"), extra)
-

@@ -31,7 +31,9 @@ def test_a_report_scores_each_sample_once(tmp_path, monkeypatch):
     from tooldecode.runstore import RunStore, build_manifest
 
     store = RunStore.create(tmp_path / "run", build_manifest({"spec": "t"}))
-    gold = '{"name": "edit", "arguments": {"path": "src/config.c", "edits": [{"oldText": "a", "newText": "b"}]}}'
+    gold = (
+        '{"name": "edit", "arguments": {"path": "src/config.c", "edits": [{"oldText": "a", "newText": "b"}]}}'
+    )
     texts = [gold, gold.replace('"newText"', '"newText": "b", "note"'), "no call here", gold[:40]]
     store.append(
         [

@@ -29,7 +29,13 @@ def _manifest(config: dict | None = None, **extra: object) -> dict:
 
 
 def _rec(key: str, **fields: object) -> dict:
-    return {"key": key, "scenario": key.split("/")[0], "text": f"call for {key}", "arm": {"mode": "loose"}, **fields}
+    return {
+        "key": key,
+        "scenario": key.split("/")[0],
+        "text": f"call for {key}",
+        "arm": {"mode": "loose"},
+        **fields,
+    }
 
 
 def _raw_lines(path: Path) -> list[dict]:

@@ -101,18 +101,7 @@ def load_spec(path: str | os.PathLike[str], *, quick: bool = False) -> Spec:
         One line naming the file, the field and the allowed values.
     """
     p = Path(path)
-    if p.is_dir():
-        raise SpecError(f"{p} is a directory; pass a spec file such as experiments/e1_strict_vs_loose.toml")
-    try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError(f"experiment spec {p} not found; see experiments/ for examples") from None
-    except UnicodeDecodeError as err:
-        raise SpecError(f"{p}: not UTF-8 text (byte {err.start}); save the spec as UTF-8") from None
-    except OSError as err:
-        raise SpecError(f"cannot read experiment spec {p}: {err.strerror or err}") from None
-    except tomllib.TOMLDecodeError as err:
-        raise SpecError(f"{p}: invalid TOML ({err})") from None
+    raw = _read_toml(p)
     quick_over = raw.pop("quick", {})
     if quick:
         raw.update(quick_over)
@@ -145,6 +134,22 @@ def load_spec(path: str | os.PathLike[str], *, quick: bool = False) -> Spec:
         raise SpecError(f"{p}: {err}") from None
     validate_spec(spec)
     return spec
+
+
+def _read_toml(p: Path) -> dict[str, Any]:
+    """The TOML table of spec file ``p`` (``SpecError`` naming what is wrong with the file)."""
+    if p.is_dir():
+        raise SpecError(f"{p} is a directory; pass a spec file such as experiments/e1_strict_vs_loose.toml")
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"experiment spec {p} not found; see experiments/ for examples") from None
+    except UnicodeDecodeError as err:
+        raise SpecError(f"{p}: not UTF-8 text (byte {err.start}); save the spec as UTF-8") from None
+    except OSError as err:
+        raise SpecError(f"cannot read experiment spec {p}: {err.strerror or err}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"{p}: invalid TOML ({err})") from None
 
 
 # field -> (accepted types, description) for the scalar and list fields of a spec
@@ -218,10 +223,6 @@ def validate_spec(spec: Spec) -> None:
     SpecError
         One line naming the spec file, the field and what is allowed.
     """
-    from tooldecode.backends import BACKENDS
-    from tooldecode.grammar import WS_POLICIES
-    from tooldecode.prompts import PromptError, TranscriptOptions
-
     where = spec.path if spec.path is not None else spec.name
 
     def fail(msg: str) -> None:
@@ -231,8 +232,22 @@ def validate_spec(spec: Spec) -> None:
         fail(f"name {spec.name!r} must be a plain name (letters, digits, '.', '_', '-'; no '/' or '..')")
     if not spec.models:
         fail("'models' is empty; name at least one model id or path (see `tooldecode models list`)")
-    probe_only = bool(spec.probe.get("only"))
     _check_aligned(spec.aligned, fail)
+    _check_sizes(spec, fail)
+    _check_engines(spec, fail)
+    _check_variant(spec, fail)
+    if spec.probe:
+        _check_probe(spec.probe, fail)
+
+
+def _duplicate(values: list[Any]) -> Any:
+    """The first value listed twice in ``values`` (None if none is)."""
+    return next((v for i, v in enumerate(values) if v in values[:i]), None)
+
+
+def _check_sizes(spec: Spec, fail: Callable[[str], None]) -> None:
+    """Counts, ranges, empty and duplicated lists."""
+    probe_only = bool(spec.probe.get("only"))
     if spec.n < (0 if probe_only else 1):
         fail(f"'n' must be ≥ 1 (0 only with [probe] only = true), got {spec.n}")
     for key in ("max_new_tokens", "batch_size"):
@@ -253,9 +268,15 @@ def validate_spec(spec: Spec) -> None:
             fail(f"temperature {t} is negative; temperatures must be ≥ 0")
     for key in ("models", "seeds", "temperatures", "modes"):
         values = getattr(spec, key)
-        dup = [v for i, v in enumerate(values) if v in values[:i]]
-        if dup:
-            fail(f"'{key}' lists {dup[0]!r} twice; each value once")
+        if any(v in values[:i] for i, v in enumerate(values)):
+            fail(f"'{key}' lists {_duplicate(values)!r} twice; each value once")
+
+
+def _check_engines(spec: Spec, fail: Callable[[str], None]) -> None:
+    """The backend, the engine settings of strict modes, the whitespace policy."""
+    from tooldecode.backends import BACKENDS
+    from tooldecode.grammar import WS_POLICIES
+
     if spec.backend not in BACKENDS:
         fail(f"unknown backend {spec.backend!r}; choose one of: {', '.join(BACKENDS)}")
     tool_modes = [m for m in spec.modes if m in TOOL_MODES]
@@ -276,23 +297,31 @@ def validate_spec(spec: Spec) -> None:
                 fail(str(err))
     if spec.ws not in WS_POLICIES:
         fail(f"unknown ws {spec.ws!r}; choose one of: {', '.join(WS_POLICIES)}")
+
+
+def _check_variant(spec: Spec, fail: Callable[[str], None]) -> None:
+    """Each [variant] list: no value twice, every value a transcript option."""
+    from tooldecode.prompts import PromptError, TranscriptOptions
+
     for key, values in spec.variant.items():
-        dup = [v for i, v in enumerate(values) if v in values[:i]]
-        if dup:
-            fail(f"variant '{key}' lists {dup[0]!r} twice; each value once")
+        if any(v in values[:i] for i, v in enumerate(values)):
+            fail(f"variant '{key}' lists {_duplicate(values)!r} twice; each value once")
     for key, values in spec.variant.items():
         for value in values:
             try:
                 TranscriptOptions(**{key: value})
             except (PromptError, TypeError) as err:
                 fail(f"variant '{key}' = {value!r}: {err}")
-    if spec.probe:
-        known = {"only", "fields", "variant", "select", "depth", "samples", *VARIANT_FIELDS}
-        unknown = set(spec.probe) - known
-        if unknown:
-            fail(f"unknown [probe] field(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
-        for f in spec.probe.get("fields", []):
-            if f not in VARIANT_FIELDS:
-                fail(f"[probe] fields: {f!r} is not a variant field ({', '.join(VARIANT_FIELDS)})")
-            if f not in spec.probe:
-                fail(f"[probe] fields names {f!r} but gives no values for it")
+
+
+def _check_probe(probe: dict[str, Any], fail: Callable[[str], None]) -> None:
+    """The [probe] table: known fields; each field it varies is a variant field with values."""
+    known = {"only", "fields", "variant", "select", "depth", "samples", *VARIANT_FIELDS}
+    unknown = set(probe) - known
+    if unknown:
+        fail(f"unknown [probe] field(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+    for f in probe.get("fields", []):
+        if f not in VARIANT_FIELDS:
+            fail(f"[probe] fields: {f!r} is not a variant field ({', '.join(VARIANT_FIELDS)})")
+        if f not in probe:
+            fail(f"[probe] fields names {f!r} but gives no values for it")

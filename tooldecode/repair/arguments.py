@@ -106,7 +106,8 @@ def _transform(value: Any, schema: Any, path: list, run: _Run, step: _Step, dept
                 value[key] = _transform(value[key], sub, [*path, key], run, step, depth + 1)
     elif isinstance(value, list):
         items = schema.get("items")
-        prefix = schema.get("prefixItems") if isinstance(schema.get("prefixItems"), list) else []
+        raw_prefix = schema.get("prefixItems")
+        prefix: list[Any] = raw_prefix if isinstance(raw_prefix, list) else []
         for i, item in enumerate(value):
             sub = prefix[i] if i < len(prefix) else items
             if isinstance(sub, dict):

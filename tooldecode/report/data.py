@@ -116,8 +116,8 @@ def _verdicts_of(store: RunStore, keys: set[str]) -> tuple[dict[str, dict], Path
             records = _read_jsonl(path)
         except (ReportError, OSError, UnicodeDecodeError):
             records = []
-        by_key = {r.get("key"): r for r in records}
-        if len(by_key) == len(records) and set(by_key) == keys:
+        by_key = {str(r.get("key")): r for r in records}
+        if len(by_key) == len(records) and set(by_key) == keys and all("key" in r for r in records):
             return by_key, path, False
     try:
         written = rescore(store, score_record, version)
@@ -134,7 +134,8 @@ def load_run(path: str | os.PathLike[str]) -> RunData:
     store = RunStore.open(path)
     samples: list[Sample] = []
     for r in store.sample_records():  # keep what the report shows, not the token-level arrays
-        arm = r.get("arm") if isinstance(r.get("arm"), dict) else {}
+        raw_arm = r.get("arm")
+        arm: dict[str, Any] = raw_arm if isinstance(raw_arm, dict) else {}
         samples.append(
             Sample(
                 run=store.name,

@@ -87,18 +87,17 @@ def sample(
     return sorted(out, key=lambda s: s.index)
 
 
-_POOL: ThreadPoolExecutor | None = None
+_POOLS: dict[int, ThreadPoolExecutor] = {}  # by thread count
 
 
 def _pool() -> ThreadPoolExecutor | None:
     """Threads for the per-row draws (``TOOLDECODE_SAMPLER_THREADS``, default: the CPU count, at most 4)."""
-    global _POOL
     n = int(os.environ.get("TOOLDECODE_SAMPLER_THREADS", 0)) or min(4, os.cpu_count() or 1)
     if n <= 1:
         return None
-    if _POOL is None or _POOL._max_workers != n:
-        _POOL = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tooldecode-sampler")
-    return _POOL
+    if n not in _POOLS:
+        _POOLS[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tooldecode-sampler")
+    return _POOLS[n]
 
 
 def _new_row(
@@ -119,7 +118,7 @@ def _new_row(
     return row
 
 
-def _stream(
+def _stream(  # noqa: C901 - the decode loop: slots refilled, stepped and flushed in one place
     backend: Backend,
     ids: list[int],
     indices: list[int],

@@ -11,7 +11,7 @@ from tooldecode.grammar import Tool
 from tooldecode.grammar.schema import json_depth
 from tooldecode.scenarios import Scenario, get_scenario
 from tooldecode.scoring.calls import primary_call
-from tooldecode.scoring.checks import check_arguments, check_payload, schema_echo
+from tooldecode.scoring.checks import ArgumentCheck, check_arguments, check_payload, schema_echo
 from tooldecode.scoring.extract import extract_calls, prose_outside
 from tooldecode.scoring.jsonparse import MAX_JSON_DEPTH, TOO_DEEP
 from tooldecode.scoring.records import EXPECTED_TOOL, FLAGS, SCORER_VERSION, ExtractedCall, Verdict
@@ -78,14 +78,7 @@ def score_text(
         )
 
     check = check_arguments(call.arguments, tool)
-    if check.invented:
-        verdict = "invented_key"
-    elif check.missing:
-        verdict = "missing_required"
-    elif check.other:
-        verdict = "wrong_type"
-    else:
-        verdict = "valid"
+    verdict = _schema_verdict(check)
     if schema_echo(call.arguments, tool, check.invented):
         flags.append("schema_echo")
     payload = check_payload(call.arguments, tool, scenario) if scenario is not None else None
@@ -100,6 +93,17 @@ def score_text(
         arguments=call.arguments,
         **base,
     )
+
+
+def _schema_verdict(check: ArgumentCheck) -> str:
+    """The verdict of arguments checked against their tool's closed schema (worst class first)."""
+    if check.invented:
+        return "invented_key"
+    if check.missing:
+        return "missing_required"
+    if check.other:
+        return "wrong_type"
+    return "valid"
 
 
 def _unparsed_verdict(call: ExtractedCall, base: dict[str, Any], finish_reason: str | None) -> Verdict | None:

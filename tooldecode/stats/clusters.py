@@ -174,7 +174,7 @@ def paired_clusters(
     xb = np.array([b[c] for c in names], dtype=np.float64)
     d = xa - xb
     ma, mb, md = float(xa.mean()), float(xb.mean()), float(d.mean())
-    p_flip = sign_flip_p(d)
+    p_flip = sign_flip_p(d.tolist())
     if g < 2:
         return PairedClusters(g, ma, mb, md, nan, nan, p_flip, nan, nan, nan, nan, nan, nan, nan)
     sd = float(d.std(ddof=1))
