@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tooldecode.grammar.automata import RNode, Sym
+from collections.abc import Callable
+
+from tooldecode.grammar.automata import Charset, RNode, Sym
 from tooldecode.grammar.gir import GAlt, GExpr, Grammar, GRep, GSeq, GTok, sanitize
 
 
@@ -61,3 +63,32 @@ class Names:
             i += 1
         self.taken.add(name)
         return name
+
+
+# -- printing terminals (shared by the regex and GBNF printers)
+
+
+def class_body(cs: Charset, esc: Callable[[int, bool], str]) -> str:
+    parts = []
+    for lo, hi in cs:
+        if lo == hi:
+            parts.append(esc(lo, True))
+        elif hi == lo + 1:
+            parts.append(esc(lo, True) + esc(hi, True))
+        else:
+            parts.append(esc(lo, True) + "-" + esc(hi, True))
+    return "".join(parts)
+
+
+def rep_suffix(lo: int, hi: int | None) -> str:
+    if lo == 0 and hi is None:
+        return "*"
+    if lo == 1 and hi is None:
+        return "+"
+    if lo == 0 and hi == 1:
+        return "?"
+    if hi is None:
+        return f"{{{lo},}}"
+    if lo == hi:
+        return f"{{{lo}}}"
+    return f"{{{lo},{hi}}}"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from tooldecode.grammar.automata import GBNF_NEVER, RNode, Sym, _esc_cp_gbnf, gbnf_rep, gbnf_str
-from tooldecode.grammar.emit_common import Names, collect_syms, collect_tokens
+from collections.abc import Callable
+from functools import lru_cache
+
+from tooldecode.grammar.automata import Cat, Chars, Charset, Or, Rep, RNode, Sym, ast_literal, cs_neg
+from tooldecode.grammar.emit_common import Names, class_body, collect_syms, collect_tokens, rep_suffix
 from tooldecode.grammar.errors import GrammarError
 from tooldecode.grammar.gir import GAlt, GExpr, GLit, Grammar, GRef, GRep, GSeq, GTok
 
@@ -11,7 +14,7 @@ from tooldecode.grammar.gir import GAlt, GExpr, GLit, Grammar, GRef, GRep, GSeq,
 def _lit(s: str) -> str:
     if not s:
         raise GrammarError("empty literal cannot be written in GBNF")
-    return '"' + "".join(_esc_cp_gbnf(ord(c), False) for c in s) + '"'
+    return '"' + "".join(esc_cp_gbnf(ord(c), False) for c in s) + '"'
 
 
 def emit_gbnf(g: Grammar, header: str = "") -> str:
@@ -59,3 +62,133 @@ def emit_gbnf(g: Grammar, header: str = "") -> str:
     for s in syms:
         lines.append(f"{sym_names[s]} ::= {gbnf_str(s.node, sym_name)}")
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# printing a regex AST as a GBNF expression
+
+
+def esc_cp_gbnf(cp: int, in_class: bool) -> str:
+    """GBNF escapes use the fixed-width ``\\uHHHH`` form: xgrammar reads ``\\x`` greedily
+    (``\\x5cb`` would be U+5CB), llama.cpp reads exactly 2/4/8 hex digits."""
+    c = chr(cp)
+    if c.isascii() and c.isalnum():
+        return c
+    if cp == 0x20:
+        return " "
+    if 0x20 < cp < 0x7F:
+        if in_class:
+            return f"\\u{cp:04x}"
+        if c == '"':
+            return '\\"'
+        if c == "\\":
+            return "\\\\"
+        return c
+    if cp == 0x09:
+        return r"\t"
+    if cp == 0x0A:
+        return r"\n"
+    if cp == 0x0D:
+        return r"\r"
+    if cp < 0x10000:
+        return f"\\u{cp:04x}"
+    return f"\\U{cp:08x}"
+
+
+GBNF_MAX_REP = 1000
+GBNF_NEVER = "[^\\u0000-\\U0010ffff]"  # a class no character is in
+
+
+def gbnf_str(n: RNode, sym_name: Callable[[Sym], str] | None = None) -> str:
+    """Print a regex AST as a GBNF expression (llama.cpp / xgrammar syntax).
+
+    ``sym_name`` maps a ``Sym`` to the rule name that stands for it (the caller defines that rule).
+    """
+
+    cls = _gbnf_class
+    memo: dict[tuple[int, int], str] = {}
+
+    def go(x: RNode, prec: int) -> str:
+        key = (id(x), prec)
+        r = memo.get(key)
+        if r is None:
+            r = memo[key] = go1(x, prec)
+        return r
+
+    def go1(x: RNode, prec: int) -> str:
+        s = ast_literal(x)
+        if s is not None and s and not (isinstance(x, Rep)):
+            return '"' + "".join(esc_cp_gbnf(ord(c), False) for c in s) + '"'
+        if isinstance(x, Chars):
+            if not x.cs:
+                return GBNF_NEVER
+            return cls(x.cs)
+        if isinstance(x, Cat):
+            # merge runs of single literal chars into one string literal
+            parts: list[str] = []
+            run = ""
+            for it in x.items:
+                c = ast_literal(it) if isinstance(it, Chars) else None
+                if c is not None:
+                    run += c
+                    continue
+                if run:
+                    parts.append('"' + "".join(esc_cp_gbnf(ord(ch), False) for ch in run) + '"')
+                    run = ""
+                parts.append(go(it, 1))
+            if run:
+                parts.append('"' + "".join(esc_cp_gbnf(ord(ch), False) for ch in run) + '"')
+            if not parts:
+                return '""'
+            s = " ".join(parts)
+            return f"( {s} )" if prec >= 2 and len(parts) > 1 else s
+        if isinstance(x, Or):
+            if not x.items:
+                return GBNF_NEVER
+            s = " | ".join(go(i, 0) for i in x.items)
+            return f"( {s} )" if prec >= 1 and len(x.items) > 1 else s
+        if isinstance(x, Rep):
+            inner = go(x.item, 2)
+            if isinstance(x.item, Rep):
+                inner = f"( {inner} )"
+            return gbnf_rep(inner, x.lo, x.hi)
+        if isinstance(x, Sym):
+            return sym_name(x) if sym_name is not None else go(x.node, prec)
+        raise TypeError(x)
+
+    return go(n, 0)
+
+
+@lru_cache(maxsize=8192)
+def _gbnf_class(cs: Charset) -> str:
+    neg = cs_neg(cs)
+    if len(neg) < len(cs) and neg:
+        return "[^" + class_body(neg, esc_cp_gbnf) + "]"
+    return "[" + class_body(cs, esc_cp_gbnf) + "]"
+
+
+def gbnf_rep(item: str, lo: int, hi: int | None) -> str:
+    """``item{lo,hi}`` split so that no count exceeds GBNF_MAX_REP (llama.cpp refuses > 2000)."""
+    if hi is not None and hi <= GBNF_MAX_REP:
+        return item + rep_suffix(lo, hi)
+    if hi is None and lo <= GBNF_MAX_REP:
+        return item + rep_suffix(lo, hi)
+    parts = []
+    rest_lo, rest_hi = lo, hi
+    while rest_lo > GBNF_MAX_REP:
+        parts.append(item + f"{{{GBNF_MAX_REP}}}")
+        rest_lo -= GBNF_MAX_REP
+        if rest_hi is not None:
+            rest_hi -= GBNF_MAX_REP
+    if rest_hi is None:
+        parts.append(item + rep_suffix(rest_lo, None))
+    else:
+        # item{a,b} with b large == item{a,1000} item{0,1000} ... (same language)
+        first_hi = min(rest_hi, GBNF_MAX_REP)
+        parts.append(item + rep_suffix(rest_lo, first_hi))
+        remaining = rest_hi - first_hi
+        while remaining > 0:
+            k = min(remaining, GBNF_MAX_REP)
+            parts.append(item + rep_suffix(0, k))
+            remaining -= k
+    return "( " + " ".join(parts) + " )"

@@ -7,10 +7,11 @@ Python ``re`` and Rust ``regex``), no terminal matches the empty string, repetit
 
 from __future__ import annotations
 
-from tooldecode.grammar.automata import RNode, regex_str
+from tooldecode.grammar.automata import RNode
 from tooldecode.grammar.emit_common import Names, collect_tokens
 from tooldecode.grammar.errors import GrammarError
 from tooldecode.grammar.gir import GAlt, GExpr, GLit, Grammar, GRef, GRep, GSeq, GTok
+from tooldecode.grammar.regex import regex_str
 
 MAX_TILDE_SPAN = 16
 

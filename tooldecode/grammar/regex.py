@@ -11,7 +11,11 @@ automaton-based engine (outlines/interegular, RE2, Rust ``regex``).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from tooldecode.grammar import automata as A
+from tooldecode.grammar.automata import UNIVERSE, Cat, Chars, Charset, Or, Rep, RNode, Sym, cs_neg
+from tooldecode.grammar.emit_common import class_body, rep_suffix
 from tooldecode.grammar.errors import GrammarError
 from tooldecode.grammar.gir import GAlt, GExpr, GLit, Grammar, GRef, GRep, GSeq, GTok
 
@@ -42,7 +46,7 @@ def to_ast(g: Grammar) -> A.RNode:
 
 
 def emit_regex(g: Grammar) -> str:
-    return A.regex_str(to_ast(g))
+    return regex_str(to_ast(g))
 
 
 def backtracking_safe(g: Grammar) -> bool:
@@ -108,3 +112,81 @@ def _safe_token(ast: A.RNode) -> A.RNode:
         return A.to_regex(A.to_dfa(ast))
     except A.TooComplex:
         return ast
+
+
+# ---------------------------------------------------------------------------------------------
+# printing a regex AST (Python ``re`` / Rust ``regex`` common syntax)
+
+
+def _esc_cp_regex(cp: int, in_class: bool) -> str:
+    c = chr(cp)
+    if c.isascii() and c.isalnum():
+        return c
+    if 0x20 < cp < 0x7F:
+        special = r"\.^$|?*+()[]{}/-&~#" if in_class else r"\.^$|?*+()[]{}/#&~-"
+        return "\\" + c if c in special else c
+    if cp == 0x20:
+        return " "
+    if cp == 0x09:
+        return r"\t"
+    if cp == 0x0A:
+        return r"\n"
+    if cp == 0x0D:
+        return r"\r"
+    if cp < 0x100:
+        return f"\\x{cp:02x}"
+    if cp < 0x10000:
+        return f"\\u{cp:04x}"
+    return f"\\U{cp:08x}"
+
+
+@lru_cache(maxsize=8192)
+def _class_regex(cs: Charset) -> str:
+    if len(cs) == 1 and cs[0][0] == cs[0][1]:
+        return _esc_cp_regex(cs[0][0], False)
+    neg = cs_neg(cs)
+    if cs == UNIVERSE:
+        return r"[\s\S]"
+    if len(neg) < len(cs):
+        return "[^" + class_body(neg, _esc_cp_regex) + "]"
+    return "[" + class_body(cs, _esc_cp_regex) + "]"
+
+
+@lru_cache(maxsize=1024)
+def regex_str(n: RNode) -> str:
+    """Print in the common subset of Python ``re`` and Rust ``regex`` syntax."""
+    memo: dict[tuple[int, int], str] = {}
+
+    def go(x: RNode, prec: int) -> str:
+        key = (id(x), prec)
+        r = memo.get(key)
+        if r is None:
+            r = memo[key] = go1(x, prec)
+        return r
+
+    def go1(x: RNode, prec: int) -> str:
+        # prec: 0 = alternation ok, 1 = inside concatenation, 2 = operand of a quantifier
+        if isinstance(x, Chars):
+            if not x.cs:
+                return "[^\\s\\S]"
+            return _class_regex(x.cs)
+        if isinstance(x, Cat):
+            if not x.items:
+                return "(?:)"
+            s = "".join(go(i, 1) for i in x.items)
+            return f"(?:{s})" if prec >= 2 and len(x.items) > 1 else s
+        if isinstance(x, Or):
+            if not x.items:
+                return "[^\\s\\S]"
+            s = "|".join(go(i, 0) for i in x.items)
+            return f"(?:{s})" if prec >= 1 else s
+        if isinstance(x, Rep):
+            inner = go(x.item, 2)
+            if isinstance(x.item, Rep):
+                inner = f"(?:{inner})"
+            return inner + rep_suffix(x.lo, x.hi)
+        if isinstance(x, Sym):
+            return go(x.node, prec)
+        raise TypeError(x)
+
+    return go(n, 0)
