@@ -1,0 +1,144 @@
+"""``strictify``: a copy of a schema in which every object is closed (what strict mode renders)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from tooldecode.grammar.dialects import to_2020
+from tooldecode.grammar.keywords import OBJECT_KW
+
+
+def strictify(schema: Any) -> Any:
+    """A copy of ``schema`` (in draft 2020-12, see ``tooldecode.grammar.dialects``) in which every
+    object is closed.
+
+    Every subschema in a value position (root, property values, items, ...) that can validate an
+    object and gives neither ``additionalProperties`` nor ``unevaluatedProperties`` gets
+    ``additionalProperties: false`` -- or ``unevaluatedProperties: false`` when it composes other
+    schemas in place (``allOf``/``anyOf``/``oneOf``/``$ref``/``if``/``dependentSchemas``), so that the
+    properties of all the composed schemas are merged before closing. Schemas used in place (the
+    branches of those keywords, ``$defs`` entries) are not closed themselves. A schema that gives an
+    ``additionalProperties`` schema (or ``true``) keeps it. An untyped schema without object keywords
+    (``{}``, "any value") stays open.
+    """
+    root = copy.deepcopy(to_2020(schema)[0])
+    seen: set[int] = set()
+    out = _strictify(root, True, root, seen)
+    # subschemas reached only through a $ref (under x-ignored or an unknown keyword): their own value
+    # positions are closed too (the referenced schema itself is used in place)
+    while True:
+        todo = [t for t in _ref_targets(out) if isinstance(t, dict) and id(t) not in seen]
+        if not todo:
+            return out
+        for t in todo:
+            _strictify(t, False, out, seen)
+
+
+def _ref_targets(root: Any) -> list[Any]:
+    out: list[Any] = []
+    stack = [root]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            ref = x.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#"):
+                t = _local_pointer(root, ref[1:])
+                if t is not None:
+                    out.append(t)
+            stack.extend(x.values())
+        elif isinstance(x, list):
+            stack.extend(x)
+    return out
+
+
+_INPLACE_LIST = ("allOf", "anyOf", "oneOf")
+_INPLACE_ONE = ("not", "if", "then", "else")
+_VALUE_ONE = (
+    "additionalProperties",
+    "unevaluatedProperties",
+    "items",
+    "contains",
+    "unevaluatedItems",
+    "propertyNames",
+)
+_VALUE_MAP = ("properties", "patternProperties")
+
+
+def _strictify(s: Any, value_pos: bool, root: Any, seen: set[int]) -> Any:  # noqa: C901 -- one case per keyword group
+    if not isinstance(s, dict):
+        return s
+    seen.add(id(s))
+    for k in _INPLACE_LIST:
+        if isinstance(s.get(k), list):
+            s[k] = [_strictify(x, False, root, seen) for x in s[k]]
+    for k in _INPLACE_ONE:
+        if k in s:
+            s[k] = _strictify(s[k], False, root, seen)
+    if isinstance(s.get("dependentSchemas"), dict):
+        s["dependentSchemas"] = {
+            k: _strictify(v, False, root, seen) for k, v in s["dependentSchemas"].items()
+        }
+    for k in _VALUE_ONE:
+        if k in s:
+            s[k] = _strictify(s[k], True, root, seen)
+    for k in _VALUE_MAP:
+        if isinstance(s.get(k), dict):
+            s[k] = {name: _strictify(v, True, root, seen) for name, v in s[k].items()}
+    if isinstance(s.get("prefixItems"), list):
+        s["prefixItems"] = [_strictify(x, True, root, seen) for x in s["prefixItems"]]
+    for k in ("$defs", "definitions"):
+        if isinstance(s.get(k), dict):
+            s[k] = {name: _strictify(v, False, root, seen) for name, v in s[k].items()}
+    if value_pos and "additionalProperties" not in s and "unevaluatedProperties" not in s:
+        if _declares_object(s, root, set()):
+            inplace = any(
+                k in s for k in ("allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas", "$dynamicRef")
+            )
+            s["unevaluatedProperties" if inplace else "additionalProperties"] = False
+    return s
+
+
+def _declares_object(s: Any, root: Any, seen: set[int]) -> bool:
+    if not isinstance(s, dict) or id(s) in seen:
+        return False
+    seen.add(id(s))
+    t = s.get("type")
+    if t is not None:
+        types = [t] if isinstance(t, str) else list(t) if isinstance(t, list) else []
+        if "object" not in types:
+            return False
+        return True
+    if any(k in s for k in OBJECT_KW):
+        return True
+    for k in _INPLACE_LIST:
+        if isinstance(s.get(k), list) and any(_declares_object(x, root, seen) for x in s[k]):
+            return True
+    for k in ("then", "else"):
+        if _declares_object(s.get(k), root, seen):
+            return True
+    ref = s.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        target = _local_pointer(root, ref[1:])
+        if target is not None and _declares_object(target, root, seen):
+            return True
+    return False
+
+
+def _local_pointer(root: Any, ptr: str) -> Any:
+    from urllib.parse import unquote
+
+    if ptr == "":
+        return root
+    if not ptr.startswith("/"):
+        return None
+    cur = root
+    for tok in ptr[1:].split("/"):
+        tok = unquote(tok).replace("~1", "/").replace("~0", "~")
+        if isinstance(cur, dict) and tok in cur:
+            cur = cur[tok]
+        elif isinstance(cur, list) and tok.isdigit() and int(tok) < len(cur):
+            cur = cur[int(tok)]
+        else:
+            return None
+    return cur
