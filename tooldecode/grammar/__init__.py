@@ -16,9 +16,10 @@ from tooldecode.grammar.errors import GrammarError, InvalidSchemaError, Unsuppor
 from tooldecode.grammar.gbnf import emit_gbnf
 from tooldecode.grammar.gir import FAIL, Grammar, RuleBook, galt, sanitize
 from tooldecode.grammar.lark import emit_lark
-from tooldecode.grammar.lower import WS_POLICIES, Lowerer, ws_max_for
+from tooldecode.grammar.lower import Lowerer
 from tooldecode.grammar.regex import emit_regex
 from tooldecode.grammar.schema import MODES, ORDERS, SchemaIR, compile_schema, strictify
+from tooldecode.grammar.terminals import WS_POLICIES, ws_max_for
 from tooldecode.grammar.tools import Tool, load_tool, tool_catalog
 from tooldecode.grammar.wire import FORBID, WIRES, check_name, check_wire, frame, serialize
 

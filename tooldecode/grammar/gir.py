@@ -8,7 +8,7 @@ see self-delimiting lexemes. Rules are shared: identical bodies get one name.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 from tooldecode.grammar.automata import RNode, ast_literal, ast_nullable, cat, is_nothing, lit
@@ -278,3 +278,77 @@ class RuleBook:
         name = self.fresh(hint)
         self.define(name, body)
         return GRef(name)
+
+
+INLINE_MAX = 12  # automaton states with smaller bodies are inlined rather than named
+
+
+def emit_automaton(  # noqa: C901 -- one walk: collect, count references, inline or name
+    book: RuleBook,
+    start: Hashable,
+    trans: Callable[[Hashable], list[tuple[GExpr, Hashable]]],
+    accept: Callable[[Hashable], bool],
+    hint: str,
+) -> GExpr:
+    """Expression for the language of a small automaton whose edges are labelled by expressions.
+
+    The automaton must be a DAG apart from self-loops. States referenced from more than one place
+    become rules (named ``hint-sN``); the others are inlined.
+    """
+    edges: dict[Hashable, list[tuple[GExpr, Hashable]]] = {}
+    order = [start]
+    stack = [start]
+    seen = {start}
+    while stack:
+        s = stack.pop()
+        es = [(lab_, t) for lab_, t in trans(s) if lab_ != FAIL]
+        edges[s] = es
+        for _, t in es:
+            if t not in seen:
+                seen.add(t)
+                order.append(t)
+                stack.append(t)
+    # live states
+    live = {s for s in order if accept(s)}
+    changed = True
+    while changed:
+        changed = False
+        for s in order:
+            if s not in live and any(t in live for _, t in edges[s]):
+                live.add(s)
+                changed = True
+    if start not in live:
+        return FAIL
+    indeg: dict[Hashable, int] = {s: 0 for s in order}
+    for s in order:
+        if s not in live:
+            continue
+        for _, t in edges[s]:
+            if t != s and t in live:
+                indeg[t] += 1
+    names: dict[Hashable, str] = {}
+    bodies: dict[Hashable, GExpr] = {}
+
+    def ref(t: Hashable) -> GExpr:
+        b = body(t)
+        if indeg[t] > 1 and isinstance(b, (GSeq, GAlt, GRep)) and expr_size(b) > INLINE_MAX:
+            if t not in names:
+                names[t] = book.fresh(f"{hint}-s{len(names) + 1}")
+                book.define(names[t], b)
+            return GRef(names[t])
+        return b
+
+    def body(s: Hashable) -> GExpr:
+        if s in bodies:
+            return bodies[s]
+        loops = [lab_ for lab_, t in edges[s] if t == s]
+        alts = [gseq(lab_, ref(t)) for lab_, t in edges[s] if t != s and t in live]
+        if accept(s):
+            alts.append(EMPTY)
+        core = galt(*alts)
+        if loops:
+            core = gseq(grep(galt(*loops), 0, None), core)
+        bodies[s] = core
+        return core
+
+    return body(start)

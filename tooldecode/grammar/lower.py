@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from decimal import Decimal
-from functools import lru_cache
 from typing import Any
 
 from tooldecode.grammar import automata as A
+from tooldecode.grammar import numtext as N
 from tooldecode.grammar import textlang as T
 from tooldecode.grammar.errors import GrammarError
 from tooldecode.grammar.gir import (
     EMPTY,
     FAIL,
-    GAlt,
     GExpr,
     GLit,
     GRef,
-    GRep,
-    GSeq,
     RuleBook,
-    expr_size,
+    emit_automaton,
     galt,
     gopt,
     grep,
@@ -42,166 +37,58 @@ from tooldecode.grammar.ir import (
     ObjA,
     RefA,
     StrA,
-    int_bounds,
     intersect,
     json_type,
 )
 from tooldecode.grammar.negation import difference
 from tooldecode.grammar.schema import SchemaIR
 from tooldecode.grammar.strlang import ALL_STRINGS, StrLang
+from tooldecode.grammar.terminals import (
+    json_str,
+    make_punct,
+    number_ast,
+    number_text,
+    string_content,
+)
 
-WS_POLICIES = ("compact", "bounded", "pretty")
-WS_DEFAULT_MAX = {"compact": 0, "bounded": 2, "pretty": 16}
 ANY_ORDER_MAX_KEYS = 8
 MAX_EXTRA_RULES = 6
-INLINE_MAX = 12  # automaton states with smaller bodies are inlined rather than named
-
-
-def ws_max_for(ws: str, ws_max: int | None) -> int:
-    if ws not in WS_POLICIES:
-        raise GrammarError(f"unknown whitespace policy {ws!r}; use one of {', '.join(WS_POLICIES)}")
-    if ws_max is None:
-        return WS_DEFAULT_MAX[ws]
-    if not isinstance(ws_max, int) or ws_max < 0 or ws_max > 64:
-        raise GrammarError(f"ws_max must be an integer in 0..64, got {ws_max!r}")
-    return ws_max
-
-
-def gap_ast(ws: str, n: int) -> A.RNode:
-    """Whitespace allowed between two tokens."""
-    if ws == "compact" or (ws == "bounded" and n == 0):
-        return A.EPS
-    if ws == "bounded":
-        return A.rep(A.Chars(A.cs_of(" \t\n")), 0, n)
-    # pretty: nothing, one space, or a newline followed by up to n spaces/tabs of indentation
-    return A.opt(A.alt(A.lit(" "), A.cat(A.lit("\n"), A.rep(A.Chars(A.cs_of(" \t")), 0, n))))
-
-
-def json_str(s: str, forbid: str | None = None) -> str:
-    """Canonical JSON text of a string (UTF-8, short escapes) that never contains ``forbid`` raw."""
-    out = json.dumps(s, ensure_ascii=False)
-    if forbid and forbid in out:
-        out = out.replace(forbid, f"\\u{ord(forbid[0]):04x}" + forbid[1:])
-    return out
-
-
-def number_text(v: Any) -> str:
-    """Canonical JSON text of a number: integers (and integral floats) without a fraction, other
-    floats as the shortest round-tripping decimal without an exponent."""
-    if isinstance(v, bool):
-        raise TypeError("bool is not a number")
-    if isinstance(v, int):
-        return str(v)
-    if v.is_integer():
-        return str(int(v))
-    s = repr(v)
-    if "e" in s or "E" in s:
-        s = format(Decimal(s), "f")
-    return s
-
-
-@lru_cache(maxsize=1024)
-def string_content(lang: StrLang, mode: str, forbid: str | None) -> A.RNode:
-    """Encoded text (without quotes) of the strings of ``lang``."""
-    if lang.is_all():
-        return T.any_string_content(mode, forbid)
-    simple = lang.simple_ast()
-    try:
-        if simple is not None and not forbid:
-            return T.encode(simple, mode)
-        d = lang.dfa
-        if forbid:
-            return T.encoded_without(d, mode, forbid)
-        return A.to_regex(d, T.enc_json if mode == "json" else T.enc_raw)
-    except A.TooComplex as e:
-        raise GrammarError(
-            f"string constraint too complex to render ({e}); simplify the pattern or length bounds"
-        ) from e
-
-
-@lru_cache(maxsize=512)
-def number_ast(a: NumA) -> A.RNode:
-    """Texts of the numbers of ``a``; bounded ones in longest-match form (see ``to_regex_longest``)."""
-    try:
-        ast = _number_ast(a)
-        if ast in (T.NUMBER_ANY, T.INT_ANY, T.NONINT_ANY) or A.is_nothing(ast):
-            return ast
-        return A.to_regex_longest(A.to_dfa(ast), fallback=ast)
-    except A.TooComplex as e:
-        raise GrammarError(f"number constraint too complex to render ({e})") from e
-
-
-def _number_ast(a: NumA) -> A.RNode:
-    if a.kind == "int" or a.mult is not None:
-        lo, hi = int_bounds(a)
-        if lo is not None or hi is not None:
-            lo, hi, empty = T.clamp_int_bounds(lo, hi)
-            if empty:
-                return A.NOTHING
-        ast = T.int_range(lo, hi)
-        if a.mult is not None:
-            assert a.residues is not None
-            d = A.product([A.to_dfa(ast), T.multiple_dfa(a.mult, a.residues)])
-            ast = A.to_regex(d)
-        return ast
-    bounded = a.lo is not None or a.hi is not None
-    if a.kind == "num" and not bounded:
-        return T.NUMBER_ANY
-    if a.kind == "nonint" and not bounded:
-        return T.NONINT_ANY
-    parts = []
-    if a.kind == "num":
-        lo, hi = int_bounds(a)
-        lo, hi, empty = T.clamp_int_bounds(lo, hi)
-        if not empty:
-            parts.append(T.int_range(lo, hi))
-    dlo = dhi = None
-    empty = False
-    if a.lo is not None:
-        dlo = T.frac_lower(a.lo, a.lo_x)
-        empty = empty or dlo is None
-    if a.hi is not None:
-        dhi = T.frac_upper(a.hi, a.hi_x)
-        empty = empty or dhi is None
-    if not empty and (dlo is None or dhi is None or dlo <= dhi):
-        parts.append(T.decimal_range(dlo, True, dhi, True, nonzero_frac=(a.kind == "nonint")))
-    return A.alt(*parts)
-
-
-@dataclass(frozen=True)
-class Punct:
-    lbrace: GExpr
-    rbrace: GExpr
-    empty_obj: GExpr
-    lbrack: GExpr
-    rbrack: GExpr
-    empty_arr: GExpr
-    comma: GExpr
-    colon: GExpr
-    gap: GExpr
-
-
-def make_punct(ws: str, n: int) -> Punct:
-    g = gap_ast(ws, n)
-
-    def p(ch: str, before: bool, after: bool, hint: str) -> GExpr:
-        return tok(A.cat(g if before else A.EPS, A.lit(ch), g if after else A.EPS), hint)
-
-    return Punct(
-        lbrace=p("{", False, True, "lbrace"),
-        rbrace=p("}", True, False, "rbrace"),
-        empty_obj=tok(A.cat(A.lit("{"), g, A.lit("}")), "empty-object"),
-        lbrack=p("[", False, True, "lbrack"),
-        rbrack=p("]", True, False, "rbrack"),
-        empty_arr=tok(A.cat(A.lit("["), g, A.lit("]")), "empty-array"),
-        comma=p(",", True, True, "comma"),
-        colon=p(":", True, True, "colon"),
-        gap=tok(g, "gap"),
-    )
 
 
 # what an open object's extra members may be named: never a declared key ("forbid"), or any name ("admit")
 DUPLICATES = ("forbid", "admit")
+
+
+@dataclass
+class _Members:
+    """An object's members as ``Lowerer.members`` writes them: declared names and their member
+    expressions, the extra members' expression, the separator, and the count bounds of ``a``."""
+
+    a: ObjA
+    names: list[str]
+    mem: list[GExpr]
+    extra: GExpr | None
+    sep: GExpr
+    antml: bool
+
+    def lab(self, first: bool, body: GExpr) -> GExpr:
+        if self.antml:
+            return gseq(self.sep, body)
+        return body if first else gseq(self.sep, body)
+
+    def inc(self, c: int) -> int | None:
+        """The member count after one more member (capped; None: over maxProperties)."""
+        a = self.a
+        if a.min_p == 0 and a.max_p is None:
+            return 0
+        c2 = c + 1
+        if a.max_p is not None:
+            return c2 if c2 <= a.max_p else None
+        return min(c2, a.min_p)
+
+    def ok_count(self, c: int) -> bool:
+        a = self.a
+        return (a.min_p == 0 and a.max_p is None) or c >= a.min_p
 
 
 class Lowerer:
@@ -354,7 +241,7 @@ class Lowerer:
                 GRef(obj_name),
                 GRef(arr_name),
                 sref,
-                tok(T.NUMBER_ANY, "number"),
+                tok(N.NUMBER_ANY, "number"),
                 GLit("true"),
                 GLit("false"),
                 GLit("null"),
@@ -398,54 +285,49 @@ class Lowerer:
             if regions
             else None
         )
-        sep = p.comma if ctx == "json" else p.gap
-        counting = a.min_p > 0 or a.max_p is not None
-        cap = a.max_p if a.max_p is not None else a.min_p
-        n = len(keys)
-        mem = [member(k, v) for k, v in keys]
-
-        def lab(first: bool, body: GExpr) -> GExpr:
-            if ctx == "antml":
-                return gseq(sep, body)
-            return body if first else gseq(sep, body)
-
-        def inc(c: int) -> int | None:
-            if not counting:
-                return 0
-            c2 = c + 1
-            if a.max_p is not None:
-                return c2 if c2 <= a.max_p else None
-            return min(c2, cap)
-
-        def ok_count(c: int) -> bool:
-            return not counting or c >= a.min_p
-
+        plan = _Members(
+            a,
+            [k for k, _ in keys],
+            [member(k, v) for k, v in keys],
+            extra,
+            p.comma if ctx == "json" else p.gap,
+            ctx == "antml",
+        )
         if self.order == "any":
-            if n > ANY_ORDER_MAX_KEYS:
-                raise GrammarError(
-                    f"order='any' supports objects with at most {ANY_ORDER_MAX_KEYS} declared keys "
-                    f"({n} at {hint}); use order='schema'"
-                )
-            names = [k for k, _ in keys]
+            return self._members_any(plan, hint)
+        return self._members_in_order(plan, hint)
 
-            def trans_any(s: Hashable) -> list[tuple[GExpr, Hashable]]:
-                seen, c, first = s  # type: ignore[misc]
-                out: list[tuple[GExpr, Hashable]] = []
-                c2 = inc(c)
-                if c2 is None:
-                    return out
-                for j in range(n):
-                    if names[j] not in seen:
-                        out.append((lab(first, mem[j]), (seen | {names[j]}, c2, False)))
-                if extra is not None:
-                    out.append((lab(first, extra), (seen, c2, False)))
+    def _members_any(self, m: _Members, hint: str) -> tuple[GExpr, bool]:
+        """Members in any order: the state is (keys written, count, first)."""
+        n = len(m.names)
+        if n > ANY_ORDER_MAX_KEYS:
+            raise GrammarError(
+                f"order='any' supports objects with at most {ANY_ORDER_MAX_KEYS} declared keys "
+                f"({n} at {hint}); use order='schema'"
+            )
+
+        def trans(s: Hashable) -> list[tuple[GExpr, Hashable]]:
+            seen, c, first = s  # type: ignore[misc]
+            out: list[tuple[GExpr, Hashable]] = []
+            c2 = m.inc(c)
+            if c2 is None:
                 return out
+            for j in range(n):
+                if m.names[j] not in seen:
+                    out.append((m.lab(first, m.mem[j]), (seen | {m.names[j]}, c2, False)))
+            if m.extra is not None:
+                out.append((m.lab(first, m.extra), (seen, c2, False)))
+            return out
 
-            def acc_any(s: Hashable) -> bool:
-                seen, c, first = s  # type: ignore[misc]
-                return a.required <= seen and ok_count(c)
+        def acc(s: Hashable) -> bool:
+            seen, c, first = s  # type: ignore[misc]
+            return m.a.required <= seen and m.ok_count(c)
 
-            return self._emit_members((frozenset(), 0, True), trans_any, acc_any, hint)
+        return self._emit_members((frozenset(), 0, True), trans, acc, hint)
+
+    def _members_in_order(self, m: _Members, hint: str) -> tuple[GExpr, bool]:
+        """Declared members in their order ("d" states), then the extra members ("x" states)."""
+        n = len(m.names)
 
         def trans(s: Hashable) -> list[tuple[GExpr, Hashable]]:
             phase = s[0]  # type: ignore[index]
@@ -454,21 +336,20 @@ class Lowerer:
                 _, i, c, first = s  # type: ignore[misc]
                 if i == n:
                     return [(EMPTY, ("x", c, first))]
-                k = keys[i][0]
-                c2 = inc(c)
+                c2 = m.inc(c)
                 if c2 is not None:
-                    out.append((lab(first, mem[i]), ("d", i + 1, c2, False)))
-                if k not in a.required:
+                    out.append((m.lab(first, m.mem[i]), ("d", i + 1, c2, False)))
+                if m.names[i] not in m.a.required:
                     out.append((EMPTY, ("d", i + 1, c, first)))
                 return out
             _, c, first = s  # type: ignore[misc]
-            c2 = inc(c)
-            if extra is not None and c2 is not None:
-                out.append((lab(first, extra), ("x", c2, False)))
+            c2 = m.inc(c)
+            if m.extra is not None and c2 is not None:
+                out.append((m.lab(first, m.extra), ("x", c2, False)))
             return out
 
         def acc(s: Hashable) -> bool:
-            return s[0] == "x" and ok_count(s[1])  # type: ignore[index]
+            return s[0] == "x" and m.ok_count(s[1])  # type: ignore[index]
 
         return self._emit_members(("d", 0, 0, True), trans, acc, hint)
 
@@ -702,74 +583,3 @@ def _covers_undeclared(la: StrLang, declared: frozenset[str]) -> bool:
         and not la.negs
         and la.excluded <= declared
     )
-
-
-def emit_automaton(
-    book: RuleBook,
-    start: Hashable,
-    trans: Callable[[Hashable], list[tuple[GExpr, Hashable]]],
-    accept: Callable[[Hashable], bool],
-    hint: str,
-) -> GExpr:
-    """Expression for the language of a small automaton whose edges are labelled by expressions.
-
-    The automaton must be a DAG apart from self-loops. States referenced from more than one place
-    become rules (named ``hint-sN``); the others are inlined.
-    """
-    edges: dict[Hashable, list[tuple[GExpr, Hashable]]] = {}
-    order = [start]
-    stack = [start]
-    seen = {start}
-    while stack:
-        s = stack.pop()
-        es = [(lab_, t) for lab_, t in trans(s) if lab_ != FAIL]
-        edges[s] = es
-        for _, t in es:
-            if t not in seen:
-                seen.add(t)
-                order.append(t)
-                stack.append(t)
-    # live states
-    live = {s for s in order if accept(s)}
-    changed = True
-    while changed:
-        changed = False
-        for s in order:
-            if s not in live and any(t in live for _, t in edges[s]):
-                live.add(s)
-                changed = True
-    if start not in live:
-        return FAIL
-    indeg: dict[Hashable, int] = {s: 0 for s in order}
-    for s in order:
-        if s not in live:
-            continue
-        for _, t in edges[s]:
-            if t != s and t in live:
-                indeg[t] += 1
-    names: dict[Hashable, str] = {}
-    bodies: dict[Hashable, GExpr] = {}
-
-    def ref(t: Hashable) -> GExpr:
-        b = body(t)
-        if indeg[t] > 1 and isinstance(b, (GSeq, GAlt, GRep)) and expr_size(b) > INLINE_MAX:
-            if t not in names:
-                names[t] = book.fresh(f"{hint}-s{len(names) + 1}")
-                book.define(names[t], b)
-            return GRef(names[t])
-        return b
-
-    def body(s: Hashable) -> GExpr:
-        if s in bodies:
-            return bodies[s]
-        loops = [lab_ for lab_, t in edges[s] if t == s]
-        alts = [gseq(lab_, ref(t)) for lab_, t in edges[s] if t != s and t in live]
-        if accept(s):
-            alts.append(EMPTY)
-        core = galt(*alts)
-        if loops:
-            core = gseq(grep(galt(*loops), 0, None), core)
-        bodies[s] = core
-        return core
-
-    return body(start)

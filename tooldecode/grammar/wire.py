@@ -28,8 +28,9 @@ from tooldecode.grammar import ir
 from tooldecode.grammar.errors import GrammarError
 from tooldecode.grammar.gir import EMPTY, FAIL, GExpr, GLit, galt, gseq
 from tooldecode.grammar.ir import AnyA, ArrA, BoolA, ConstA, Node, NullA, NumA, ObjA, RefA, StrA
-from tooldecode.grammar.lower import Lowerer, json_str, number_ast, number_text, ws_max_for
+from tooldecode.grammar.lower import Lowerer
 from tooldecode.grammar.schema import SchemaIR
+from tooldecode.grammar.terminals import json_str, number_ast, number_text, ws_max_for
 
 WIRES = ("json", "call-json", "hermes", "antml", "harmony", "call-list")
 FORBID: dict[str, str | None] = {
