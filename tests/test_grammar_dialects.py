@@ -247,3 +247,14 @@ def test_strict_mode_closes_objects_reached_only_through_refs():
     g2 = render(other)
     assert check.accepts("xgrammar", g2, '{"p":{"b":{}}}')
     assert not check.accepts("xgrammar", g2, '{"p":{"b":{"c":1}}}')
+
+
+def test_schema_keyword_below_the_root_is_an_annotation():
+    """Outside an embedded resource (no ``$id``), ``$schema`` below the root has no meaning."""
+    schema = {
+        "$ref": "#/definitions/t",
+        "definitions": {"t": {"$schema": "http://json-schema.org/draft-04/schema", "type": "string"}},
+    }
+    sir = compile_schema(schema)
+    assert ("$schema", "#/definitions/t/$schema") in sir.ignored
+    assert sir.accepts("x") and not sir.accepts(1)
