@@ -18,7 +18,7 @@ from tooldecode.scoring import (
 
 # The text-level stage tolerant clients run before parsing: the ``json-repair`` library (PyPI) on the raw
 # call text. Switchable (``tooldecode repair --no-json-repair``) and recorded per sample under
-# ``json_repair`` (``json_repair_row``); its accounting is kept apart from the repairs above.
+# ``json_repair`` (``json_repair_row``); its accounting is kept apart from the argument repairs.
 JSON_REPAIR = "json_repair"
 
 

@@ -9,8 +9,6 @@ from tooldecode.report.plots import new_figure
 from tooldecode.report.summary import Summary
 from tooldecode.report.tables import Table
 
-# --- distortion of masked sampling -----------------------------------------------------------------
-
 DISTORTION_RATES = ("close", "string goes on", "payload correct")
 
 

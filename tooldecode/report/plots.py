@@ -10,8 +10,6 @@ from collections.abc import Sequence
 from tooldecode.report.data import COMPARED, metric_title
 from tooldecode.report.summary import Summary
 
-# --- plots -----------------------------------------------------------------------------------------
-
 
 def new_figure(figsize: tuple[float, float]):
     """A matplotlib Figure on the Agg canvas (no pyplot: the caller's backend and state are left alone)."""

@@ -12,8 +12,6 @@ from tooldecode.stats import (
     wilson,
 )
 
-# --- tables (shared by Markdown and HTML) ----------------------------------------------------------
-
 
 @dataclass
 class Table:

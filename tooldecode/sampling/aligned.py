@@ -17,9 +17,6 @@ from tooldecode.masking import MaskEngine
 from tooldecode.sampling.draw import sample
 from tooldecode.sampling.params import Sample, SamplingParams
 
-# ---------------------------------------------------------------------------------------------
-# strict-aligned: masked samples reweighted to the model conditioned on validity
-
 #: particles drawn per aligned sample (``TOOLDECODE_ALIGNED_PARTICLES`` overrides it)
 ALIGNED_PARTICLES = 8
 ALIGNED_TARGETS = ("complete", "prefix")  # what is valid under the token cap (see sample_aligned)
