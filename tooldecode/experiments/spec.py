@@ -40,6 +40,8 @@ class SpecError(ToolDecodeError):
 
 @dataclass
 class Spec:
+    """An experiment spec (``experiments/*.toml``): models, scenarios, arms, sizes, claim."""
+
     name: str
     description: str
     models: list[str]

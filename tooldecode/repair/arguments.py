@@ -46,6 +46,8 @@ class RepairError(ToolDecodeError):
 
 @dataclass
 class Change:
+    """One repair applied: which, where (JSON path), before and after."""
+
     kind: str  # one of REPAIRS
     path: str  # JSON path of what changed, e.g. ``edits[0].old_str``; ``$`` is the root
     before: Any
@@ -54,6 +56,8 @@ class Change:
 
 @dataclass
 class RepairResult:
+    """Repaired arguments, the changes made, and whether a harness would accept them."""
+
     arguments: Any
     changes: list[Change]
     valid: bool  # the repaired arguments pass the tool's strictified schema and encode as UTF-8

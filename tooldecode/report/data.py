@@ -83,6 +83,7 @@ class RunData:
 
 
 def current_scorer() -> tuple[str, Callable[[dict, dict], dict], tuple[str, ...]]:
+    """(version, ``score_record``, verdict precedence) of the scorer, looked up when called."""
     from tooldecode import scoring
 
     return scoring.SCORER_VERSION, scoring.score_record, tuple(scoring.PRECEDENCE)
@@ -173,6 +174,7 @@ def _rescue(store: RunStore, verdicts: dict[str, dict]) -> str | None:
 
 
 def payload_correct(v: dict) -> bool:
+    """Whether a verdict's payload check found the edited file byte-correct."""
     payload = v.get("payload")
     return isinstance(payload, dict) and bool(payload.get("file_correct"))
 
@@ -187,4 +189,5 @@ def outcome(metric: str, verdict: dict) -> bool:
 
 
 def metric_title(metric: str) -> str:
+    """The column title of a metric."""
     return dict(HEADLINE).get(metric, metric.replace("_", " "))

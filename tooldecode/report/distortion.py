@@ -29,6 +29,7 @@ def distortion_results(s: Summary) -> list[tuple[str, list[Any] | str]]:
 
 
 def distortion_table(results: list[tuple[str, list[Any] | str]]) -> Table:
+    """One row per masked arm: its distortion figures, or why there are none."""
     rows = []
     for name, res in results:
         if isinstance(res, str):

@@ -182,6 +182,7 @@ def _img(fig, alt: str) -> str:
 
 
 def summary_html(s: Summary, command: str | None = None) -> str:
+    """``report.html``: one self-contained page of the summary's tables, figures and samples."""
     labels = {(a.run, freeze_arm(a.arm)): a.label for a in s.arms}
     cmds = "".join(f"<li><code>{_esc(n)}</code>: <code>{_esc(c)}</code></li>" for n, c in report_commands(s))
     common = common_line(s).strip()

@@ -90,6 +90,7 @@ def _num(row: dict, fld: str) -> float:
 
 
 def png_data(fig) -> str:
+    """A figure as base64 PNG (for a data URI)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     return base64.b64encode(buf.getvalue()).decode("ascii")

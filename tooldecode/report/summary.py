@@ -37,6 +37,7 @@ N_BOOT = 2000
 
 
 def fmt_value(v: Any) -> str:
+    """An arm field's value as a table cell."""
     if v is None:
         return "–"
     if isinstance(v, str):
@@ -45,6 +46,7 @@ def fmt_value(v: Any) -> str:
 
 
 def freeze_arm(arm: dict) -> str:
+    """An arm dict as a hashable, canonical string."""
     return json.dumps(arm, sort_keys=True, ensure_ascii=False, default=str)
 
 
@@ -101,6 +103,8 @@ class NoiseRow:
 
 @dataclass
 class ZooKey:
+    """One invented key: how many samples, where in the call, in which arms."""
+
     key: str
     samples: int  # samples with this invented key
     where: Counter  # path pattern (indices as []) -> samples
@@ -109,6 +113,8 @@ class ZooKey:
 
 @dataclass
 class ProbeArm:
+    """The close-brace probe rows of one arm, with the mean P(continue) over scenarios."""
+
     label: str
     rows: list[dict]
     mean: tuple[float, float, float]  # P(continue): mean and cluster-robust interval over scenarios
@@ -117,6 +123,8 @@ class ProbeArm:
 
 @dataclass
 class Summary:
+    """Everything a report shows: runs, arms with their rates, differences, noise, zoo, probe."""
+
     runs: list[RunData]
     arms: list[Arm]
     columns: list[str]  # arm fields that vary between arms (table columns)

@@ -15,6 +15,8 @@ from tooldecode.stats import (
 
 @dataclass
 class Table:
+    """A table shared by Markdown and HTML: header, rows, a note, what to say when empty."""
+
     header: list[str]
     rows: list[list[str]]
     note: str = ""
@@ -248,12 +250,14 @@ def _md_table(t: Table) -> str:
 
 
 def common_line(s: Summary) -> str:
+    """The arm fields every arm shares, as one line."""
     if not s.common:
         return ""
     return "Common to all arms: " + ", ".join(f"{k}={fmt_value(v)}" for k, v in s.common.items())
 
 
 def report_commands(s: Summary) -> list[tuple[str, str]]:
+    """(run name, the command that made it) per run."""
     return [(run.name, run.command or "(not recorded in the manifest)") for run in s.runs]
 
 

@@ -8,6 +8,8 @@ from typing import Any
 
 @dataclass(frozen=True)
 class SamplingParams:
+    """How to draw: temperature, truncation, token cap, stop strings, seed, log-probabilities kept."""
+
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
@@ -21,6 +23,8 @@ class SamplingParams:
 
 @dataclass
 class Sample:
+    """One continuation: text, tokens with their log-probabilities, top-k, entropies, mask mass, finish reason."""
+
     index: int
     seed: int
     text: str

@@ -29,6 +29,7 @@ _PARAMETER = re.compile(
 def interpret_parsed(
     parsed: ParsedJSON, ctx: CallContext, *, must: bool, force_args: bool
 ) -> list[ExtractedCall]:
+    """The calls in one parsed JSON value: a call envelope, a list of them, or bare arguments (``force_args``)."""
     value = parsed.value
     if force_args:
         return [make_call(None, value, (), parsed, "args", [], ctx.lenient)]
@@ -50,6 +51,7 @@ def interpret_parsed(
 def interpret_object(
     obj: dict, prefix: tuple, parsed: ParsedJSON, ctx: CallContext, *, must: bool
 ) -> list[ExtractedCall]:
+    """The calls in one JSON object at ``prefix``: an envelope (name and arguments), else arguments when ``must``."""
     env = _envelope(obj, ctx, strong=must)
     if env is not None:
         if env.args_path:
@@ -75,6 +77,7 @@ def make_call(
     flags: list[str],
     lenient: bool,
 ) -> ExtractedCall:
+    """An ``ExtractedCall`` for ``name`` and ``args``, with the duplicate keys and repaired strings under ``args_path``."""
     fixes = []
     for path, before, after in parsed.fixes:
         if tuple(path[: len(args_path)]) == tuple(args_path):
@@ -184,6 +187,7 @@ def nested_envelopes(parsed: ParsedJSON, ctx: CallContext) -> list[ExtractedCall
 
 
 def call_from_invoke(m: re.Match, offset: int, ctx: CallContext) -> ExtractedCall:
+    """The call of one antml ``<invoke>`` element, its parameters typed by the tool's schema."""
     name, body = m.group(1), m.group(2)
     tool = ctx.tool(name) or catalog_by_name().get(name)
     props = schema_properties(tool.parameters, tool.parameters) if tool is not None else {}
@@ -251,6 +255,7 @@ _PY_MAX_TRIES = 64
 def python_calls(
     text: str, ctx: CallContext, free: Any, taken: TakenSpans | list[tuple[int, int]], wrapping: str
 ) -> list[ExtractedCall]:
+    """Python-style calls (``edit(path=..., edits=[...])``) of offered tools in the free parts of ``text``."""
     names = sorted(ctx.names(), key=len, reverse=True)
     if not names:
         return []

@@ -30,6 +30,8 @@ def _validator(tool: Tool) -> tuple[Any, dict]:
 
 @dataclass
 class ArgumentCheck:
+    """Violations of a tool's closed schema, by class: invented keys, missing required keys, the rest."""
+
     invented: list[dict]
     invented_errors: list[str]
     missing: list[str]
@@ -50,6 +52,7 @@ def _path_key(path: Sequence[Any]) -> tuple:
 
 
 def check_arguments(arguments: Any, tool: Tool) -> ArgumentCheck:
+    """``arguments`` validated against the strictified schema of ``tool``, violations by class."""
     validator, schema = _validator(tool)
     invented: list[tuple[tuple, dict]] = []
     missing: list[tuple[tuple, str]] = []
@@ -233,6 +236,7 @@ def _path_key_of(tool: Tool) -> str | None:
 
 
 def is_edit_tool(tool: Tool) -> bool:
+    """Whether ``tool`` takes edits (an old-text and a new-text key)."""
     _, old, new = _edit_keys(tool)
     return bool(old and new)
 

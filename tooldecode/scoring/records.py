@@ -79,6 +79,8 @@ class ExtractedCall:
 
 @dataclass
 class Verdict:
+    """The verdict of one sample: its class, flags, the call found and what was wrong with it."""
+
     verdict: str
     flags: list[str]
     tool: str | None

@@ -153,6 +153,8 @@ NAME_VALUE = re.compile(r"[\"'](?:name|function|tool)[\"']\s*:\s*[\"']([\w.\-]+)
 
 @dataclass
 class CallContext:
+    """What extraction knows: the offered tools, the wire, the expected tool, lenient parsing."""
+
     tools: list[Tool]
     wire: str | None
     expected: str | None

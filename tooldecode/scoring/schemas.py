@@ -31,6 +31,7 @@ _CATALOG: dict[str, Tool] | None = None
 
 
 def catalog_by_name() -> dict[str, Tool]:
+    """The built-in tool catalog by tool name (read once)."""
     global _CATALOG
     if _CATALOG is None:
         cat = tool_catalog()
@@ -46,6 +47,7 @@ def toolset_tools(toolset: str) -> list[Tool]:
 
 
 def tool_by_name(name: str) -> Tool:
+    """The catalog's tool ``name`` (``ScoringError`` for an unknown one)."""
     cat = catalog_by_name()
     if name not in cat:
         raise ScoringError(f"unknown tool {name!r} in the tool catalog; known: {', '.join(sorted(cat))}")
