@@ -61,3 +61,27 @@ def test_python_dash_m_tooldecode_help():
     assert done.returncode == 0, done.stderr
     for name in ("models", "grammar", "scenarios", "sample", "probe", "rescore", "repair", "run", "report"):
         assert name in done.stdout
+
+
+def test_a_run_records_the_command_that_recreates_it():
+    """`tooldecode run SPEC --model X` is recorded with its --model (the report prints this command)."""
+    from tooldecode.experiments import load_spec
+    from tooldecode.experiments.runner import run_command
+
+    root = Path(__file__).resolve().parents[1]
+    spec = load_spec(root / "experiments" / "e1_strict_vs_loose.toml", quick=True)
+    out = root / "out" / "e1"
+    assert run_command(spec, out) == [
+        "tooldecode",
+        "run",
+        "experiments/e1_strict_vs_loose.toml" if Path.cwd() == root else str(spec.path),
+        "--quick",
+        "--out",
+        "out/e1" if Path.cwd() == root else str(out),
+    ]
+    spec.models = ["smollm2-135m-instruct"]
+    spec.backend = "hf"
+    cmd = run_command(spec, out)
+    assert cmd[cmd.index("--model") + 1] == "smollm2-135m-instruct"
+    assert cmd[cmd.index("--backend") + 1] == "hf"
+    assert cmd.count("--model") == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -114,12 +115,26 @@ def _run_manifest(spec: Spec, out: Path, arms: list[dict[str, Any]], scenarios: 
     )
     manifest["claim"] = spec.claim
     manifest["description"] = spec.description
-    manifest["command"] = " ".join(
-        ["tooldecode", "run", rel_path(spec.path)]
-        + (["--quick"] if spec.quick else [])
-        + ["--out", rel_path(out)]
-    )
+    manifest["command"] = shlex.join(run_command(spec, out))
     return manifest
+
+
+def run_command(spec: Spec, out: Path) -> list[str]:
+    """The ``tooldecode run`` command line that re-creates a run of ``spec`` into ``out``: the spec file,
+    ``--quick``, and the ``--model`` / ``--backend`` given in place of the file's."""
+    cmd = ["tooldecode", "run", rel_path(spec.path)] + (["--quick"] if spec.quick else [])
+    written = None
+    if spec.path is not None:
+        try:
+            written = load_spec(spec.path, quick=spec.quick)
+        except SpecError:  # the file changed or is gone: name everything this run used
+            written = None
+    if written is None or written.models != spec.models:
+        for model in spec.models:
+            cmd += ["--model", model]
+    if written is None or written.backend != spec.backend:
+        cmd += ["--backend", spec.backend]
+    return [*cmd, "--out", rel_path(out)]
 
 
 def _progress(enabled: bool) -> Any:
