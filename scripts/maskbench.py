@@ -199,7 +199,12 @@ def _isolated(kind: str, schema: Any, tests: list[dict], name: str, timeout: int
 
 
 def run(
-    jsb: Path, limit: int | None, seed: int, timeout: int, engines: tuple[str, ...] = ENGINES
+    jsb: Path,
+    limit: int | None,
+    seed: int,
+    timeout: int,
+    engines: tuple[str, ...] = ENGINES,
+    render_only: bool = False,
 ) -> dict[str, dict[str, Row]]:
     data_dir = jsb / "maskbench" / "data"
     files = sorted(data_dir.glob("*.json"))
@@ -217,7 +222,7 @@ def run(
         for p in paths:
             try:
                 doc = json.loads(p.read_text(encoding="utf-8"))
-                schema, tests = doc["schema"], doc.get("tests", [])
+                schema, tests = doc["schema"], [] if render_only else doc.get("tests", [])
             except (OSError, UnicodeDecodeError, ValueError, KeyError) as e:
                 print(f"maskbench: {p.name}: unreadable ({type(e).__name__}), skipped", file=sys.stderr)
                 continue
@@ -319,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the markdown table here (default: stdout only)")
     ap.add_argument("--save", type=Path, help="write the per-split counts as JSON")
     ap.add_argument(
+        "--render-only", action="store_true", help="count rendered / refused schemas only (no test instances)"
+    )
+    ap.add_argument(
         "--load",
         type=Path,
         nargs="*",
@@ -342,13 +350,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     t0 = time.time()
     engines = tuple(e for e in args.engines.split(",") if e)
-    res = run(args.jsb, args.limit, args.seed, args.timeout, engines) if args.jsb is not None else {}
+    res = (
+        run(args.jsb, args.limit, args.seed, args.timeout, engines, args.render_only)
+        if args.jsb is not None
+        else {}
+    )
     if args.save:
         save_rows(res, args.save)
     if args.load:
         res = load_rows(args.load + ([args.save] if args.save else []))
-    cmd = "python scripts/maskbench.py --jsb JSB_DIR" + (
-        f" --limit {args.limit} --seed {args.seed}" if args.limit else ""
+    cmd = (
+        "python scripts/maskbench.py --jsb JSB_DIR"
+        + (f" --limit {args.limit} --seed {args.seed}" if args.limit else "")
+        + (" --render-only" if args.render_only else "")
     )
     text = table(res, cmd) + f"\n({time.time() - t0:.0f} s)\n"
     if args.out:

@@ -237,3 +237,15 @@ def test_random_walk_of_narrowed_not_is_valid():
         v = rng.choice([{}, {"a": "x"}, {"a": "y"}, {"a": ""}])
         if sir.accepts(v):
             assert validator.is_valid(v)
+
+
+def test_one_of_with_a_narrowed_branch_of_another_type():
+    """A narrowed branch cannot be subtracted, but branches of disjoint declared types need not be."""
+    sir = compile_schema(
+        {
+            "oneOf": [{"type": "number", "multipleOf": 0.01}, {"$ref": "#/$defs/s"}],
+            "$defs": {"s": {"type": "string"}},
+        }
+    )
+    assert sir.accepts(3) and sir.accepts("x") and not sir.accepts(0.5) and not sir.accepts(None)
+    assert any(w.startswith("multipleOf") for w in sir.warnings)

@@ -58,6 +58,9 @@ class Compiler(TypeKeywords):
         self.losses = 0
         self.lossy: set[tuple[int, str]] = set()
         self.lossy_defs: set[str] = set()
+        # anyOf branches by schema (id), and whether a value may match two of them
+        self.anyof_nodes: dict[int, list[Node]] = {}
+        self.anyof_overlap: dict[int, bool] = {}
 
     def narrowed(self, keyword: str, ptr: str, why: list[str] | str) -> None:
         """Record that the rendered language at ``ptr`` is a subset of the schema's (sound, lossy)."""
@@ -204,8 +207,64 @@ class Compiler(TypeKeywords):
         try:
             return intersect(cur, other)
         except Inexact as e:
+            try:  # a finished recursive definition stands for its own alternatives
+                return intersect(self._unfold(cur), self._unfold(other))
+            except Inexact:
+                pass
             self.unsupported(kw, kptr, str(e))
             return cur
+
+    def _unfold(self, n: Node) -> Node:
+        """``n`` with each reference to a finished definition replaced by the definition's alternatives."""
+        if not any(isinstance(a, RefA) and a.name in self.defs for a in n.alts):
+            return n
+        return node(
+            *(
+                x
+                for a in n.alts
+                for x in (self.defs[a.name].alts if isinstance(a, RefA) and a.name in self.defs else (a,))
+            )
+        )
+
+    def _anyof_overlaps(self, s: dict[str, Any]) -> bool:
+        """Whether a value may match two branches of ``s``'s anyOf (True when not proven otherwise)."""
+        key = id(s)
+        if key not in self.anyof_overlap:
+            branches = self.anyof_nodes.get(key)
+            overlap = branches is None or len(branches) > 12
+            for i in range(0 if overlap else len(branches)):
+                for j in range(i + 1, len(branches)):
+                    try:
+                        overlap = overlap or not _provably_empty(intersect(branches[i], branches[j]))
+                    except Inexact:
+                        overlap = True
+            self.anyof_overlap[key] = overlap
+        return self.anyof_overlap[key]
+
+    def _any_of_in_place(self, s: Any, resolver: Any) -> bool:
+        """Whether ``s`` applies an ``anyOf`` whose branches may overlap in place (through
+        allOf/oneOf/if/$ref/dependentSchemas)."""
+        seen: set[int] = set()
+        stack = [(s, resolver)]
+        while stack:
+            x, res = stack.pop()
+            if not isinstance(x, dict) or id(x) in seen:
+                continue
+            seen.add(id(x))
+            if "anyOf" in x and self._anyof_overlaps(x):
+                return True
+            subs = [y for k in ("allOf", "oneOf") if isinstance(x.get(k), list) for y in x[k]]
+            subs += [x[k] for k in ("if", "then", "else") if k in x]
+            if isinstance(x.get("dependentSchemas"), dict):
+                subs += list(x["dependentSchemas"].values())
+            stack.extend((y, res) for y in subs if isinstance(y, dict))
+            if isinstance(x.get("$ref"), str):
+                try:
+                    r = res.lookup(x["$ref"])
+                except Exception:  # noqa: BLE001 -- unresolvable: reported where it is compiled
+                    continue
+                stack.append((r.contents, r.resolver))
+        return False
 
     def _compile_counted(self, s: Any, ptr: str, resolver: Any, depth: int) -> tuple[Node, bool]:
         """A subschema and whether it was compiled narrower than it is."""
@@ -295,18 +354,20 @@ class Compiler(TypeKeywords):
                 self.compile(sub, pointer_join(ptr, "anyOf", i), resolver, depth)
                 for i, sub in enumerate(self._list(s, "anyOf", ptr))
             ]
+            self.anyof_nodes[id(s)] = branches
             cur = self._meet(cur, union(*branches), "anyOf", pointer_join(ptr, "anyOf"))
         # oneOf
         if "oneOf" in s:
             kptr = pointer_join(ptr, "oneOf")
-            branches, lossy = [], []
+            branches, lossy, bounds = [], [], []
             for i, sub in enumerate(self._list(s, "oneOf", ptr)):
                 before = self.losses
                 branches.append(self.compile(sub, pointer_join(ptr, "oneOf", i), resolver, depth))
                 lossy.append(self.losses > before)
+                bounds.append(_type_bound(sub, resolver))
             try:
                 loss: list[str] = []
-                cur = self._meet(cur, self._one_of(branches, lossy, loss), "oneOf", kptr)
+                cur = self._meet(cur, self._one_of(branches, lossy, bounds, loss), "oneOf", kptr)
                 self.narrowed("oneOf", kptr, loss)
             except Inexact as e:
                 self.unsupported("oneOf", kptr, f"branches are not provably disjoint ({e})")
@@ -393,7 +454,7 @@ class Compiler(TypeKeywords):
     def _unevaluated(self, cur: Node, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> Node:
         """unevaluatedProperties, unevaluatedItems."""
         # unevaluatedProperties / unevaluatedItems
-        if ("unevaluatedProperties" in s or "unevaluatedItems" in s) and _any_of_in_place(s, resolver):
+        if ("unevaluatedProperties" in s or "unevaluatedItems" in s) and self._any_of_in_place(s, resolver):
             # a value may match several anyOf branches and gets the annotations of all of them; an
             # alternative of the IR carries one branch's, so what it lets through is a subset
             kw = "unevaluatedProperties" if "unevaluatedProperties" in s else "unevaluatedItems"
@@ -440,23 +501,32 @@ class Compiler(TypeKeywords):
             raise InvalidSchemaError(kw, pointer_join(ptr, kw), "must be a non-empty array")
         return v
 
-    def _one_of(self, branches: list[Node], lossy: list[bool], loss: list[str]) -> Node:
+    def _one_of(
+        self, branches: list[Node], lossy: list[bool], bounds: list[frozenset[str]], loss: list[str]
+    ) -> Node:
         """Values in exactly one branch: each branch minus the branches it may overlap (a subset
-        where a difference is not exact, with the reasons in ``loss``)."""
+        where a difference is not exact, with the reasons in ``loss``). ``bounds``: the JSON types
+        each branch's schema can hold at most (read from the schema, so true of a narrowed branch too)."""
         n = len(branches)
         overlap = [[False] * n for _ in range(n)]
         for i in range(n):
             for j in range(i + 1, n):
-                try:
-                    disjoint = _provably_empty(intersect(branches[i], branches[j]))
-                except Inexact:
+                if not bounds[i] & bounds[j]:
+                    continue
+                if lossy[i] or lossy[j]:  # a narrowed branch proves nothing about the one it stands for
                     disjoint = False
-                # a narrowed branch proves nothing about the branch it stands for
-                overlap[i][j] = overlap[j][i] = not disjoint or lossy[i] or lossy[j]
+                else:
+                    try:
+                        disjoint = _provably_empty(intersect(branches[i], branches[j]))
+                    except Inexact:
+                        disjoint = False
+                overlap[i][j] = overlap[j][i] = not disjoint
         if not any(map(any, overlap)):
             return union(*branches)
-        if any(lossy):
-            raise Inexact("a branch is itself rendered narrower than it is, so it cannot be excluded")
+        if any(lossy[j] and any(overlap[j]) for j in range(n)):
+            raise Inexact(
+                "a branch that may overlap another is itself rendered narrower, so it cannot be excluded"
+            )
         defs = self.exact_defs()
         parts = []
         for i, b in enumerate(branches):
@@ -470,29 +540,40 @@ class Compiler(TypeKeywords):
     # -- per-type keyword groups
 
 
-def _any_of_in_place(s: Any, resolver: Any) -> bool:
-    """Whether ``s`` applies an ``anyOf`` in place (through allOf/oneOf/if/$ref/dependentSchemas)."""
-    seen: set[int] = set()
-    stack = [(s, resolver)]
-    while stack:
-        x, res = stack.pop()
-        if not isinstance(x, dict) or id(x) in seen:
-            continue
-        seen.add(id(x))
-        if "anyOf" in x:
-            return True
-        subs = [y for k in ("allOf", "oneOf") if isinstance(x.get(k), list) for y in x[k]]
-        subs += [x[k] for k in ("if", "then", "else") if k in x]
-        if isinstance(x.get("dependentSchemas"), dict):
-            subs += list(x["dependentSchemas"].values())
-        stack.extend((y, res) for y in subs if isinstance(y, dict))
-        if isinstance(x.get("$ref"), str):
-            try:
-                r = res.lookup(x["$ref"])
-            except Exception:  # noqa: BLE001 -- unresolvable: reported where it is compiled
-                continue
-            stack.append((r.contents, r.resolver))
-    return False
+ALL_TYPES = frozenset({"null", "boolean", "number", "string", "array", "object"})
+
+
+def _type_bound(s: Any, resolver: Any, depth: int = 0) -> frozenset[str]:
+    """The JSON types a schema's values can have at most, read from ``type``, ``const``, ``enum`` and
+    what applies in place (``allOf``, ``$ref``, ``anyOf``, ``oneOf``); all types when unsure."""
+    if s is False:
+        return frozenset()
+    if not isinstance(s, dict) or depth > 8:
+        return ALL_TYPES
+    out = ALL_TYPES
+    t = s.get("type")
+    if isinstance(t, (str, list)):
+        names = [t] if isinstance(t, str) else t
+        out &= frozenset("number" if x == "integer" else x for x in names if isinstance(x, str))
+    try:
+        if "const" in s:
+            out &= {ir.json_type(s["const"])}
+        if isinstance(s.get("enum"), list):
+            out &= frozenset(ir.json_type(v) for v in s["enum"])
+    except TypeError:
+        pass
+    for sub in s.get("allOf", []) if isinstance(s.get("allOf"), list) else []:
+        out &= _type_bound(sub, resolver, depth + 1)
+    for kw in ("anyOf", "oneOf"):
+        if isinstance(s.get(kw), list):
+            out &= frozenset().union(*(_type_bound(b, resolver, depth + 1) for b in s[kw]))
+    if isinstance(s.get("$ref"), str):
+        try:
+            r = resolver.lookup(s["$ref"])
+        except Exception:  # noqa: BLE001 -- unresolvable: reported where it is compiled
+            return out
+        out &= _type_bound(r.contents, r.resolver, depth + 1)
+    return out
 
 
 def _expand(n: Node) -> Node:
