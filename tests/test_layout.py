@@ -1,0 +1,103 @@
+"""The package layout (docs/architecture.md): data flows one way, no import cycles, modules of a readable size."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tooldecode"
+
+# The stages in the order data flows (docs/architecture.md). A module may import its own layer or an
+# earlier one, never a later one.
+LAYERS = (
+    {"tooldecode", "errors", "toolsets", "stats", "runstore"},  # leaves
+    {"models"},
+    {"grammar"},  # schema → grammar
+    {"scenarios"},
+    {"chat_templates", "prompts"},  # scenario → prompt
+    {"backends", "masking"},
+    {"sampling", "engines", "classify", "probe"},  # model + prompt (+ grammar) → samples
+    {"scoring"},  # samples → verdicts
+    {"repair"},
+    {"distortion", "findings", "report"},  # statistics → report
+    {"experiments"},  # orchestration
+    {"cli", "__main__"},  # command line
+)
+MAX_LINES = 650  # "about 600"
+
+
+def _component(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _imports() -> dict[str, set[str]]:
+    """Component → the components its modules import (top-level and function-level imports)."""
+    edges: dict[str, set[str]] = defaultdict(set)
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        me = _component(".".join(rel))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "tooldecode":
+                if node.module == "tooldecode":
+                    targets = [a.name for a in node.names]
+                else:
+                    targets = [_component(node.module)]
+            elif isinstance(node, ast.Import):
+                targets = [_component(a.name) for a in node.names if a.name.split(".")[0] == "tooldecode"]
+            else:
+                continue
+            for target in targets:
+                if target != me:
+                    edges[me].add(target if target in _RANK else "tooldecode")
+    return edges
+
+
+_RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+
+
+def test_every_package_has_a_stage():
+    modules = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    unplaced = sorted((modules | packages) - set(_RANK))
+    assert not unplaced, f"place {unplaced} in a stage of LAYERS (and in docs/architecture.md)"
+
+
+def test_no_import_runs_against_the_flow():
+    up = sorted(
+        f"{a} -> {b}"
+        for a, targets in _imports().items()
+        for b in targets
+        if _RANK.get(b, 0) > _RANK.get(a, 0)
+    )
+    assert not up, up
+
+
+def test_no_import_cycles_between_packages():
+    edges = _imports()
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(path[path.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, cycles
+
+
+def test_modules_fit_in_one_head():
+    long = {
+        str(p.relative_to(PACKAGE.parent)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert not long, long
