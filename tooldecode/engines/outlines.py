@@ -1,0 +1,240 @@
+"""Outlines as the sampler: its JSON-schema regex framed by the wire, its own generation loop."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tooldecode.engines.frames import tool_frames
+from tooldecode.engines.registry import SAMPLER_UNREPORTED, EngineError
+from tooldecode.errors import MaskError
+
+# ---------------------------------------------------------------------------------------------
+# outlines: its own model wrapper and generation loop
+
+
+def outlines_regex(tools: Sequence[Any], wire: str, ws: str) -> str:
+    """The regex outlines builds for one call: the wire frame around outlines' own JSON-schema regex of
+    each tool's arguments (``outlines_core.json_schema.build_regex_from_schema``, default whitespace)."""
+    from outlines_core.json_schema import build_regex_from_schema
+
+    alts = []
+    for tool, head, tail in tool_frames(tools, wire, ws):
+        args = build_regex_from_schema(json.dumps(tool.parameters))
+        alts.append(re.escape(head) + "(?:" + args + ")" + re.escape(tail))
+    return alts[0] if len(alts) == 1 else "(?:" + "|".join(f"(?:{a})" for a in alts) + ")"
+
+
+class OutlinesSampler:
+    """Strict samples drawn by outlines' own loop: ``outlines.from_transformers`` or ``outlines.from_llamacpp``
+    wraps the model, outlines' JSON-schema regex (framed by the wire) compiles to an outlines-core index,
+    and ``SteerableGenerator`` generates. The processor's guide is advanced over the forced prefix's
+    tokens when outlines sets it up, so generation continues exactly where the prefix ends.
+
+    Outlines returns text only: token ids, log-probabilities, top-k, entropies and the removed mass are
+    recorded as ``null`` and listed in the record's ``unreported``.
+    """
+
+    engine: str
+
+    def __init__(self, name: str, tools: Sequence[Any], wire: str, ws: str, backend: Any) -> None:
+        self.engine = name
+        self.backend = backend
+        self.regex = outlines_regex(tools, wire, ws)
+        self.model = _outlines_model(name, backend)
+        self._processor_cls = _positioned_processor_class()
+        self._index = _outlines_index(self.model, self.regex)
+
+    def _prefix_ids(self, prefill: str) -> list[int]:
+        if not prefill:
+            return []
+        if self.engine == "outlines-llamacpp":
+            return list(self.model.model.tokenize(prefill.encode("utf-8"), add_bos=False, special=False))
+        return list(self.model.hf_tokenizer(prefill, add_special_tokens=False)["input_ids"])
+
+    def sample(
+        self,
+        prompt: str,
+        n: int,
+        params: Any,
+        *,
+        prefill: str = "",
+        start_index: int = 0,
+        batch_size: int | None = None,
+        on_batch: Callable[[list], None] | None = None,
+    ) -> list:
+        """``n`` samples (indices ``start_index`` …) of ``prompt`` (which ends with ``prefill``). Each
+        outlines generator call is seeded ``seed * 1_000_003 + first index of the call``."""
+        from outlines.generator import SteerableGenerator
+
+        from tooldecode.sampling import Sample
+
+        out: list = []
+        prefix_ids = self._prefix_ids(prefill)
+        t0 = time.perf_counter()
+        # llama-cpp-python generates one sequence per call; transformers draws a batch per call
+        # (``num_return_sequences``), so its samples share one seed per call
+        per_call = 1 if self.engine == "outlines-llamacpp" else max(1, batch_size or 8)
+        for first in range(start_index, start_index + n, per_call):
+            k = min(per_call, start_index + n - first)
+            processor = self._processor_cls(self._index, self.model.tensor_library_name, prefix_ids)
+            gen = SteerableGenerator.from_processor(self.model, processor)
+            seed = params.seed * 1_000_003 + first
+            t_start = time.perf_counter() - t0
+            error, texts = None, [""] * k
+            try:
+                result = gen(prompt, **self._kwargs(params, seed, k))
+                texts = [result] if isinstance(result, str) else list(result)
+            except Exception as err:  # an engine failure is recorded, never sampled around
+                error = f"outlines failed: {type(err).__name__}: {str(err).splitlines()[0][:160]}"
+            t_end = round(time.perf_counter() - t0, 4)
+            batch = []
+            for j in range(k):
+                text, stopped = _cut_stop(texts[j], params.stop)
+                finish = "error" if error else ("stop" if stopped or processor.finished(j) else "length")
+                batch.append(
+                    Sample(
+                        index=first + j,
+                        seed=params.seed,
+                        text=text,
+                        token_ids=None,  # type: ignore[arg-type]
+                        logprobs=None,  # type: ignore[arg-type]
+                        top=None,  # type: ignore[arg-type]
+                        entropy=None,  # type: ignore[arg-type]
+                        entropy_masked=None,
+                        mask_removed=None,
+                        finish_reason=finish,
+                        error=error,
+                        timing={
+                            "prefill_s": 0.0,
+                            "start_s": round(t_start, 4),
+                            "end_s": t_end,
+                            "slots": k,
+                            "tokens": processor.n_generated,
+                            "unreported": list(SAMPLER_UNREPORTED),
+                            "engine_seed": seed,
+                        },
+                    )
+                )
+            out.extend(batch)
+            if on_batch is not None:
+                on_batch(batch)
+        return out
+
+    def _kwargs(self, params: Any, seed: int, k: int) -> dict:
+        if self.engine == "outlines-llamacpp":
+            return {
+                "max_tokens": params.max_new_tokens,
+                "temperature": params.temperature,
+                "top_p": params.top_p,
+                "top_k": params.top_k,
+                "min_p": params.min_p,
+                "repeat_penalty": 1.0,
+                "seed": seed,
+                "stop": list(params.stop) or None,
+            }
+        import torch
+
+        torch.manual_seed(seed)
+        kw: dict[str, Any] = {
+            "max_new_tokens": params.max_new_tokens,
+            # explicit neutral values: generate() would otherwise take the model's generation_config
+            # defaults (Qwen2.5: top_k 20, top_p 0.8, repetition_penalty 1.1)
+            "top_k": params.top_k,
+            "repetition_penalty": 1.0,
+            "num_return_sequences": k,
+        }
+        if params.temperature <= 0:
+            kw["do_sample"] = False
+        else:
+            kw.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
+        if params.stop:
+            kw["stop_strings"] = list(params.stop)
+            kw["tokenizer"] = self.model.hf_tokenizer
+        return kw
+
+
+def _cut_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
+    """Cut ``text`` after the first stop string (as tooldecode's sampler does); whether one was hit."""
+    best = None
+    for s in stops:
+        k = text.find(s)
+        if k >= 0 and (best is None or k + len(s) < best):
+            best = k + len(s)
+    return (text, False) if best is None else (text[:best], True)
+
+
+_OUTLINES_MODELS: dict[tuple[str, int], Any] = {}
+_OUTLINES_INDEX: dict[tuple[int, str], Any] = {}
+
+
+def _outlines_model(name: str, backend: Any) -> Any:
+    import outlines
+
+    key = (name, id(backend))
+    if key in _OUTLINES_MODELS:
+        return _OUTLINES_MODELS[key]
+    if name == "outlines-llamacpp":
+        import llama_cpp
+
+        ref = backend.model
+        if not ref.is_gguf:
+            raise EngineError(f"outlines-llamacpp needs a .gguf model; '{ref.path}' is a folder")
+        llm = llama_cpp.Llama(model_path=str(ref.path), n_ctx=8192, verbose=False, logits_all=False)
+        model = outlines.from_llamacpp(llm)
+    else:
+        if backend.name == "hf":
+            hf, tok = backend.hf, backend.tokenizer
+        else:
+            from tooldecode.backends import load_backend
+
+            hf_backend = load_backend("hf", backend.model)
+            hf, tok = hf_backend.hf, hf_backend.tokenizer
+        model = outlines.from_transformers(hf, tok)
+        model.hf_tokenizer = tok
+    _OUTLINES_MODELS[key] = model
+    return model
+
+
+def _outlines_index(model: Any, regex: str) -> Any:
+    from outlines.backends.outlines_core import OutlinesCoreBackend
+    from outlines_core import Index
+
+    key = (id(model), regex)
+    if key not in _OUTLINES_INDEX:
+        backend = OutlinesCoreBackend(model)  # outlines' own vocabulary conversion for this model
+        _OUTLINES_INDEX[key] = Index(regex, backend.vocabulary)
+    return _OUTLINES_INDEX[key]
+
+
+def _positioned_processor_class() -> type:
+    from outlines.backends.outlines_core import OutlinesCoreLogitsProcessor
+
+    class PositionedProcessor(OutlinesCoreLogitsProcessor):
+        """outlines-core's logits processor whose fresh guides start after the forced prefix."""
+
+        def __init__(self, index: Any, tensor_library_name: str, prefix_ids: Sequence[int]) -> None:
+            super().__init__(index, tensor_library_name)
+            self.prefix_ids = list(prefix_ids)
+            self.n_generated = 0
+
+        def _setup(self, batch_size: int, vocab_size: int) -> None:
+            super()._setup(batch_size, vocab_size)
+            for guide in self._guides:
+                for t in self.prefix_ids:
+                    if not guide.accepts_tokens([t]):
+                        raise MaskError("outlines' guide rejects the forced prefix")
+                    guide.advance(token_id=t, return_tokens=False)
+
+        def process_logits(self, input_ids: Any, logits: Any) -> Any:
+            self.n_generated += 0 if self.is_first_token else 1
+            return super().process_logits(input_ids, logits)
+
+        def finished(self, row: int) -> bool:
+            guides = getattr(self, "_guides", None) or []
+            return row < len(guides) and bool(guides[row].is_finished())
+
+    return PositionedProcessor
