@@ -283,6 +283,29 @@ def test_outlines_is_the_sampler_and_says_what_it_cannot_report(llama_smol, smol
         assert not s.text.startswith(prompt.prefill[:20])
 
 
+@pytest.mark.model
+@pytest.mark.slow
+def test_outlines_llamacpp_failure_inside_the_callback_is_an_error_record(llama_smol, smol_ref):
+    """llama-cpp-python calls outlines' processor from a ctypes callback that prints and ignores its
+    exceptions, then goes on sampling without the mask: a prefix outlines' guide rejects must give error
+    records, never text recorded as strict samples."""
+    from tooldecode.sampling import SamplingParams
+
+    _, prompt = _l2_prompt(smol_ref)
+    channel = build_strict("outlines-llamacpp", prompt.tools, prompt.wire, llama_smol)
+    bad = "@@ not a call @@"
+    out = draw(
+        llama_smol,
+        prompt.text[: len(prompt.text) - len(prompt.prefill)] + bad,
+        1,
+        SamplingParams(max_new_tokens=4, stop=tuple(prompt.stop)),
+        mask=channel,
+        prefill=bad,
+    )
+    assert len(out) == 1 and out[0].finish_reason == "error"
+    assert "rejects the forced prefix" in (out[0].error or "")
+
+
 # ---------------------------------------------------------------------------------------------- the run
 
 

@@ -90,6 +90,8 @@ class OutlinesSampler:
                 texts = [result] if isinstance(result, str) else list(result)
             except Exception as err:  # an engine failure is recorded, never sampled around
                 error = f"outlines failed: {type(err).__name__}: {str(err).splitlines()[0][:160]}"
+            if error is None and processor.failure is not None:  # raised where the engine swallowed it
+                error = f"outlines failed: {processor.failure}"
             t_end = round(time.perf_counter() - t0, 4)
             batch = []
             for j in range(k):
@@ -220,6 +222,7 @@ def _positioned_processor_class() -> type:
             super().__init__(index, tensor_library_name)
             self.prefix_ids = list(prefix_ids)
             self.n_generated = 0
+            self.failure: str | None = None
 
         def _setup(self, batch_size: int, vocab_size: int) -> None:
             super()._setup(batch_size, vocab_size)
@@ -231,7 +234,14 @@ def _positioned_processor_class() -> type:
 
         def process_logits(self, input_ids: Any, logits: Any) -> Any:
             self.n_generated += 0 if self.is_first_token else 1
-            return super().process_logits(input_ids, logits)
+            try:
+                return super().process_logits(input_ids, logits)
+            except Exception as err:
+                # llama-cpp-python calls the processor from a ctypes callback that prints and ignores
+                # exceptions, then samples unconstrained: keep the failure so the batch is recorded
+                # as an error, never as strict samples
+                self.failure = self.failure or f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
+                raise
 
         def finished(self, row: int) -> bool:
             guides = getattr(self, "_guides", None) or []
