@@ -112,9 +112,9 @@ BAD_SPECS = [
     ('engine = "nope"\nmodes = ["strict"]', "unknown engine"),
     ('backend = "tpu"', "unknown backend"),
     ('ws = "roomy"', "unknown ws"),
-    ("[variant]\nconditioning = [\"gold-prefx\"]", "conditioning"),
-    ("[variant]\nhistory = [\"agentic\", \"agentic\"]", "twice"),
-    ("[probe]\nfields = [\"history\"]", "no values"),
+    ('[variant]\nconditioning = ["gold-prefx"]', "conditioning"),
+    ('[variant]\nhistory = ["agentic", "agentic"]', "twice"),
+    ('[probe]\nfields = ["history"]', "no values"),
     ("[probe]\ndepht = 3", "unknown \\[probe\\]"),
 ]
 
@@ -222,8 +222,16 @@ def test_model_corrupted_in_place_is_refused(tmp_path, monkeypatch):
     with pytest.raises(ModelError, match="corrupt.*models fetch"):
         resolve(TEST_MODEL)
     line = _one_line_error(
-        _cli("sample", "--model", TEST_MODEL, "--scenario", "c-config-trim-crlf", "-n", "1",
-             env={"TOOLDECODE_HOME": str(home)})  # fmt: skip
+        _cli(
+            "sample",
+            "--model",
+            TEST_MODEL,
+            "--scenario",
+            "c-config-trim-crlf",
+            "-n",
+            "1",
+            env={"TOOLDECODE_HOME": str(home)},
+        )  # fmt: skip
     )
     assert "corrupt" in line
 
@@ -353,7 +361,9 @@ def test_disk_full_keeps_what_was_written(tiny_disk):
             written += 1
     store.close()
     assert written > 5
-    assert [r["key"] for r in RunStore.open(tiny_disk / "r").iter_samples()] == [f"a/{i}" for i in range(written)]
+    assert [r["key"] for r in RunStore.open(tiny_disk / "r").iter_samples()] == [
+        f"a/{i}" for i in range(written)
+    ]
 
 
 def test_file_size_limit_is_a_one_line_error(tmp_path):

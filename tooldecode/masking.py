@@ -31,7 +31,9 @@ def engine_format(engine: str) -> str:
     try:
         return ENGINE_FORMATS[engine]
     except KeyError:
-        raise MaskError(f"unknown mask engine '{engine}'; choose one of: {', '.join(ENGINE_FORMATS)}") from None
+        raise MaskError(
+            f"unknown mask engine '{engine}'; choose one of: {', '.join(ENGINE_FORMATS)}"
+        ) from None
 
 
 class Matcher(Protocol):

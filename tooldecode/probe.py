@@ -491,5 +491,3 @@ def summarize(points: Sequence[DecisionPoint]) -> str:
             f"{d.p_undetermined + d.p_continue_undetermined:9.4f} {d.entropy:6.3f}  {d.pending!r}"
         )
     return "\n".join(lines)
-
-

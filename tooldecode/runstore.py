@@ -328,7 +328,9 @@ class RunStore:
         try:
             fd = os.open(self._samples, os.O_WRONLY | os.O_APPEND)
         except OSError as err:
-            raise RunError(f"cannot open {self._samples} for writing ({_os_reason(err)}); fix that and rerun") from None
+            raise RunError(
+                f"cannot open {self._samples} for writing ({_os_reason(err)}); fix that and rerun"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:

@@ -78,7 +78,9 @@ class LlamaCppBackend(Backend):
                 if model.id in REGISTRY
                 else "download or convert the file again"
             )
-            raise ModelError(f"llama.cpp could not load '{model.path}' (corrupt or unsupported GGUF); {fix}") from None
+            raise ModelError(
+                f"llama.cpp could not load '{model.path}' (corrupt or unsupported GGUF); {fix}"
+            ) from None
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = max(n_batch, max_seqs)
