@@ -85,3 +85,28 @@ def test_a_run_records_the_command_that_recreates_it():
     assert cmd[cmd.index("--model") + 1] == "smollm2-135m-instruct"
     assert cmd[cmd.index("--backend") + 1] == "hf"
     assert cmd.count("--model") == 1
+
+
+@pytest.mark.model
+def test_sample_and_probe_read_a_users_scenario_folder(tmp_path):
+    """`--dir` points sample and probe at a user's folder of scenarios instead of the built-in corpus."""
+    src = (
+        Path(__file__).resolve().parents[1] / "tooldecode" / "scenarios" / "data" / "c-config-trim-crlf.yaml"
+    )
+    text = src.read_text().replace("id: c-config-trim-crlf", "id: my-own-trim", 1)
+    assert "id: my-own-trim" in text
+    (tmp_path / "mine.yaml").write_text(text)
+    base = [sys.executable, "-m", "tooldecode"]
+    out = subprocess.run(
+        [*base, "sample", "--dir", str(tmp_path), "--scenario", "my-own-trim", "--model", "smollm2-135m-instruct",
+         "-n", "1", "--max-new-tokens", "4", "--json"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.count("\"verdict\"") == 1  # one scored sample of the scenario the corpus lacks
+    # the built-in corpus does not have it: without --dir it is a one-line error
+    miss = subprocess.run(
+        [*base, "probe", "--scenario", "my-own-trim", "--model", "smollm2-135m-instruct"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert miss.returncode != 0 and "unknown scenario 'my-own-trim'" in miss.stderr

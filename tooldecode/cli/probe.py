@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
@@ -14,7 +15,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     from tooldecode.scenarios import get_scenario
 
     ref = resolve(args.model, fetch=True)
-    sc = get_scenario(args.scenario)
+    sc = get_scenario(args.scenario, args.dir)
     opts = parse_variant(args.variant) if args.variant else TranscriptOptions()
     opts = TranscriptOptions(**{**opts.__dict__, "conditioning": "free"})
     prompt = render_prompt(sc, ref, opts)
@@ -57,6 +58,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
     p.add_argument("--scenario", required=True)
+    p.add_argument(
+        "--dir",
+        action="append",
+        type=Path,
+        metavar="FOLDER",
+        help="read scenarios from this folder of *.yaml files instead of the built-in corpus (repeatable)",
+    )
     p.add_argument(
         "--variant", default="", help="transcript variant words, e.g. agentic,thinking (see docs/prompts.md)"
     )

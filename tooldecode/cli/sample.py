@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 
 def _cmd_sample(args: argparse.Namespace) -> int:
@@ -18,7 +19,7 @@ def _cmd_sample(args: argparse.Namespace) -> int:
     if args.mode == "strict" and args.backend != "openai":
         check_engine(args.engine, backend=args.backend)  # before any model loads
     ref = resolve(args.model, fetch=True)
-    sc = get_scenario(args.scenario)
+    sc = get_scenario(args.scenario, args.dir)
     opts = parse_variant(args.variant) if args.variant else TranscriptOptions()
     prompt = render_prompt(sc, ref, opts)
     kw = {"n_ctx": 8192, "max_seqs": 33} if args.backend == "llamacpp" else {}
@@ -85,6 +86,13 @@ def _cmd_sample(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sample", help="sample a scenario's edit call (loose or strict) and score each sample")
     p.add_argument("--scenario", required=True, help="scenario id (see `tooldecode scenarios list`)")
+    p.add_argument(
+        "--dir",
+        action="append",
+        type=Path,
+        metavar="FOLDER",
+        help="read scenarios from this folder of *.yaml files instead of the built-in corpus (repeatable)",
+    )
     p.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
     p.add_argument("--backend", default="llamacpp", choices=["llamacpp", "hf", "openai"])
     from tooldecode.backends.openai import add_server_arguments
