@@ -103,7 +103,7 @@ def test_sample_and_probe_read_a_users_scenario_folder(tmp_path):
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.count("\"verdict\"") == 1  # one scored sample of the scenario the corpus lacks
+    assert out.stdout.count('"verdict"') == 1  # one scored sample of the scenario the corpus lacks
     # the built-in corpus does not have it: without --dir it is a one-line error
     miss = subprocess.run(
         [*base, "probe", "--scenario", "my-own-trim", "--model", "smollm2-135m-instruct"],
