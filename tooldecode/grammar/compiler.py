@@ -231,11 +231,12 @@ class Compiler(TypeKeywords):
         key = id(s)
         if key not in self.anyof_overlap:
             branches = self.anyof_nodes.get(key)
-            overlap = branches is None or len(branches) > 12
-            for i in range(0 if overlap else len(branches)):
-                for j in range(i + 1, len(branches)):
+            nodes = branches or []
+            overlap = branches is None or len(nodes) > 12
+            for i in range(0 if overlap else len(nodes)):
+                for j in range(i + 1, len(nodes)):
                     try:
-                        overlap = overlap or not _provably_empty(intersect(branches[i], branches[j]))
+                        overlap = overlap or not _provably_empty(intersect(nodes[i], nodes[j]))
                     except Inexact:
                         overlap = True
             self.anyof_overlap[key] = overlap
