@@ -50,3 +50,25 @@ def test_counts_render_refusals_false_accepts_and_valid_accepted(tmp_path):
     assert "Toy---a.json" in ours.examples[0]
     table = mb.table(res, "cmd")
     assert "| Toy | tooldecode | 2 | 1 (50.0%) | 1 / 3 | 2/2 (100.0%) |" in table
+
+
+def test_render_only_counts_and_saved_counts_merge(tmp_path):
+    mb = _maskbench()
+    data = tmp_path / "maskbench" / "data"
+    data.mkdir(parents=True)
+    doc = {
+        "schema": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+        "tests": [{"data": ["a"], "valid": True}],
+    }
+    (data / "Toy---a.json").write_text(json.dumps(doc))
+    res = mb.run(tmp_path, None, 0, 60, ("tooldecode",), render_only=True)
+    r = res["Toy"]["tooldecode"]
+    assert (r.schemas, r.rendered, r.valid, r.invalid) == (1, 1, 0, 0)
+    mb.save_rows(res, tmp_path / "a.json")
+    other = {"Toy": {"xgrammar": mb.Row(schemas=1, rendered=0)}}
+    other["Toy"]["xgrammar"].refused["RuntimeError"] += 1
+    mb.save_rows(other, tmp_path / "b.json")
+    merged = mb.load_rows([tmp_path / "a.json", tmp_path / "b.json"])
+    assert list(merged["Toy"]) == ["tooldecode", "xgrammar"]
+    assert merged["Toy"]["tooldecode"].rendered == 1
+    assert merged["Toy"]["xgrammar"].refused == {"RuntimeError": 1}
