@@ -202,15 +202,17 @@ def _check_types(raw: dict[str, Any], p: Path) -> None:
 
 
 def _check_aligned(aligned: dict[str, Any], fail: Callable[[str], None]) -> None:
-    """The [aligned] table: particles ≥ 1, method 'sir'/'rejection', target of ALIGNED_TARGETS."""
+    """The [aligned] table: particles ≥ 1, method 'sir'/'rejection', target of ALIGNED_TARGETS, max_rounds ≥ 1
+    (rejection: rounds of ``particles`` draws before a sample becomes an error record)."""
     from tooldecode.sampling import ALIGNED_TARGETS
 
-    unknown = sorted(set(aligned) - {"particles", "method", "target"})
+    unknown = sorted(set(aligned) - {"particles", "method", "target", "max_rounds"})
     if unknown:
-        fail(f"[aligned] has unknown keys {unknown}; use particles, method, target")
-    k = aligned.get("particles", 1)
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        fail(f"[aligned] particles must be a whole number ≥ 1, got {k!r}")
+        fail(f"[aligned] has unknown keys {unknown}; use particles, method, target, max_rounds")
+    for key in ("particles", "max_rounds"):
+        k = aligned.get(key, 1)
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            fail(f"[aligned] {key} must be a whole number ≥ 1, got {k!r}")
     if aligned.get("method", "sir") not in ("sir", "rejection"):
         fail(f"[aligned] method must be 'sir' or 'rejection', got {aligned['method']!r}")
     if aligned.get("target", "complete") not in ALIGNED_TARGETS:
