@@ -51,6 +51,12 @@ FORMAT_PATTERNS.update(
         "relative-json-pointer": r"^(?:0|[1-9]\d*)(?:#|(?:/(?:[^~/]|~[01])*)*)$",
     }
 )
+# RFC 6570 URI Template, ASCII literals (a subset: no ucschar / iprivate characters in literals)
+_TVAR = r"(?:[A-Za-z0-9_]|%[0-9A-Fa-f]{2})"
+_TSPEC = rf"{_TVAR}(?:\.?{_TVAR})*(?::[1-9][0-9]{{0,3}}|\*)?"
+FORMAT_PATTERNS["uri-template"] = (
+    rf"^(?:[!#$&(-;=?-\[\]_a-z~]|%[0-9A-Fa-f]{{2}}|\{{[+#./;?&=,!@|]?{_TSPEC}(?:,{_TSPEC})*\}})*$"
+)
 FORMAT_PATTERNS["date-time"] = (
     FORMAT_PATTERNS["date"][:-1] + "T" + FORMAT_PATTERNS["time"][1:]
 )  # RFC 3339 date-time: upper-case T
