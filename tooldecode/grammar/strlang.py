@@ -51,6 +51,13 @@ FORMAT_PATTERNS.update(
         "relative-json-pointer": r"^(?:0|[1-9]\d*)(?:#|(?:/(?:[^~/]|~[01])*)*)$",
     }
 )
+# RFC 4291 text forms without an embedded IPv4 address or a zone (a subset)
+_H = r"[0-9A-Fa-f]{1,4}"
+FORMAT_PATTERNS["ipv6"] = (
+    rf"^(?:(?:{_H}:){{7}}{_H}|(?:{_H}:){{1,7}}:|(?:{_H}:){{1,6}}:{_H}|(?:{_H}:){{1,5}}(?::{_H}){{1,2}}"
+    rf"|(?:{_H}:){{1,4}}(?::{_H}){{1,3}}|(?:{_H}:){{1,3}}(?::{_H}){{1,4}}|(?:{_H}:){{1,2}}(?::{_H}){{1,5}}"
+    rf"|{_H}:(?::{_H}){{1,6}}|:(?:(?::{_H}){{1,7}}|:))$"
+)
 # RFC 6570 URI Template, ASCII literals (a subset: no ucschar / iprivate characters in literals)
 _TVAR = r"(?:[A-Za-z0-9_]|%[0-9A-Fa-f]{2})"
 _TSPEC = rf"{_TVAR}(?:\.?{_TVAR})*(?::[1-9][0-9]{{0,3}}|\*)?"
