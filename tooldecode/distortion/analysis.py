@@ -130,12 +130,17 @@ def _analyse_arm(
         # every particle is a masked draw of Q: the weights of all of them (stored unrounded)
         lw_list, w_clusters = [], []
         unknown = 0
-        for s in good:
+        # samples that are errors because no particle was accepted still drew Q: their particles count
+        for s in samples:
             info = s.get("particles") or {}
             done = info.get("complete")
             if done is None:
                 unknown += 1
-            for j, x in enumerate(info.get("log_w") or []):
+            all_w = info.get("log_w") or []
+            # rejection stops at the round that accepts: the weights of later rounds depend on earlier ones
+            # (an adaptive stopping rule biases their mean upward), so only the first round counts
+            first = int(info.get("n") or len(all_w)) if info.get("method") == "rejection" else len(all_w)
+            for j, x in enumerate(all_w[:first]):
                 if x is None:  # an errored particle: no weight
                     n_drop += 1
                     continue
@@ -201,10 +206,13 @@ def _analyse_arm(
     res.notes.extend(notes)
     m = per_sample(counts, names, clusters)
     fvals = {name: np.array([f(s) for s in good], dtype=np.float64) for name, f in outcomes.items()}
+    # strict: the arm's samples reweighted by w. strict-aligned: each sample is a draw of its own prompt's
+    # P_L; the run's P_L is the mixture over scenarios, which weights scenario s by its P(valid), so each
+    # aligned sample counts p̂_s / n_s (p̂_s: the mean first-round particle weight of scenario s)
+    pl_stats = _scenario_weights(log_w, w_clusters, clusters, names, counts) if aligned else ws
     for name, f in fvals.items():
         res.rates_q[name] = estimate(*plain_rate(f, m))
-        # strict: the arm's samples reweighted; strict-aligned: its samples are already P_L draws
-        res.rates_pl[name] = res.rates_q[name] if aligned else estimate(*ws.self_normalised(f))
+        res.rates_pl[name] = estimate(*pl_stats.self_normalised(f))
     if aligned:
         parts = [s.get("particles") or {} for s in good]
         res.particles = float(np.mean([p.get("drawn", 0) for p in parts]))
@@ -212,7 +220,8 @@ def _analyse_arm(
         res.notes.append(
             f"strict-aligned: p_valid, KL and ESS from all {log_w.size} particles (masked draws of Q"
             + (f"; {n_drop} errored particles left out" if n_drop else "")
-            + "); the rates are the aligned samples' own (draws of P_L up to the resampling bias)"
+            + "); the P_L rates weight each scenario's aligned samples by its estimated P(valid) (the run's "
+            "P_L is the mixture over scenarios)"
         )
     if n_cens:
         res.notes.append(
@@ -246,7 +255,7 @@ def _analyse_arm(
         with np.errstate(invalid="ignore", divide="ignore"):
             point = float((fv * valid).sum() / valid.sum()) if valid.sum() else math.nan
             reps = (m_ref @ (fv * valid)) / (m_ref @ valid)
-        sn, sn_r = plain_rate(fvals[name], m) if aligned else ws.self_normalised(fvals[name])
+        sn, sn_r = pl_stats.self_normalised(fvals[name])
         res.checks.append(_check(name, sn, sn_r, point, reps, int(valid.sum())))
     return res
 
@@ -278,3 +287,24 @@ def _check(name: str, a: float, a_r: np.ndarray, b: float, b_r: np.ndarray, n_re
     d = estimate(a - b, a_r - b_r)
     agree = bool(d.lo <= 1e-12 and d.hi >= -1e-12) if math.isfinite(d.lo) else None
     return Check(name, estimate(a, a_r), estimate(b, b_r), d, agree, n_ref)
+
+
+def _scenario_weights(
+    log_w: np.ndarray, w_clusters: list[str], clusters: list[str], names: list[str], counts: np.ndarray
+) -> WeightStats:
+    """Per-sample weights p̂_s / n_s for samples that are exact draws of their own scenario's P_L, so that
+    self-normalised rates estimate the run's mixture P_L (scenario s weighted by P_s(valid))."""
+    by: dict[str, list[float]] = {}
+    for x, c in zip(np.exp(log_w), w_clusters, strict=True):
+        by.setdefault(c, []).append(float(x))
+    n_s: dict[str, int] = {}
+    for c in clusters:
+        n_s[c] = n_s.get(c, 0) + 1
+    with np.errstate(divide="ignore"):
+        lw = np.array(
+            [
+                math.log(max(float(np.mean(by.get(c, [0.0]))), 0.0) or 1e-300) - math.log(n_s[c])
+                for c in clusters
+            ]
+        )
+    return WeightStats(lw, clusters, names, counts)
