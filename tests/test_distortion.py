@@ -8,15 +8,18 @@ import math
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tooldecode.cli import main
 from tooldecode.distortion import (
     DistortionError,
     analyse_run,
+    boot_counts,
     closing_quote,
     continuation,
     reference_validity,
+    mixture_weights,
     sample_log_weight,
 )
 from tooldecode.sampling import log_weight
@@ -116,3 +119,23 @@ def test_cli_bad_directory(tmp_path: Path, capsys):
     assert main(["distortion", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert "not a run directory" in err and len(err.strip().splitlines()) == 1
+
+
+def test_mixture_weights_weight_each_scenario_by_its_p_valid():
+    """Aligned samples are exact draws of their own scenario's P_L; the run's P_L is the mixture that
+    weights scenario s by P_s(valid): scenario a (p̂ 0.5, two samples) against b (p̂ 0.1, one sample)."""
+    log_w = np.log(np.array([0.4, 0.6, 0.05, 0.15]))  # first-round particle weights: means 0.5 and 0.1
+    w_clusters = ["a", "a", "b", "b"]
+    clusters = ["a", "a", "b"]  # the aligned samples' scenarios
+    names, counts = boot_counts(clusters, 50, 0)
+    stats = mixture_weights(log_w, w_clusters, clusters, names, counts)
+    f = np.array([1.0, 0.0, 1.0])  # a: half its samples; b: all
+    point, reps = stats.self_normalised(f)
+    assert point == pytest.approx((0.5 * 0.5 + 0.1 * 1.0) / 0.6)
+    # a replicate that draws only scenario b gives b's rate; only a, a's
+    only_b = counts[:, names.index("a")] == 0
+    if only_b.any():
+        assert reps[only_b] == pytest.approx(1.0)
+    # a scenario whose particles all have weight 0 gets no mass
+    dead = mixture_weights(np.log(np.array([0.5, 0.5, 1e-300, 1e-300])), w_clusters, clusters, names, counts)
+    assert dead.self_normalised(f)[0] == pytest.approx(0.5, abs=1e-6)

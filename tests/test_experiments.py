@@ -102,6 +102,26 @@ def test_tiny_run_resumes_without_duplicates(tmp_path):
 
 
 @pytest.mark.model
+def test_n_by_mode_sets_the_sample_count_of_one_mode(tmp_path):
+    spec_path = tmp_path / "ref.toml"
+    spec_path.write_text(
+        'name = "ref"\nmodels = ["smollm2-135m-instruct"]\nmax_scenarios = 1\nn = 1\nmax_new_tokens = 4\n'
+        'modes = ["loose", "strict"]\nbatch_size = 4\n[n_by_mode]\nloose = 3\n'
+        '[variant]\nconditioning = ["gold-prefix"]\n'
+    )
+    spec = load_spec(spec_path)
+    assert (spec.n_for("loose"), spec.n_for("strict")) == (3, 1)
+    out = tmp_path / "run"
+    run_spec(spec, out, progress=False)
+    recs = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert sorted(r["arm"]["mode"] for r in recs) == ["loose"] * 3 + ["strict"]
+    assert json.loads((out / "manifest.json").read_text())["config"]["n_by_mode"] == {"loose": 3}
+    spec_path.write_text(spec_path.read_text().replace("loose = 3", "strict-aligned = 3"))
+    with pytest.raises(SpecError, match="n_by_mode.*does not list"):
+        load_spec(spec_path)
+
+
+@pytest.mark.model
 def test_strict_smollm2_panel_run_scores_and_reports(tmp_path):
     """SmolLM2 writes its calls as a <tool_call>[...] list: the call-list grammar makes strict L2 work,
     and the panel rows of FINDINGS read the run."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 from tooldecode.distortion.analysis import (
     analyse_run,
     check_sampling,
+    mixture_weights,
 )
 from tooldecode.distortion.exact import (
     ExactDistribution,
@@ -86,6 +87,7 @@ __all__ = [
     "estimate",
     "exact_masked_distribution",
     "grammar_mode",
+    "mixture_weights",
     "has_masked_arm",
     "per_sample",
     "plain_rate",

@@ -209,7 +209,7 @@ def _analyse_arm(
     # strict: the arm's samples reweighted by w. strict-aligned: each sample is a draw of its own prompt's
     # P_L; the run's P_L is the mixture over scenarios, which weights scenario s by its P(valid), so each
     # aligned sample counts p̂_s / n_s (p̂_s: the mean first-round particle weight of scenario s)
-    pl_stats = _scenario_weights(log_w, w_clusters, clusters, names, counts) if aligned else ws
+    pl_stats = mixture_weights(log_w, w_clusters, clusters, names, counts) if aligned else ws
     for name, f in fvals.items():
         res.rates_q[name] = estimate(*plain_rate(f, m))
         res.rates_pl[name] = estimate(*pl_stats.self_normalised(f))
@@ -289,7 +289,7 @@ def _check(name: str, a: float, a_r: np.ndarray, b: float, b_r: np.ndarray, n_re
     return Check(name, estimate(a, a_r), estimate(b, b_r), d, agree, n_ref)
 
 
-def _scenario_weights(
+def mixture_weights(
     log_w: np.ndarray, w_clusters: list[str], clusters: list[str], names: list[str], counts: np.ndarray
 ) -> WeightStats:
     """Per-sample weights p̂_s / n_s for samples that are exact draws of their own scenario's P_L, so that

@@ -59,7 +59,7 @@ def run_spec(
         for arm in arms
         if arm["model"] == model
     ]
-    total = len(jobs) * spec.n if not spec.probe.get("only") else 0
+    total = sum(spec.n_for(arm["mode"]) for arm, _, _ in jobs) if not spec.probe.get("only") else 0
     t_start = time.perf_counter()
     try:
         with _progress(progress) as bar:
@@ -100,6 +100,8 @@ def _run_manifest(spec: Spec, out: Path, arms: list[dict[str, Any]], scenarios: 
         "batch_size": spec.batch_size,
         "probe": spec.probe,
     }
+    if spec.n_by_mode:
+        config["n_by_mode"] = spec.n_by_mode
     if spec.aligned:
         config["aligned"] = spec.aligned
     models_info = {}
@@ -175,7 +177,7 @@ def _sample_job(
 
     arm, sc, seed = job
     label = arm_label(arm)
-    keys = [f"{label}/{sc.id}/{seed}/{i}" for i in range(spec.n)]
+    keys = [f"{label}/{sc.id}/{seed}/{i}" for i in range(spec.n_for(arm["mode"]))]
     todo = [i for i, k in enumerate(keys) if k not in done]
     if not todo:
         return

@@ -50,6 +50,9 @@ class Spec:
     tags: list[str] = field(default_factory=list)
     max_scenarios: int | None = None
     n: int = 8
+    # samples per (arm, scenario, seed) for particular modes, e.g. {"loose": 32}: loose samples are the
+    # rejection reference of the strict arms (about 1/P(valid) of them per exact draw of P_L)
+    n_by_mode: dict[str, int] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=lambda: [0])
     temperatures: list[float] = field(default_factory=lambda: [1.0])
     top_p: float = 1.0
@@ -69,6 +72,10 @@ class Spec:
     findings: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
     quick: bool = False
+
+    def n_for(self, mode: str) -> int:
+        """Samples per (arm, scenario, seed) for an arm of ``mode``."""
+        return int(self.n_by_mode.get(mode, self.n))
 
     def arms(self) -> list[dict[str, Any]]:
         fields = [f for f in VARIANT_FIELDS if f in self.variant]
@@ -196,7 +203,7 @@ def _check_types(raw: dict[str, Any], p: Path) -> None:
         and all(isinstance(x, str) for x in raw["scenarios"])
     ):
         raise SpecError(f"{p}: field 'scenarios' must be \"all\" or a list of scenario ids")
-    for key in ("probe", "aligned"):
+    for key in ("probe", "aligned", "n_by_mode"):
         if key in raw and not isinstance(raw[key], dict):
             raise SpecError(f"{p}: [{key}] must be a table")
 
@@ -254,6 +261,11 @@ def _check_sizes(spec: Spec, fail: Callable[[str], None]) -> None:
     probe_only = bool(spec.probe.get("only"))
     if spec.n < (0 if probe_only else 1):
         fail(f"'n' must be ≥ 1 (0 only with [probe] only = true), got {spec.n}")
+    for mode, k in spec.n_by_mode.items():
+        if mode not in spec.modes:
+            fail(f"[n_by_mode] names mode {mode!r}, which 'modes' does not list ({', '.join(spec.modes)})")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            fail(f"[n_by_mode] {mode} must be a whole number ≥ 1, got {k!r}")
     for key in ("max_new_tokens", "batch_size"):
         if getattr(spec, key) < 1:
             fail(f"'{key}' must be ≥ 1, got {getattr(spec, key)}")
