@@ -18,8 +18,8 @@ from tooldecode.distortion import (
     boot_counts,
     closing_quote,
     continuation,
-    reference_validity,
     mixture_weights,
+    reference_validity,
     sample_log_weight,
 )
 from tooldecode.sampling import log_weight

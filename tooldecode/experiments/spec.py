@@ -256,16 +256,21 @@ def _duplicate(values: list[Any]) -> Any:
     return next((v for i, v in enumerate(values) if v in values[:i]), None)
 
 
-def _check_sizes(spec: Spec, fail: Callable[[str], None]) -> None:
-    """Counts, ranges, empty and duplicated lists."""
-    probe_only = bool(spec.probe.get("only"))
-    if spec.n < (0 if probe_only else 1):
-        fail(f"'n' must be ≥ 1 (0 only with [probe] only = true), got {spec.n}")
+def _check_n_by_mode(spec: Spec, fail: Callable[[str], None]) -> None:
+    """[n_by_mode]: modes the spec lists, each with a whole number ≥ 1."""
     for mode, k in spec.n_by_mode.items():
         if mode not in spec.modes:
             fail(f"[n_by_mode] names mode {mode!r}, which 'modes' does not list ({', '.join(spec.modes)})")
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             fail(f"[n_by_mode] {mode} must be a whole number ≥ 1, got {k!r}")
+
+
+def _check_sizes(spec: Spec, fail: Callable[[str], None]) -> None:
+    """Counts, ranges, empty and duplicated lists."""
+    probe_only = bool(spec.probe.get("only"))
+    if spec.n < (0 if probe_only else 1):
+        fail(f"'n' must be ≥ 1 (0 only with [probe] only = true), got {spec.n}")
+    _check_n_by_mode(spec, fail)
     for key in ("max_new_tokens", "batch_size"):
         if getattr(spec, key) < 1:
             fail(f"'{key}' must be ≥ 1, got {getattr(spec, key)}")
