@@ -306,6 +306,29 @@ def test_outlines_llamacpp_failure_inside_the_callback_is_an_error_record(llama_
     assert "rejects the forced prefix" in (out[0].error or "")
 
 
+@pytest.mark.model
+@pytest.mark.slow
+def test_outlines_llamacpp_lacks_partial_utf8_tokens_and_says_so(llama_smol, smol_ref):
+    """outlines' llama.cpp tokenizer keys its vocabulary by each piece decoded with replacement, so the
+    byte-level tokens that are not whole UTF-8 sequences drop out: CJK text inside a string (valid JSON)
+    cannot be written, and a forced prefix holding it is an error naming the missing token."""
+    from tooldecode.sampling import SamplingParams
+
+    _, prompt = _l2_prompt(smol_ref)
+    channel = build_strict("outlines-llamacpp", prompt.tools, prompt.wire, llama_smol)
+    prefill = prompt.prefill + "创建一个 API 密钥"  # still inside the newText string
+    out = draw(
+        llama_smol,
+        prompt.text + "创建一个 API 密钥",
+        1,
+        SamplingParams(max_new_tokens=4, stop=tuple(prompt.stop)),
+        mask=channel,
+        prefill=prefill,
+    )
+    assert len(out) == 1 and out[0].finish_reason == "error"
+    assert "missing from outlines' vocabulary" in (out[0].error or "")
+
+
 # ---------------------------------------------------------------------------------------------- the run
 
 

@@ -47,6 +47,7 @@ class OutlinesSampler:
         self.model = _outlines_model(name, backend)
         self._processor_cls = _positioned_processor_class()
         self._index = _outlines_index(self.model, self.regex)
+        self._vocab_ids = _outlines_vocab_ids(self.model)
 
     def _prefix_ids(self, prefill: str) -> list[int]:
         if not prefill:
@@ -80,7 +81,9 @@ class OutlinesSampler:
         per_call = 1 if self.engine == "outlines-llamacpp" else max(1, batch_size or 8)
         for first in range(start_index, start_index + n, per_call):
             k = min(per_call, start_index + n - first)
-            processor = self._processor_cls(self._index, self.model.tensor_library_name, prefix_ids)
+            processor = self._processor_cls(
+                self._index, self.model.tensor_library_name, prefix_ids, self._describe_token
+            )
             gen = SteerableGenerator.from_processor(self.model, processor)
             seed = params.seed * 1_000_003 + first
             t_start = time.perf_counter() - t0
@@ -125,6 +128,17 @@ class OutlinesSampler:
             if on_batch is not None:
                 on_batch(batch)
         return out
+
+    def _describe_token(self, token_id: int) -> str:
+        """A prefix token for an error message: its id, its bytes, and whether outlines' vocabulary has it."""
+        if self.engine == "outlines-llamacpp":
+            piece = bytes(self.model.model.detokenize([token_id]))
+        else:
+            piece = self.model.hf_tokenizer.convert_ids_to_tokens(token_id).encode("utf-8")
+        missing = self._vocab_ids is not None and token_id not in self._vocab_ids
+        return f"token {token_id} ({piece!r})" + (
+            " is missing from outlines' vocabulary of this model" if missing else ""
+        )
 
     def _kwargs(self, params: Any, seed: int, k: int) -> dict:
         if self.engine == "outlines-llamacpp":
@@ -212,24 +226,45 @@ def _outlines_index(model: Any, regex: str) -> Any:
     return _OUTLINES_INDEX[key]
 
 
+def _outlines_vocab_ids(model: Any) -> frozenset[int] | None:
+    """The token ids outlines' tokenizer wrapper knows (None where it does not list them).
+
+    outlines' llama.cpp wrapper keys its vocabulary by each token's piece decoded as UTF-8 with
+    replacement, so byte-level tokens that are not whole UTF-8 sequences (Qwen2.5: 1,846 of 151,936)
+    share the key "\ufffd" and all but one drop out: text that needs them (CJK, some accented Latin)
+    cannot be written, and a forced prefix with them is rejected."""
+    vocab = getattr(getattr(model, "tokenizer", None), "vocabulary", None)
+    return frozenset(vocab.values()) if isinstance(vocab, dict) else None
+
+
 def _positioned_processor_class() -> type:
     from outlines.backends.outlines_core import OutlinesCoreLogitsProcessor
 
     class PositionedProcessor(OutlinesCoreLogitsProcessor):
         """outlines-core's logits processor whose fresh guides start after the forced prefix."""
 
-        def __init__(self, index: Any, tensor_library_name: str, prefix_ids: Sequence[int]) -> None:
+        def __init__(
+            self,
+            index: Any,
+            tensor_library_name: str,
+            prefix_ids: Sequence[int],
+            describe: Callable[[int], str] = str,
+        ) -> None:
             super().__init__(index, tensor_library_name)
             self.prefix_ids = list(prefix_ids)
+            self.describe = describe
             self.n_generated = 0
             self.failure: str | None = None
 
         def _setup(self, batch_size: int, vocab_size: int) -> None:
             super()._setup(batch_size, vocab_size)
             for guide in self._guides:
-                for t in self.prefix_ids:
+                for k, t in enumerate(self.prefix_ids):
                     if not guide.accepts_tokens([t]):
-                        raise MaskError("outlines' guide rejects the forced prefix")
+                        raise MaskError(
+                            f"outlines' guide rejects the forced prefix at its token {k} of "
+                            f"{len(self.prefix_ids)}: {self.describe(t)}"
+                        )
                     guide.advance(token_id=t, return_tokens=False)
 
         def process_logits(self, input_ids: Any, logits: Any) -> Any:
