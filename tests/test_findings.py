@@ -107,6 +107,22 @@ def test_evaluate_effect_on_sampled_arms():
     assert (events, clusters, draws) == (1, 1, 192)
 
 
+def test_an_effect_never_pools_engine_settings():
+    """A run whose strict samples come from several engine settings (open and closed grammars under the
+    mode word 'strict') is not read by an effect that names no engine; naming one reads it."""
+    run = _l2_run(12, 0.0, 0.25)
+    for s in run.samples:
+        if s["arm"]["mode"] == "strict" and int(s["scenario"][1:]) % 2:
+            s["arm"] = {**s["arm"], "engine": "open"}
+        elif s["arm"]["mode"] == "strict":
+            s["arm"] = {**s["arm"], "engine": "closed"}
+    effect = {"label": "x", "level": "L2", "measure": "extra_key", "a": {"mode": "strict"},
+              "b": {"mode": "loose"}, "scale": "ratio", "size": 0}  # fmt: skip
+    assert evaluate_effect(effect, {"r": run}) is None
+    named = evaluate_effect({**effect, "a": {"mode": "strict", "engine": "closed"}}, {"r": run})
+    assert named is not None and named.cmp.g == 6
+
+
 def test_l3_values_match_variants_with_defaults():
     rows = [
         {"after": "newText", "scenario": "a", "variant": {"history": "agentic", "toolset": "nested"},

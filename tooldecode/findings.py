@@ -401,6 +401,13 @@ def _matches(arm: dict, want: dict) -> bool:
     return all(arm.get(k, VARIANT_DEFAULTS.get(k)) == v for k, v in want.items())
 
 
+def _one_engine(samples: list[dict]) -> bool:
+    """Whether ``samples`` come from one strict channel: a run with several engine settings (an open and
+    a closed grammar under the same mode word) is never pooled into one arm of an effect; name the
+    engine in the effect's ``a``/``b``/``where`` to read such a run."""
+    return len({s["arm"].get("engine") for s in samples}) <= 1
+
+
 def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") -> EffectResult | None:
     """Judge one claimed effect (a ``[[findings.effects]]`` table) on the run that pairs the most
     scenarios for it; None when no run has both arms.
@@ -444,7 +451,7 @@ def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") 
                 base = [s for s in base if s["arm"].get("model") == model]
             sa = [s for s in base if _matches(s["arm"], {**common, **effect["a"]})]
             sb = [s for s in base if _matches(s["arm"], {**common, **effect["b"]})]
-            if not sa or not sb:
+            if not sa or not sb or not (_one_engine(sa) and _one_engine(sb)):
                 continue
             va, ea, ca, na = l2_values(sa, measure)
             vb, eb, cb, nb = l2_values(sb, measure)
