@@ -63,6 +63,10 @@ class Row:
     valid_accepted: int = 0
     invalid: int = 0
     false_accepts: int = 0
+    # labelled invalid only because of a format strict mode does not assert (an annotation, with a
+    # warning on the result): outside strict mode's promise, counted apart from false accepts
+    format_only: int = 0
+    format_only_accepted: int = 0
     examples: list[str] = field(default_factory=list)
 
 
@@ -76,6 +80,32 @@ def _reason(e: BaseException) -> str:
     return msg.split(";")[0][:60]
 
 
+def oracle_schema(schema: Any) -> Any:
+    """``schema`` for the ``jsonschema`` oracle: an empty ``patternProperties`` pattern (which matches every
+    name) written as ``(?:)``. jsonschema 4.26 joins the patterns with ``|`` and tests the joined
+    string's truth before searching, so a lone ``""`` pattern matches nothing when it decides which
+    properties are additional (``_utils.find_additional_properties``)."""
+    if isinstance(schema, list):
+        return [oracle_schema(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: oracle_schema(v) for k, v in schema.items()}
+    pp = out.get("patternProperties")
+    if isinstance(pp, dict) and "" in pp:
+        out["patternProperties"] = {("(?:)" if k == "" else k): v for k, v in pp.items()}
+    return out
+
+
+_UNASSERTED = re.compile(r"format '([^']+)' at ")
+
+
+def _format_only(validator: Any, data: Any, unasserted: set[str]) -> bool:
+    """Whether every error of ``data`` under format-checking ``validator`` is a top-level ``format`` error
+    of a format strict mode leaves unasserted (an annotation by design)."""
+    errors = list(validator.iter_errors(data)) if validator is not None else []
+    return bool(errors) and all(e.validator == "format" and e.validator_value in unasserted for e in errors)
+
+
 def _ours(schema: Any, tests: list[dict], row: Row, name: str) -> None:
     sir = compile_schema(schema, mode="strict")
     grammars = {}
@@ -86,9 +116,14 @@ def _ours(schema: Any, tests: list[dict], row: Row, name: str) -> None:
     try:
         import jsonschema
 
-        strict_validator: Any = jsonschema.Draft202012Validator(strictify(schema))
+        strict = oracle_schema(strictify(schema))
+        strict_validator: Any = jsonschema.Draft202012Validator(strict)
+        format_validator: Any = jsonschema.Draft202012Validator(
+            strict, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+        )
     except Exception:  # noqa: BLE001 -- a schema jsonschema cannot load: labels only
-        strict_validator = None
+        strict_validator = format_validator = None
+    unasserted = {m.group(1) for w in sir.warnings for m in _UNASSERTED.finditer(w)}
     for t in tests:
         data = t["data"]
         ok_strict = strict_validator.is_valid(data) if strict_validator is not None else t["valid"]
@@ -113,12 +148,15 @@ def _ours(schema: Any, tests: list[dict], row: Row, name: str) -> None:
             row.valid += 1
             if verdicts and all(verdicts):
                 row.valid_accepted += 1
+        elif ok_strict and _format_only(format_validator, data, unasserted):
+            row.format_only += 1
+            row.format_only_accepted += any(verdicts)
         else:
             row.invalid += 1
             if any(verdicts):
                 row.false_accepts += 1
-                if len(row.examples) < 5:
-                    row.examples.append(f"{name}: {json.dumps(data)[:100]}")
+                if len(row.examples) < 20:
+                    row.examples.append(f"{name}: {json.dumps(data)[:300]}")
 
 
 def _anchor(kind: str, schema: Any, tests: list[dict], row: Row) -> None:
@@ -205,6 +243,8 @@ def run(
     timeout: int,
     engines: tuple[str, ...] = ENGINES,
     render_only: bool = False,
+    splits: set[str] | None = None,
+    save: Path | None = None,
 ) -> dict[str, dict[str, Row]]:
     data_dir = jsb / "maskbench" / "data"
     files = sorted(data_dir.glob("*.json"))
@@ -215,6 +255,8 @@ def run(
     out: dict[str, dict[str, Row]] = {}
     _warm(engines)  # import the engines once, before the children are forked
     for split in sorted(by_split):
+        if splits is not None and split not in splits:
+            continue
         paths = by_split[split]
         if limit is not None and len(paths) > limit:
             paths = sorted(rng.sample(paths, limit))
@@ -238,8 +280,12 @@ def run(
                 row.valid_accepted += part.valid_accepted
                 row.invalid += part.invalid
                 row.false_accepts += part.false_accepts
-                row.examples.extend(part.examples[: max(0, 5 - len(row.examples))])
+                row.format_only += part.format_only
+                row.format_only_accepted += part.format_only_accepted
+                row.examples.extend(part.examples[: max(0, 20 - len(row.examples))])
         out[split] = rows
+        if save is not None:  # after every split: an interrupted run keeps the splits it finished
+            save_rows(out, save)
         t = rows.get("tooldecode", Row())
         print(
             f"{split}: {t.rendered}/{t.schemas} rendered, {t.false_accepts} false accepts, "
@@ -282,8 +328,9 @@ def _pct(a: int, b: int) -> str:
 
 def table(res: dict[str, dict[str, Row]], command: str) -> str:
     lines = [
-        "| split | engine | schemas | rendered | false accepts / invalid | valid accepted | refused (top reasons) |",
-        "|---|---|---:|---:|---:|---:|---|",
+        "| split | engine | schemas | rendered | false accepts / invalid | valid accepted | invalid only by an "
+        "unasserted format: accepted / all | refused (top reasons) |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     totals: dict[str, Row] = defaultdict(Row)
     for split, rows in res.items():
@@ -295,19 +342,21 @@ def table(res: dict[str, dict[str, Row]], command: str) -> str:
             tot.valid_accepted += r.valid_accepted
             tot.invalid += r.invalid
             tot.false_accepts += r.false_accepts
+            tot.format_only += r.format_only
+            tot.format_only_accepted += r.format_only_accepted
             tot.refused.update(r.refused)
             reasons = ", ".join(f"{k} {v}" for k, v in r.refused.most_common(3))
             lines.append(
                 f"| {split} | {kind} | {r.schemas} | {r.rendered} ({_pct(r.rendered, r.schemas)}) | "
                 f"{r.false_accepts} / {r.invalid} | {r.valid_accepted}/{r.valid} ({_pct(r.valid_accepted, r.valid)}) "
-                f"| {reasons} |"
+                f"| {r.format_only_accepted} / {r.format_only} | {reasons} |"
             )
     for kind, r in totals.items():
         reasons = ", ".join(f"{k} {v}" for k, v in r.refused.most_common(4))
         lines.append(
             f"| **all** | **{kind}** | {r.schemas} | {r.rendered} ({_pct(r.rendered, r.schemas)}) | "
             f"{r.false_accepts} / {r.invalid} | {r.valid_accepted}/{r.valid} ({_pct(r.valid_accepted, r.valid)}) "
-            f"| {reasons} |"
+            f"| {r.format_only_accepted} / {r.format_only} | {reasons} |"
         )
     return f"Generated by `{command}`.\n\n" + "\n".join(lines) + "\n"
 
@@ -321,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--engines", default=",".join(ENGINES), help="tooldecode and the anchors llama.cpp, xgrammar"
     )
+    ap.add_argument("--splits", default="", help="only these splits (comma-separated; default: all)")
     ap.add_argument("--out", type=Path, help="write the markdown table here (default: stdout only)")
     ap.add_argument("--save", type=Path, help="write the per-split counts as JSON")
     ap.add_argument(
@@ -351,7 +401,16 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     engines = tuple(e for e in args.engines.split(",") if e)
     res = (
-        run(args.jsb, args.limit, args.seed, args.timeout, engines, args.render_only)
+        run(
+            args.jsb,
+            args.limit,
+            args.seed,
+            args.timeout,
+            engines,
+            args.render_only,
+            {x for x in args.splits.split(",") if x} or None,
+            args.save,
+        )
         if args.jsb is not None
         else {}
     )

@@ -72,3 +72,27 @@ def test_render_only_counts_and_saved_counts_merge(tmp_path):
     assert list(merged["Toy"]) == ["tooldecode", "xgrammar"]
     assert merged["Toy"]["tooldecode"].rendered == 1
     assert merged["Toy"]["xgrammar"].refused == {"RuntimeError": 1}
+
+
+def test_format_only_instances_and_the_empty_pattern_oracle(tmp_path):
+    """An instance labelled invalid only because of a format strict mode leaves unasserted (here 'regex')
+    is counted apart from false accepts; an empty patternProperties pattern matches every name (the
+    oracle works around jsonschema, which treats a lone "" as matching nothing)."""
+    mb = _maskbench()
+    data = tmp_path / "maskbench" / "data"
+    data.mkdir(parents=True)
+    fmt = {"type": "object", "properties": {"r": {"type": "string", "format": "regex"}}, "required": ["r"]}
+    tests = [{"data": {"r": "a+"}, "valid": True}, {"data": {"r": "*"}, "valid": False}]
+    (data / "Toy---f.json").write_text(json.dumps({"schema": fmt, "tests": tests}))
+    links = {
+        "type": "object",
+        "patternProperties": {"": {"type": "object", "properties": {"h": {"type": "string"}}}},
+    }
+    tests = [{"data": {"x": {"h": "a"}}, "valid": True}, {"data": {"x": {"h": 1}}, "valid": False}]
+    (data / "Toy---p.json").write_text(json.dumps({"schema": links, "tests": tests}))
+    res = mb.run(tmp_path, None, 0, 60, ("tooldecode",), save=tmp_path / "s.json")
+    r = res["Toy"]["tooldecode"]
+    assert (r.false_accepts, r.invalid, r.format_only, r.format_only_accepted) == (0, 1, 1, 1)
+    assert (r.valid, r.valid_accepted) == (2, 2)
+    assert json.loads((tmp_path / "s.json").read_text())["Toy"]["tooldecode"]["format_only"] == 1
+    assert mb.oracle_schema(links)["patternProperties"] == {"(?:)": links["patternProperties"][""]}

@@ -64,6 +64,15 @@ _TSPEC = rf"{_TVAR}(?:\.?{_TVAR})*(?::[1-9][0-9]{{0,3}}|\*)?"
 FORMAT_PATTERNS["uri-template"] = (
     rf"^(?:[!#$&(-;=?-\[\]_a-z~]|%[0-9A-Fa-f]{{2}}|\{{[+#./;?&=,!@|]?{_TSPEC}(?:,{_TSPEC})*\}})*$"
 )
+# RFC 3987 IRIs and RFC 5890 internationalized names, as their ASCII subsets: every URI is an IRI, every
+# (non-A-label) ASCII host name an IDN host name, every ASCII dot-atom address an internationalized one
+for _idn, _ascii in (
+    ("iri", "uri"),
+    ("iri-reference", "uri-reference"),
+    ("idn-hostname", "hostname"),
+    ("idn-email", "email"),
+):
+    FORMAT_PATTERNS[_idn] = FORMAT_PATTERNS[_ascii]
 FORMAT_PATTERNS["date-time"] = (
     FORMAT_PATTERNS["date"][:-1] + "T" + FORMAT_PATTERNS["time"][1:]
 )  # RFC 3339 date-time: upper-case T
