@@ -218,7 +218,8 @@ def _analyse_arm(
         res.particles = float(np.mean([p.get("drawn", 0) for p in parts]))
         res.tokens_per_sample = float(np.mean([p.get("tokens", 0) for p in parts]))
         res.notes.append(
-            f"strict-aligned: p_valid, KL and ESS from all {log_w.size} particles (masked draws of Q"
+            f"strict-aligned: p_valid, KL and ESS from the {log_w.size} particles of each sample's first round "
+            "(masked draws of Q"
             + (f"; {n_drop} errored particles left out" if n_drop else "")
             + "); the P_L rates weight each scenario's aligned samples by its estimated P(valid) (the run's "
             "P_L is the mixture over scenarios)"
