@@ -9,7 +9,7 @@ import pytest
 
 from tooldecode.errors import ModelError
 from tooldecode.experiments import SpecError, arm_label, load_spec, run_spec
-from tooldecode.experiments.runner import index_runs
+from tooldecode.experiments.runner import index_runs, scenario_stream
 from tooldecode.findings import continuation_class
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,6 +47,10 @@ def test_spec_errors_are_one_line(tmp_path):
     bad.write_text('name = "x"\nmodels = ["m"]\nmodes = ["lenient"]\n')
     with pytest.raises(SpecError, match="modes"):
         load_spec(bad)
+    bad.write_text('name = "x"\nmodels = ["m"]\nstreams = "per-sample"\n')
+    with pytest.raises(SpecError, match="'streams' must be 'scenario' or 'shared'"):
+        load_spec(bad)
+    assert scenario_stream("a") != scenario_stream("b") and scenario_stream("a") == scenario_stream("a")
 
 
 def test_runs_of_missing_indices():
@@ -115,7 +119,10 @@ def test_n_by_mode_sets_the_sample_count_of_one_mode(tmp_path):
     run_spec(spec, out, progress=False)
     recs = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     assert sorted(r["arm"]["mode"] for r in recs) == ["loose"] * 3 + ["strict"]
-    assert json.loads((out / "manifest.json").read_text())["config"]["n_by_mode"] == {"loose": 3}
+    config = json.loads((out / "manifest.json").read_text())["config"]
+    assert config["n_by_mode"] == {"loose": 3} and config["streams"] == "scenario"
+    # each scenario draws from its own random streams, recorded on every sample
+    assert {r["stream"] for r in recs} == {scenario_stream(recs[0]["scenario"])}
     spec_path.write_text(spec_path.read_text().replace("loose = 3", "strict-aligned = 3"))
     with pytest.raises(SpecError, match="n_by_mode.*does not list"):
         load_spec(spec_path)

@@ -34,6 +34,21 @@ def test_same_seed_same_samples(llama_smol):
     assert [s.token_ids for s in a] != [s.token_ids for s in c]
 
 
+def test_a_stream_word_gives_other_random_numbers(llama_smol):
+    """``stream`` (a scenario's own random streams in runs) changes the draws; None keeps (seed, index)."""
+    from tooldecode.sampling import stream_key
+
+    base = SamplingParams(temperature=1.0, max_new_tokens=12, seed=7)
+    assert stream_key(base, 3) == [7, 3] and stream_key(base, 3, 9) == [7, 3, 9]
+    other = SamplingParams(temperature=1.0, max_new_tokens=12, seed=7, stream=11)
+    assert stream_key(other, 3) == [7, 11, 3]
+    a = sample(llama_smol, PROMPT, 4, base, batch_size=4)
+    b = sample(llama_smol, PROMPT, 4, other, batch_size=4)
+    assert [s.token_ids for s in a] != [s.token_ids for s in b]
+    again = sample(llama_smol, PROMPT, 4, other, batch_size=4)
+    assert [s.token_ids for s in b] == [s.token_ids for s in again]
+
+
 def test_first_logprob_matches_hand_log_softmax(llama_smol):
     ids = llama_smol.tokenize(PROMPT)
     logits = llama_smol.begin(ids, 1)[0].astype(np.float64)

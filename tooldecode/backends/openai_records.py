@@ -56,6 +56,8 @@ class ServerSample:
         return asdict(self)
 
 
-def request_seed(seed: int, index: int) -> int:
-    """The server-side seed of sample ``index`` of seed ``seed`` (31 bits; stable across runs)."""
-    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0]) & 0x7FFFFFFF
+def request_seed(seed: int, index: int, stream: int | None = None) -> int:
+    """The server-side seed of sample ``index`` of seed ``seed`` (and random stream ``stream``, see
+    ``SamplingParams.stream``; 31 bits; stable across runs)."""
+    key = [seed, index] if stream is None else [seed, stream, index]
+    return int(np.random.SeedSequence(key).generate_state(1)[0]) & 0x7FFFFFFF

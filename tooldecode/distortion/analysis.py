@@ -124,7 +124,9 @@ def _analyse_arm(
     complete_only = target == "complete"
     notes: list[str] = []
     clusters = [s["scenario"] for s in good]
-    names, counts = boot_counts(clusters, n_boot, seed)
+    # every scenario of the arm, errored samples included: a strict-aligned scenario whose samples all
+    # ended as errors (no particle accepted) still contributes its particles' weights
+    names, counts = boot_counts([s["scenario"] for s in samples], n_boot, seed)
     n_drop = 0
     if aligned:
         # every particle is a masked draw of Q: the weights of all of them (stored unrounded)

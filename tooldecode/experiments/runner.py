@@ -102,6 +102,8 @@ def _run_manifest(spec: Spec, out: Path, arms: list[dict[str, Any]], scenarios: 
     }
     if spec.n_by_mode:
         config["n_by_mode"] = spec.n_by_mode
+    if spec.streams != "shared":  # runs made before per-scenario streams have no such field
+        config["streams"] = spec.streams
     if spec.aligned:
         config["aligned"] = spec.aligned
     models_info = {}
@@ -190,6 +192,7 @@ def _sample_job(
         max_new_tokens=spec.max_new_tokens,
         stop=tuple(prompt.stop),
         seed=seed,
+        stream=scenario_stream(sc.id) if spec.streams == "scenario" else None,
         top_logprobs=20,
         keep_top="all",
     )
@@ -197,7 +200,9 @@ def _sample_job(
     psha = hashlib.sha256(prompt.text.encode()).hexdigest()
 
     def write(batch: list) -> None:
-        recs = [_record(s, arm_rec, label, sc.id, seed, psha, prompt.prefill, be) for s in batch]
+        recs = [
+            _record(s, arm_rec, label, sc.id, (seed, params.stream), psha, prompt.prefill, be) for s in batch
+        ]
         store.append(recs)
         advance(len(recs))
 
@@ -300,9 +305,24 @@ def index_runs(indices: list[int]) -> Iterable[tuple[int, int]]:
 _STRUCT = set(',}]":')
 
 
+def scenario_stream(scenario_id: str) -> int:
+    """The random stream of a scenario (``SamplingParams.stream``): 31 bits of the SHA-256 of its id."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(scenario_id.encode("utf-8")).digest()[:4], "big") & 0x7FFFFFFF
+
+
 def _record(
-    s: Any, arm: dict, label: str, scenario: str, seed: int, psha: str, prefill: str, be: Any
+    s: Any,
+    arm: dict,
+    label: str,
+    scenario: str,
+    seeds: tuple[int, int | None],
+    psha: str,
+    prefill: str,
+    be: Any,
 ) -> dict:
+    seed, stream = seeds
     rec = s.to_record()
     # keep top-k only at structural decision points (tokens carrying , } ] " :) to bound run size;
     # a server's sample may lack token ids, top-k, log-probabilities or entropies (None: absent)
@@ -323,6 +343,7 @@ def _record(
         "arm": arm,
         "scenario": scenario,
         "seed": seed,
+        **({"stream": stream} if stream is not None else {}),
         "index": s.index,
         "prompt_sha256": psha,
         "prefill": prefill,

@@ -53,6 +53,10 @@ class Spec:
     # samples per (arm, scenario, seed) for particular modes, e.g. {"loose": 32}: loose samples are the
     # rejection reference of the strict arms (about 1/P(valid) of them per exact draw of P_L)
     n_by_mode: dict[str, int] = field(default_factory=dict)
+    # random streams: "scenario" (each scenario its own, derived from its id: rates pooled over scenarios
+    # are sums of independent parts, as cluster intervals assume) or "shared" (sample i of every
+    # scenario uses the same random numbers: the runs made before this option)
+    streams: str = "scenario"
     seeds: list[int] = field(default_factory=lambda: [0])
     temperatures: list[float] = field(default_factory=lambda: [1.0])
     top_p: float = 1.0
@@ -169,6 +173,7 @@ _FIELD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "backend": ((str,), "a backend name"),
     "engine": ((str, list), "an engine setting or a list of them (see `tooldecode sample --help`)"),
     "ws": ((str,), "a whitespace mode"),
+    "streams": ((str,), "'scenario' or 'shared'"),
     "n": ((int,), "a whole number ≥ 1"),
     "max_new_tokens": ((int,), "a whole number ≥ 1"),
     "batch_size": ((int,), "a whole number ≥ 1"),
@@ -271,6 +276,8 @@ def _check_sizes(spec: Spec, fail: Callable[[str], None]) -> None:
     if spec.n < (0 if probe_only else 1):
         fail(f"'n' must be ≥ 1 (0 only with [probe] only = true), got {spec.n}")
     _check_n_by_mode(spec, fail)
+    if spec.streams not in ("scenario", "shared"):
+        fail(f"'streams' must be 'scenario' or 'shared', got {spec.streams!r}")
     for key in ("max_new_tokens", "batch_size"):
         if getattr(spec, key) < 1:
             fail(f"'{key}' must be ≥ 1, got {getattr(spec, key)}")

@@ -21,7 +21,7 @@ from tooldecode.sampling.aligned import (
     sample_aligned,
 )
 from tooldecode.sampling.draw import sample
-from tooldecode.sampling.params import Sample, SamplingParams
+from tooldecode.sampling.params import Sample, SamplingParams, stream_key
 
 __all__ = [
     "ALIGNED_PARTICLES",
@@ -33,4 +33,5 @@ __all__ = [
     "log_weight",
     "sample",
     "sample_aligned",
+    "stream_key",
 ]

@@ -15,7 +15,7 @@ from tooldecode.backends.base import Backend
 from tooldecode.errors import MaskError
 from tooldecode.masking import MaskEngine
 from tooldecode.sampling.draw import sample
-from tooldecode.sampling.params import Sample, SamplingParams
+from tooldecode.sampling.params import Sample, SamplingParams, stream_key
 
 #: particles drawn per aligned sample (``TOOLDECODE_ALIGNED_PARTICLES`` overrides it)
 ALIGNED_PARTICLES = 8
@@ -170,7 +170,7 @@ def _rejection(
     target: str,
 ) -> AlignedSample:
     """Output ``i`` by rejection: rounds of ``k`` masked particles, each accepted with probability w."""
-    rng = np.random.default_rng([params.seed, i, 0xA11])
+    rng = np.random.default_rng(stream_key(params, i, 0xA11))
     drawn: list[Sample] = []
     chosen = None
     t0 = time.perf_counter()
@@ -230,7 +230,7 @@ def _pick(
     ess = total**2 / float((w**2).sum()) if total > 0 else 0.0
     log_mean = top + math.log(total / w.size) if total > 0 else -math.inf
     if method == "sir" and total > 0:
-        rng = np.random.default_rng([params.seed, i, 0x51F])
+        rng = np.random.default_rng(stream_key(params, i, 0x51F))
         chosen = int(rng.choice(w.size, p=w / total))
     info = {
         "n": k,

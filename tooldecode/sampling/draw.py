@@ -23,7 +23,7 @@ from tooldecode.sampling.kernels import (
     log_softmax,
     top_indices,
 )
-from tooldecode.sampling.params import Sample, SamplingParams
+from tooldecode.sampling.params import Sample, SamplingParams, stream_key
 
 
 @dataclass
@@ -112,7 +112,7 @@ def _new_row(
             err = str(e)
         except Exception as e:  # engine bug: never fall back to unconstrained sampling
             err = f"mask engine failed: {type(e).__name__}: {e}"
-    row = _Row(i, np.random.default_rng([params.seed, i]), matcher, t_start=time.perf_counter())
+    row = _Row(i, np.random.default_rng(stream_key(params, i)), matcher, t_start=time.perf_counter())
     if err:
         row.finish, row.error = "error", err
     return row

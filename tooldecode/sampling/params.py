@@ -17,6 +17,10 @@ class SamplingParams:
     max_new_tokens: int = 256
     stop: tuple[str, ...] = ()
     seed: int = 0
+    # an extra word of every random stream (None: streams keyed by (seed, index) alone). Runs give each
+    # scenario its own (``tooldecode.experiments``): with shared streams, the same random numbers decide
+    # sample i of every scenario, and rates pooled over scenarios are no longer independent across them
+    stream: int | None = None
     top_logprobs: int = 20
     keep_top: str = "all"  # "all" | "none" (runs keep top-k only at structural positions when stored)
 
@@ -40,3 +44,10 @@ class Sample:
 
     def to_record(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def stream_key(params: SamplingParams, index: int, *tail: int) -> list[int]:
+    """The seed words of sample ``index``'s random stream: ``[seed, index]`` (or ``[seed, stream, index]``),
+    then ``tail`` (a purpose tag, so that one sample's streams for different uses never coincide)."""
+    head = [params.seed, index] if params.stream is None else [params.seed, params.stream, index]
+    return head + list(tail)
