@@ -123,6 +123,16 @@ def test_an_effect_never_pools_engine_settings():
     assert named is not None and named.cmp.g == 6
 
 
+def test_an_effect_prefers_a_run_from_a_clean_commit():
+    effect = {"label": "x", "level": "L2", "measure": "extra_key", "a": {"mode": "strict"},
+              "b": {"mode": "loose"}, "scale": "ratio", "size": 0}  # fmt: skip
+    dirty, clean = _l2_run(12, 0.0, 0.25), _l2_run(8, 0.0, 0.25)
+    dirty.manifest = {**dirty.manifest, "tooldecode": {"git_dirty": True}, "created": "z"}
+    clean.manifest = {**clean.manifest, "tooldecode": {"git_dirty": False}}
+    res = evaluate_effect(effect, {"dirty": dirty, "clean": clean})
+    assert res is not None and res.run is clean and res.cmp.g == 8
+
+
 def test_l3_values_match_variants_with_defaults():
     rows = [
         {"after": "newText", "scenario": "a", "variant": {"history": "agentic", "toolset": "nested"},

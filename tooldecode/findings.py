@@ -410,7 +410,8 @@ def _one_engine(samples: list[dict]) -> bool:
 
 def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") -> EffectResult | None:
     """Judge one claimed effect (a ``[[findings.effects]]`` table) on the run that pairs the most
-    scenarios for it; None when no run has both arms.
+    scenarios for it, among the runs made from a clean commit if any has both arms; None when no run
+    has both arms.
 
     ``effect`` fields: ``label``, ``level`` ("L2" samples / "L3" probe rows), ``measure``, ``a`` and
     ``b`` (arm or variant fields), ``where`` (more arm fields, both arms), ``model``, ``scale``,
@@ -463,7 +464,8 @@ def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") 
             raise FindingsError(f"{where}: level must be 'L2' or 'L3', got {level!r}")
         if len(shared) < 2:
             continue
-        key = (len(shared), run.manifest.get("created", ""))
+        # a run made from a clean commit first, then the most paired scenarios, then the newest
+        key = (run.git_dirty is False, len(shared), run.manifest.get("created", ""))
         if best is None or key > best[0]:
             cmp = paired_clusters({s: va[s] for s in shared}, {s: vb[s] for s in shared})
             verdict = judge_effect(cmp, claim, events=events, event_clusters=ev_clusters)
