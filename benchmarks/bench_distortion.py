@@ -1,7 +1,8 @@
 """Cost of the strict-aligned sampler, measured side by side in one run (ratios are the result).
 
 On an L2 prompt (gold call forced through newText's content) of Qwen2.5-Coder 0.5B, llama.cpp backend:
-- samples/s of loose, strict and strict-aligned (importance resampling, 8 particles by default) and the
+- samples/s of loose, strict and strict-aligned (importance resampling, 8 particles; and E14's exact
+  rejection sampler, rounds of 8 particles, prefix target, with its masked draws per sample) and the
   ratios strict-aligned ÷ strict and strict ÷ loose;
 - how the cost of strict-aligned grows with the number of particles (1, 2, 4, 8, 16): seconds per
   aligned sample and its ratio to particles=1 (ideal: linear in the particle count, less where the
@@ -59,6 +60,13 @@ def main() -> None:
     aligned, t_al = timed(
         lambda: sample_aligned(be, prompt.text, n, params, mask=mask, particles=8, **common)
     )
+    # E14's sampler: exact rejection, rounds of 8 masked particles (at most 8 rounds), prefix target
+    rej, t_rej = timed(
+        lambda: sample_aligned(
+            be, prompt.text, n, params, mask=mask, particles=8, method="rejection", max_rounds=8,
+            target="prefix", **common,
+        )
+    )  # fmt: skip
     print(f"model: {args.model}")
     print(f"samples_per_mode: {n}")
     print(f"loose_samples_per_s: {n / t_loose:.3f}")
@@ -66,6 +74,9 @@ def main() -> None:
     print(f"strict_aligned_p8_samples_per_s: {n / t_al:.3f}")
     print(f"strict_over_loose_time: {t_strict / t_loose:.3f}")
     print(f"strict_aligned_p8_over_strict_time: {t_al / t_strict:.3f}")
+    print(f"strict_aligned_rejection_samples_per_s: {n / t_rej:.3f}")
+    print(f"strict_aligned_rejection_over_strict_time: {t_rej / t_strict:.3f}")
+    print(f"strict_aligned_rejection_draws_per_sample: {sum(s.particles['drawn'] for s in rej) / n:.1f}")
     print(f"loose_mean_tokens: {sum(len(s.token_ids) for s in loose) / n:.1f}")
     print(f"strict_mean_tokens: {sum(len(s.token_ids) for s in strict) / n:.1f}")
     print(f"strict_aligned_p8_tokens_per_sample: {sum(s.particles['tokens'] for s in aligned) / n:.1f}")
