@@ -132,7 +132,11 @@ def row_strict_cost(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
     pool = [
         r
         for r in runs.values()
-        if l2(r, mode="strict", model=DEFAULT_MODEL) and l2(r, mode="loose", model=DEFAULT_MODEL)
+        if l2(r, mode="strict", model=DEFAULT_MODEL)
+        and l2(r, mode="loose", model=DEFAULT_MODEL)
+        # one strict channel per row: a run with several engine settings (open grammars among them,
+        # E15) has its own table (docs/engines.md)
+        and len({s["arm"].get("engine") for s in l2(r, mode="strict", model=DEFAULT_MODEL)}) == 1
     ]
     for run in sorted(pool, key=lambda r: r.name):
         st = distinct_draws(l2(run, mode="strict", model=DEFAULT_MODEL))
