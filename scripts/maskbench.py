@@ -96,6 +96,11 @@ def oracle_schema(schema: Any) -> Any:
     return out
 
 
+def same_text(text: str, data: Any) -> bool:
+    """Whether ``text`` writes ``data`` itself, numbers' integer/float form included (``1.0`` is not ``1``)."""
+    return json.dumps(json.loads(text), sort_keys=True) == json.dumps(data, sort_keys=True)
+
+
 _UNASSERTED = re.compile(r"format '([^']+)' at ")
 
 
@@ -104,6 +109,23 @@ def _format_only(validator: Any, data: Any, unasserted: set[str]) -> bool:
     of a format strict mode leaves unasserted (an annotation by design)."""
     errors = list(validator.iter_errors(data)) if validator is not None else []
     return bool(errors) and all(e.validator == "format" and e.validator_value in unasserted for e in errors)
+
+
+def _texts(sir: Any, data: Any, ws: str, truth: bool) -> list[str]:
+    """The texts of one instance checked under whitespace policy ``ws``: the canonical form (for an
+    invalid instance only when it writes the instance itself: it writes 12345.0 as 12345, which
+    draft-04 tells apart), and for an invalid instance its own ``json.dumps`` text too."""
+    texts = []
+    try:
+        canon = serialize_args(sir, data, wire="json", ws=ws, ws_max=None)
+        if truth or same_text(canon, data):
+            texts.append(canon)
+    except Exception:  # noqa: BLE001 -- an invalid value may have no canonical text
+        pass
+    if not truth:
+        sep = (",", ":") if ws == "compact" else (", ", ": ")
+        texts.append(json.dumps(data, separators=sep, ensure_ascii=False))
+    return texts
 
 
 def _ours(schema: Any, tests: list[dict], row: Row, name: str) -> None:
@@ -130,14 +152,7 @@ def _ours(schema: Any, tests: list[dict], row: Row, name: str) -> None:
         truth = bool(t["valid"]) and ok_strict
         verdicts = []
         for ws, (gbnf, lark_text) in grammars.items():
-            texts = []
-            try:
-                texts.append(serialize_args(sir, data, wire="json", ws=ws, ws_max=None))
-            except Exception:  # noqa: BLE001 -- an invalid value may have no canonical text
-                pass
-            if not truth:
-                sep = (",", ":") if ws == "compact" else (", ", ": ")
-                texts.append(json.dumps(data, separators=sep, ensure_ascii=False))
+            texts = _texts(sir, data, ws, truth)
             for text in texts:
                 for eng, gtext in (("xgrammar", gbnf), ("llguidance", lark_text)):
                     try:

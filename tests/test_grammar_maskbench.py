@@ -96,3 +96,10 @@ def test_format_only_instances_and_the_empty_pattern_oracle(tmp_path):
     assert (r.valid, r.valid_accepted) == (2, 2)
     assert json.loads((tmp_path / "s.json").read_text())["Toy"]["tooldecode"]["format_only"] == 1
     assert mb.oracle_schema(links)["patternProperties"] == {"(?:)": links["patternProperties"][""]}
+
+
+def test_an_invalid_instance_is_checked_only_in_texts_of_itself():
+    """The canonical serializer writes 12345.0 as 12345; under draft-04 the label says 12345.0 is not an
+    integer, so the canonical text is a different instance and must not count as a false accept."""
+    mb = _maskbench()
+    assert mb.same_text('{"a":1}', {"a": 1}) and not mb.same_text('{"a":1}', {"a": 1.0})
