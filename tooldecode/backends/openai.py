@@ -395,7 +395,7 @@ class OpenAIBackend(ServerProbe, Backend):
         kw: dict[str, Any] = self.sampling_fields(
             params.temperature, params.top_p, params.top_k, params.min_p
         )
-        kw.update(max_tokens=params.max_new_tokens, seed=request_seed(params.seed, group[0], params.stream))
+        kw.update(max_tokens=params.max_new_tokens, seed=request_seed(params, group[0]))
         if params.stop:
             kw["stop"] = list(params.stop)
         if len(group) > 1:

@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
 # why a field of a server's sample is None (one home for these sentences)
 NO_DISTRIBUTION = "a server returns no full next-token distribution per generated token"
 AMBIGUOUS_TEXT = "the server reports tokens as text and a text here is shared by several tokens"
@@ -56,8 +54,8 @@ class ServerSample:
         return asdict(self)
 
 
-def request_seed(seed: int, index: int, stream: int | None = None) -> int:
-    """The server-side seed of sample ``index`` of seed ``seed`` (and random stream ``stream``, see
-    ``SamplingParams.stream``; 31 bits; stable across runs)."""
-    key = [seed, index] if stream is None else [seed, stream, index]
-    return int(np.random.SeedSequence(key).generate_state(1)[0]) & 0x7FFFFFFF
+def request_seed(params: Any, index: int) -> int:
+    """The server-side seed of sample ``index`` (``sampling.stream_seed31``: seed, stream and index)."""
+    from tooldecode.sampling.params import stream_seed31
+
+    return stream_seed31(params, index)

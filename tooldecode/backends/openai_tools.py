@@ -90,7 +90,7 @@ def _one(
         "tools": tools,
         "tool_choice": choice,
         "max_tokens": params.max_new_tokens,
-        "seed": request_seed(params.seed, i, params.stream),
+        "seed": request_seed(params, i),
         **backend.sampling_fields(params.temperature, params.top_p, params.top_k, params.min_p),
     }
     t = time.perf_counter()

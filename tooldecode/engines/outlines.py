@@ -69,11 +69,11 @@ class OutlinesSampler:
     ) -> list:
         """``n`` samples (indices ``start_index`` …) of ``prompt`` (which ends with ``prefill``). Each
         outlines generator call is seeded ``seed * 1_000_003 + first index of the call`` (with a random stream,
-        ``SamplingParams.stream``: 31 bits of the seed sequence ``stream_key(params, first)``)."""
-        import numpy as np
+        ``SamplingParams.stream``: ``stream_seed31(params, first)``)."""
         from outlines.generator import SteerableGenerator
 
-        from tooldecode.sampling import Sample, stream_key
+        from tooldecode.sampling import Sample
+        from tooldecode.sampling.params import stream_seed31
 
         out: list = []
         prefix_ids = self._prefix_ids(prefill)
@@ -87,11 +87,7 @@ class OutlinesSampler:
                 self._index, self.model.tensor_library_name, prefix_ids, self._describe_token
             )
             gen = SteerableGenerator.from_processor(self.model, processor)
-            seed = (
-                params.seed * 1_000_003 + first
-                if params.stream is None
-                else int(np.random.SeedSequence(stream_key(params, first)).generate_state(1)[0]) & 0x7FFFFFFF
-            )
+            seed = params.seed * 1_000_003 + first if params.stream is None else stream_seed31(params, first)
             t_start = time.perf_counter() - t0
             error, texts = None, [""] * k
             try:

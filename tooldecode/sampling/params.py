@@ -51,3 +51,11 @@ def stream_key(params: SamplingParams, index: int, *tail: int) -> list[int]:
     then ``tail`` (a purpose tag, so that one sample's streams for different uses never coincide)."""
     head = [params.seed, index] if params.stream is None else [params.seed, params.stream, index]
     return head + list(tail)
+
+
+def stream_seed31(params: SamplingParams, index: int) -> int:
+    """A 31-bit integer seed for sample ``index``'s stream (for engines that take one integer: a
+    server's ``seed``, outlines' generator); stable across runs."""
+    import numpy as np
+
+    return int(np.random.SeedSequence(stream_key(params, index)).generate_state(1)[0]) & 0x7FFFFFFF
