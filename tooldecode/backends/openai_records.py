@@ -55,7 +55,7 @@ class ServerSample:
 
 
 def request_seed(params: Any, index: int) -> int:
-    """The server-side seed of sample ``index`` (``sampling.stream_seed31``: seed, stream and index)."""
-    from tooldecode.sampling.params import stream_seed31
+    """The server-side seed of sample ``index`` (``streams.stream_seed31``: seed, stream and index)."""
+    from tooldecode.streams import stream_seed31
 
     return stream_seed31(params, index)

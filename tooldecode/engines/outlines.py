@@ -73,7 +73,7 @@ class OutlinesSampler:
         from outlines.generator import SteerableGenerator
 
         from tooldecode.sampling import Sample
-        from tooldecode.sampling.params import stream_seed31
+        from tooldecode.streams import stream_seed31
 
         out: list = []
         prefix_ids = self._prefix_ids(prefill)

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tooldecode.streams import stream_key, stream_seed31
+
+__all__ = ["Sample", "SamplingParams", "stream_key", "stream_seed31"]
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -44,18 +48,3 @@ class Sample:
 
     def to_record(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def stream_key(params: SamplingParams, index: int, *tail: int) -> list[int]:
-    """The seed words of sample ``index``'s random stream: ``[seed, index]`` (or ``[seed, stream, index]``),
-    then ``tail`` (a purpose tag, so that one sample's streams for different uses never coincide)."""
-    head = [params.seed, index] if params.stream is None else [params.seed, params.stream, index]
-    return head + list(tail)
-
-
-def stream_seed31(params: SamplingParams, index: int) -> int:
-    """A 31-bit integer seed for sample ``index``'s stream (for engines that take one integer: a
-    server's ``seed``, outlines' generator); stable across runs."""
-    import numpy as np
-
-    return int(np.random.SeedSequence(stream_key(params, index)).generate_state(1)[0]) & 0x7FFFFFFF
