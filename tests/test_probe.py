@@ -219,3 +219,20 @@ def test_classification_of_keys_is_one_definition_for_samples_and_probe():
     seen = {classify_continuation(whole[:i], context=ctx).kind for i in range(1, len(whole) + 1)}
     assert seen <= {"undetermined", "schema_word"} and "schema_word" in seen
     assert classify_continuation(whole, context=ctx).kind == "schema_word"
+
+
+def test_branches_from_a_cached_text_match_the_prefix_evaluated_again(llama_smol):
+    """llama.cpp's ``branch_logits`` shares sequence 0's cache when it already holds the prefix (the probe's
+    pass over the whole call, over several 512-token chunks here); its logits equal those of the cold path
+    (the prefix evaluated again, then one token per step), and sequence 0 keeps its longer text."""
+    be = llama_smol
+    full = be.tokenize(PROMPT * 14) + be.tokenize(CALL, special=True)
+    assert len(full) > 2 * be.n_batch
+    prefix = full[: len(full) - 12]
+    conts = [[full[len(prefix)]], [be.tokenize(" }")[0]], full[len(prefix) : len(prefix) + 3], [5, 6]]
+    be.forward(full, [len(full) - 1])
+    warm = be.branch_logits(prefix, conts)
+    assert be._cached == full
+    be.forward(be.tokenize("unrelated text"), [0])
+    cold = be.branch_logits(prefix, conts)
+    assert np.abs(warm - cold).max() < 1e-3

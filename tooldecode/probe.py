@@ -288,6 +288,7 @@ def _decide(
         else:
             totals[UNDETERMINED] += m
 
+    vocab = backend.vocab_bytes
     for level in range(max_levels):
         expand: list[tuple[list[int], bytes, float, str]] = []
         for path, written, mass, group, lg in frontier:
@@ -296,12 +297,12 @@ def _decide(
                 nz = p[p > 0]
                 entropy = float(-(nz * np.log(nz)).sum())
             cum = 0.0
-            for t in order:
+            for t in order.tolist():
                 pt = float(p[t])
                 if cum >= 1.0 - cfg.tail:
                     break
                 cum += pt
-                tb = backend.token_bytes(int(t)) if int(t) not in backend.eog_ids else b"\x00<eog>"
+                tb = vocab[t] if t not in backend.eog_ids else b"\x00<eog>"
                 c = classify_continuation(
                     written + tb, context=context, pending=pending, container=container, in_string=in_string
                 )

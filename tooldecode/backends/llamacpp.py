@@ -248,6 +248,64 @@ class LlamaCppBackend(Backend):
         self._lc.llama_memory_seq_rm(mem, 0, len(self._cached), -1)
         self._n_branches = 0
 
+    def branch_logits(self, prefix_ids: Sequence[int], continuations: Sequence[Sequence[int]]) -> np.ndarray:
+        """Logits after ``prefix + c`` for each continuation ``c`` (``Backend.branch_logits``).
+
+        When sequence 0 already holds ``prefix_ids`` (e.g. the probe's teacher-forced pass over the whole
+        call), the branches share its cached prefix (``llama_memory_seq_cp`` of positions ``[0, len(prefix))``)
+        and sequence 0 keeps its longer text, so the next decision point of the same call reuses it too.
+        Otherwise the prefix is evaluated as ``begin`` does. Either way every continuation token is
+        evaluated one token per sequence per step, as in sampling.
+        """
+        prefix = list(prefix_ids)
+        n = len(prefix)
+        if self._n_branches:
+            self.end()
+        if not continuations or n == 0 or self.max_seqs < 2 or self._cached[:n] != prefix:
+            return super().branch_logits(prefix_ids, continuations)
+        out = np.empty((len(continuations), self.n_vocab), dtype=np.float32)
+        mem = self._mem()
+        group = self.max_seqs - 1  # sequence 0 keeps the cached text; branches are sequences 1..group
+        for g in range(0, len(continuations), group):
+            conts = continuations[g : g + group]
+            for s in range(1, len(conts) + 1):
+                self._lc.llama_memory_seq_rm(mem, s, -1, -1)
+                self._lc.llama_memory_seq_cp(mem, 0, s, 0, n)
+            try:
+                step = 0
+                while True:
+                    rows = [r for r, c in enumerate(conts) if len(c) > step]
+                    if not rows:
+                        break
+                    logits = self._step_seqs([conts[r][step] for r in rows], [r + 1 for r in rows], n + step)
+                    for k, r in enumerate(rows):
+                        if len(conts[r]) == step + 1:
+                            out[g + r] = logits[k]
+                    step += 1
+            finally:
+                for s in range(1, len(conts) + 1):
+                    self._lc.llama_memory_seq_rm(mem, s, -1, -1)
+        return out
+
+    def _step_seqs(self, tokens: Sequence[int], seqs: Sequence[int], pos: int) -> np.ndarray:
+        """One token for each sequence in ``seqs``, all at position ``pos``; a view of their logits."""
+        b = self._batch.batch
+        b.n_tokens = len(tokens)
+        for i, (tok, seq) in enumerate(zip(tokens, seqs, strict=True)):
+            b.token[i] = int(tok)
+            b.pos[i] = pos
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = seq
+            b.logits[i] = True
+        rc = self._lc.llama_decode(self._ctx.ctx, b)
+        if rc != 0:
+            raise ModelError(
+                f"llama_decode failed (code {rc}) at batch {len(tokens)}; the KV cache of {self.n_ctx} tokens "
+                "is full: lower max_branches or raise n_ctx"
+            )
+        ptr = self._lc.llama_get_logits(self._ctx.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(len(tokens), self.n_vocab))
+
     def forward(self, ids: Sequence[int], positions: Sequence[int]) -> np.ndarray:
         if self._n_branches:
             self.end()
