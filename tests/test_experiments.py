@@ -175,3 +175,39 @@ def test_strict_spec_mode_masks_with_the_open_grammar(tmp_path):
     extra = '{"name": "edit", "arguments": {"path": "a", "edits": [{"oldText": "x", "newText": "y", "required": 1}]}}'
     assert check.accepts("xgrammar", arm_grammar(prompt, "bounded", "strict-spec"), extra)
     assert not check.accepts("xgrammar", arm_grammar(prompt, "bounded", "strict"), extra)
+    # E13 runs the open grammar both ways: a present key again is refused (forbid) or admitted (admit)
+    dups = [(a.get("duplicates", "forbid"), arm_label(a)) for a in spec.arms() if a["mode"] == "strict-spec"]
+    assert [d for d, _ in dups] == ["forbid", "admit"]
+    assert "duplicates" not in dups[0][1] and dups[1][1].endswith("duplicates=admit")
+    again = '{"name": "edit", "arguments": {"path": "a", "edits": [{"oldText": "x", "newText": "y", "newText": "z"}]}}'
+    assert not check.accepts(
+        "xgrammar", arm_grammar(prompt, "bounded", "strict-spec", "xgrammar", "forbid"), again
+    )
+    assert check.accepts(
+        "xgrammar", arm_grammar(prompt, "bounded", "strict-spec", "xgrammar", "admit"), again
+    )
+
+
+@pytest.mark.parametrize(
+    "lines,message",
+    [
+        (
+            'modes = ["loose", "strict"]\nduplicates = "admit"',
+            "applies to the open grammar of mode 'strict-spec'",
+        ),
+        ('modes = ["strict-spec"]\nduplicates = ["forbid", "sometimes"]', "unknown duplicates 'sometimes'"),
+        ('modes = ["strict-spec"]\nduplicates = ["admit", "admit"]', "lists 'admit' twice"),
+        ('modes = ["strict-spec"]\nduplicates = []', "'duplicates' is empty"),
+        (
+            'modes = ["strict-spec"]\nengine = "tooldecode-strict"\nduplicates = "admit"',
+            "needs tooldecode's own grammar",
+        ),
+        ('modes = ["strict-spec"]\nduplicates = 1', "'duplicates' must be 'forbid', 'admit' or a list"),
+    ],
+)
+def test_duplicates_option_errors_are_one_line(tmp_path, lines, message):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'name = "x"\nmodels = ["qwen2.5-coder-0.5b-instruct"]\n{lines}\n')
+    with pytest.raises(SpecError, match=message) as err:
+        load_spec(bad)
+    assert "\n" not in str(err.value)

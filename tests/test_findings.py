@@ -76,6 +76,12 @@ def test_distinct_draws_and_identical_arms():
     assert len(distinct_draws(zeros)) == 1  # T=0: the same tokens are one draw
     other = [dict(s, prompt_sha256="other") for s in ss[:6]]
     assert identical_arms(ss[:6] + [dict(s, arm={**s["arm"], "x": 1}) for s in other]) == []
+    # another random stream, or the open grammar the other way, is another draw of the same index
+    restreamed = [dict(s, stream=12345) for s in ss[:6]]
+    assert len(distinct_draws(ss[:6] + restreamed)) == 12
+    admit = [dict(s, arm={**s["arm"], "mode": "strict-spec", "duplicates": "admit"}) for s in ss[:6]]
+    forbid = [dict(s, arm={**s["arm"], "mode": "strict-spec"}) for s in ss[:6]]
+    assert len(distinct_draws(admit + forbid)) == 12
 
 
 def _l2_run(n_sc: int, rate_a: float, rate_b: float) -> Run:

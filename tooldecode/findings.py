@@ -152,19 +152,20 @@ def _draw_key(s: dict) -> tuple:
         s.get("prefill"),
         a.get("mode"),
         a.get("engine"),
+        a.get("duplicates", "forbid"),
         a.get("temperature"),
     )
     if not a.get("temperature"):
         return (*base, tuple(s.get("token_ids") or ()), s.get("text"))
-    return (*base, s.get("seed"), s.get("index"))
+    return (*base, s.get("seed"), s.get("stream"), s.get("index"))
 
 
 def distinct_draws(samples: Sequence[dict]) -> list[dict]:
     """``samples`` with copies removed, first occurrence kept.
 
     Two samples are one draw when the same model saw the same prompt bytes and prefill under the same
-    mode, engine and temperature with the same seed and index (sampling is deterministic given these),
-    or, at temperature 0, produced the same tokens.
+    mode, engine (and open grammar's ``duplicates``) and temperature with the same seed, random stream
+    and index (sampling is deterministic given these), or, at temperature 0, produced the same tokens.
     """
     seen: set[tuple] = set()
     out = []
@@ -307,6 +308,7 @@ VARIANT_DEFAULTS = {
     "call_format": "native",
     "call_style": "compact",
     "tool_view": "as-written",
+    "duplicates": "forbid",
 }
 
 
@@ -403,9 +405,10 @@ def _matches(arm: dict, want: dict) -> bool:
 
 def _one_engine(samples: list[dict]) -> bool:
     """Whether ``samples`` come from one strict channel: a run with several engine settings (an open and
-    a closed grammar under the same mode word) is never pooled into one arm of an effect; name the
-    engine in the effect's ``a``/``b``/``where`` to read such a run."""
-    return len({s["arm"].get("engine") for s in samples}) <= 1
+    a closed grammar under the same mode word), or open grammars with and without repeated keys, is
+    never pooled into one arm of an effect; name the engine (or ``duplicates``) in the effect's
+    ``a``/``b``/``where`` to read such a run."""
+    return len({(s["arm"].get("engine"), s["arm"].get("duplicates", "forbid")) for s in samples}) <= 1
 
 
 def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") -> EffectResult | None:

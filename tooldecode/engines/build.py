@@ -61,13 +61,22 @@ def gbnf_json_frame(tools: Sequence[Any], wire: str, ws: str) -> str:
 
 
 def build_strict(
-    name: str, tools: Sequence[Any], wire: str, backend: Any, *, mode: str = "strict", ws: str = "bounded"
+    name: str,
+    tools: Sequence[Any],
+    wire: str,
+    backend: Any,
+    *,
+    mode: str = "strict",
+    ws: str = "bounded",
+    duplicates: str = "forbid",
 ) -> Any:
     """The strict channel of engine setting ``name`` for a call of any of ``tools`` in ``wire`` on
     ``backend``: a ``MaskEngine`` (kind ``mask``) or an ``OutlinesSampler`` (kind ``sampler``).
 
     ``mode`` (``strict``/``strict-spec``) picks tooldecode's grammar mode for the settings that read a
     tooldecode grammar without pinning it; the JSON-schema settings read each tool's schema as given.
+    ``duplicates`` reaches tooldecode's open grammar (``build_grammar``); the engines' own JSON-schema
+    compilers have no such switch.
     """
     from tooldecode.masking import compile_mask
 
@@ -77,7 +86,9 @@ def build_strict(
         from tooldecode.grammar import render_toolset
 
         grammar_mode = info.grammar_mode or ("spec" if mode == "strict-spec" else "strict")
-        grammar = render_toolset(tools, format=info.reads, wire=wire, mode=grammar_mode, ws=ws)
+        grammar = render_toolset(
+            tools, format=info.reads, wire=wire, mode=grammar_mode, ws=ws, duplicates=duplicates
+        )
         return compile_mask(info.mask_engine, grammar, backend, label=name)
     if name in ("xgrammar-json", "xgrammar-json-nonstrict"):
         return _cached(

@@ -35,6 +35,8 @@ def arm_label(arm: dict[str, Any]) -> str:
         parts.append("extra=" + json.dumps(arm["schema_extra"], sort_keys=True, separators=(",", ":")))
     if arm.get("engine", "xgrammar") != "xgrammar":  # the default engine stays out of older runs' keys
         parts.append(f"engine={arm['engine']}")
+    if arm.get("duplicates", "forbid") != "forbid":
+        parts.append(f"duplicates={arm['duplicates']}")
     return ",".join(parts)
 
 
@@ -97,14 +99,21 @@ class ModelCache:
         self.cache.clear()
 
 
-def arm_grammar(prompt: Any, ws: str, mode: str = "strict", engine: str = "xgrammar") -> str:
+def arm_grammar(
+    prompt: Any, ws: str, mode: str = "strict", engine: str = "xgrammar", duplicates: str = "forbid"
+) -> str:
     """The mask grammar of an arm, in the format ``engine`` reads: ``strict`` closes every object;
     ``strict-spec`` follows the schema as written (``additionalProperties`` defaults to true, so
-    unknown keys stay possible)."""
+    unknown keys stay possible; ``duplicates`` says whether a key the object already has may come again)."""
     from tooldecode.grammar import render_toolset
     from tooldecode.masking import engine_format
 
     grammar_mode = "spec" if mode == "strict-spec" else "strict"
     return render_toolset(
-        list(prompt.tools), format=engine_format(engine), wire=prompt.wire, mode=grammar_mode, ws=ws
+        list(prompt.tools),
+        format=engine_format(engine),
+        wire=prompt.wire,
+        mode=grammar_mode,
+        ws=ws,
+        duplicates=duplicates,
     )

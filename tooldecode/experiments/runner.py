@@ -236,13 +236,22 @@ def _arm_mask(spec: Spec, arm: dict[str, Any], prompt: Any, be: Any) -> Any:
                 f"{spec.path}: mode 'strict-aligned' needs the full logits; "
                 "--backend openai runs 'loose', 'strict' and 'strict-spec'"
             )
-        return arm_grammar(prompt, spec.ws, arm["mode"], "xgrammar")  # GBNF for the server
+        dup = arm.get("duplicates", "forbid")
+        return arm_grammar(prompt, spec.ws, arm["mode"], "xgrammar", dup)  # GBNF for the server
     engine = arm.get("engine", spec.engine)
     if engine in ENGINE_FORMATS:
-        grammar = arm_grammar(prompt, spec.ws, arm["mode"], engine)
+        grammar = arm_grammar(prompt, spec.ws, arm["mode"], engine, arm.get("duplicates", "forbid"))
         return compile_mask(engine, grammar, be)
     # an engine setting: its own grammar of the schema, or its own sampler
-    return build_strict(engine, prompt.tools, prompt.wire, be, mode=arm["mode"], ws=spec.ws)
+    return build_strict(
+        engine,
+        prompt.tools,
+        prompt.wire,
+        be,
+        mode=arm["mode"],
+        ws=spec.ws,
+        duplicates=arm.get("duplicates", "forbid"),
+    )
 
 
 def _drawer(spec: Spec, arm: dict[str, Any], mask: Any, prompt: Any) -> Callable[..., Any]:

@@ -63,6 +63,9 @@ class Spec:
     max_new_tokens: int = 384
     modes: list[str] = field(default_factory=lambda: ["loose"])
     engine: str | list[str] = "xgrammar"  # an engine setting (tooldecode.engines.ENGINES) or a list of them
+    # strict-spec arms: what the open grammar does with a key its object already has ("forbid": each
+    # declared key once; "admit": again, as JSON allows), one arm per value of a list
+    duplicates: str | list[str] = "forbid"
     ws: str = "bounded"
     batch_size: int = 8
     variant: dict[str, list[Any]] = field(default_factory=dict)
@@ -94,7 +97,14 @@ class Spec:
             if mode in STRICT_MODES:
                 # one strict arm per engine setting
                 for engine in as_list(self.engine):
-                    out.append(dict(arm, engine=engine))
+                    if mode != "strict-spec":
+                        out.append(dict(arm, engine=engine))
+                        continue
+                    for dup in as_list(self.duplicates):
+                        # "forbid" stays out of the arm: runs made before the option keep their keys
+                        out.append(
+                            dict(arm, engine=engine, **({} if dup == "forbid" else {"duplicates": dup}))
+                        )
                 continue
             out.append(arm)
         return out
@@ -174,6 +184,7 @@ _FIELD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "engine": ((str, list), "an engine setting or a list of them (see `tooldecode sample --help`)"),
     "ws": ((str,), "a whitespace mode"),
     "streams": ((str,), "'scenario' or 'shared'"),
+    "duplicates": ((str, list), "'forbid', 'admit' or a list of them"),
     "n": ((int,), "a whole number ≥ 1"),
     "max_new_tokens": ((int,), "a whole number ≥ 1"),
     "batch_size": ((int,), "a whole number ≥ 1"),
@@ -325,6 +336,32 @@ def _check_engines(spec: Spec, fail: Callable[[str], None]) -> None:
                 fail(str(err))
     if spec.ws not in WS_POLICIES:
         fail(f"unknown ws {spec.ws!r}; choose one of: {', '.join(WS_POLICIES)}")
+    _check_duplicates(spec, fail)
+
+
+def _check_duplicates(spec: Spec, fail: Callable[[str], None]) -> None:
+    """``duplicates``: known values, each once, and only where an open tooldecode grammar reads it."""
+    from tooldecode.grammar import DUPLICATES
+    from tooldecode.masking import ENGINE_FORMATS
+
+    dups = as_list(spec.duplicates)
+    if not dups:
+        fail("'duplicates' is empty; use 'forbid', 'admit' or both")
+    for d in dups:
+        if d not in DUPLICATES:
+            fail(f"unknown duplicates {d!r}; choose one of: {', '.join(DUPLICATES)}")
+    if len(set(dups)) < len(dups):
+        fail(f"'duplicates' lists {_duplicate(dups)!r} twice; each value once")
+    if dups == ["forbid"]:
+        return
+    if "strict-spec" not in spec.modes:
+        fail("'duplicates' applies to the open grammar of mode 'strict-spec'; add it to 'modes'")
+    for engine in as_list(spec.engine):
+        if engine not in ENGINE_FORMATS and engine != "tooldecode-spec":
+            fail(
+                f"'duplicates' needs tooldecode's own grammar, but engine {engine!r} compiles the schema "
+                "itself; use a mask engine (xgrammar, llguidance, ...) or 'tooldecode-spec'"
+            )
 
 
 def _check_variant(spec: Spec, fail: Callable[[str], None]) -> None:

@@ -16,7 +16,7 @@ from tooldecode.grammar.errors import GrammarError, InvalidSchemaError, Unsuppor
 from tooldecode.grammar.gbnf import emit_gbnf
 from tooldecode.grammar.gir import FAIL, Grammar, RuleBook, galt, sanitize
 from tooldecode.grammar.lark import emit_lark
-from tooldecode.grammar.lower import Lowerer
+from tooldecode.grammar.lower import DUPLICATES, Lowerer
 from tooldecode.grammar.regex import emit_regex
 from tooldecode.grammar.schema import MODES, ORDERS, SchemaIR, compile_schema, strictify
 from tooldecode.grammar.terminals import WS_POLICIES, ws_max_for
@@ -26,6 +26,7 @@ from tooldecode.grammar.wire import FORBID, WIRES, check_name, check_wire, frame
 FORMATS = ("gbnf", "lark", "regex")
 
 __all__ = [
+    "DUPLICATES",
     "render",
     "render_toolset",
     "compile_schema",
