@@ -759,6 +759,16 @@ def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:
     )
     if small:
         out.append(f"- Figures from fewer than 10 scenarios ({len(small)} rows): rerun over ≥ 18 scenarios.")
+    for r in sorted(runs.values(), key=lambda r: r.name):
+        want = r.expected_samples
+        if 0 < len(r.samples) < want:
+            begun = len({s["scenario"] for s in r.samples})
+            total = len(r.manifest.get("config", {}).get("scenarios", []))
+            out.append(
+                f"- {r.name}: {len(r.samples)} of {want} samples ({begun} of {total} scenarios begun); its figures "
+                f"cover only those. Resume from its commit: `git worktree add DIR {r.git_sha[:10]}`, then in DIR "
+                f"`{r.command()}` with this run folder at `runs/{r.name}`."
+            )
     for stem, spec in load_specs(root):
         if "variants" not in spec:
             continue

@@ -169,6 +169,30 @@ def test_zoo_row_reads_kinds_not_a_word_list():
     assert zoo is not None and zoo["verdict"].startswith("reproduces")
 
 
+def test_an_incomplete_run_is_listed_with_how_to_resume_it(tmp_path):
+    from study import reruns
+
+    arms = [{**ARM}, {**ARM, "mode": "strict", "engine": "xgrammar"}]
+    config = {"spec": "x", "arms": arms, "scenarios": ["s0", "s1", "s2"], "n": 2, "n_by_mode": {"loose": 4}}
+    manifest = {"config": config, "tooldecode": {"git_sha": "abcdef0123456789", "git_dirty": False}}
+    manifest["command"] = "tooldecode run experiments/x.toml --out runs/r"
+    full = Run(
+        "r", Path("r"), manifest, [sample('"}', f"s{k}", i) for k in range(3) for i in range(6)], {}, []
+    )
+    assert full.expected_samples == (4 + 2) * 3
+    assert "r:" not in reruns([], {"r": full}, tmp_path)
+    part = Run("r", Path("r"), manifest, full.samples[:7], {}, [])
+    line = reruns([], {"r": part}, tmp_path)
+    assert "- r: 7 of 18 samples (2 of 3 scenarios begun)" in line
+    assert (
+        "git worktree add DIR abcdef0123" in line and "tooldecode run experiments/x.toml --out runs/r" in line
+    )
+    probe_only = Run(
+        "p", Path("p"), {"config": {"spec": "p", "arms": [ARM], "scenarios": ["s0"], "n": 0}}, [], {}, []
+    )
+    assert probe_only.expected_samples == 0 and reruns([], {"p": probe_only}, tmp_path) == ""
+
+
 def test_every_spec_effect_is_well_formed():
     from study import ROWS, load_specs
 

@@ -84,6 +84,19 @@ class Run:
     def git_dirty(self) -> bool | None:
         return self.manifest.get("tooldecode", {}).get("git_dirty")
 
+    @property
+    def git_sha(self) -> str:
+        return str(self.manifest.get("tooldecode", {}).get("git_sha") or "?")
+
+    @property
+    def expected_samples(self) -> int:
+        """Samples the run's config asks for: each arm's ``n`` (or its mode's ``n_by_mode``) × scenarios ×
+        seeds (0 for a probe-only run)."""
+        c = self.manifest.get("config", {})
+        per_mode = c.get("n_by_mode", {})
+        per_scenario = sum(int(per_mode.get(a.get("mode"), c.get("n") or 0)) for a in c.get("arms", []))
+        return per_scenario * len(c.get("scenarios", [])) * len(c.get("seeds", [0]))
+
 
 def load_run(path: Path, *, score: bool = True) -> Run | None:
     """The run at ``path`` (None when it has no manifest); verdicts are computed if missing."""
