@@ -106,6 +106,38 @@ def test_tiny_run_resumes_without_duplicates(tmp_path):
 
 
 @pytest.mark.model
+def test_an_arm_that_renders_like_an_earlier_one_is_copied_not_sampled_again(tmp_path):
+    # gold_cut only shapes a gold-prefix prompt: under forced-tool the two arms are the same draw
+    spec_path = tmp_path / "same.toml"
+    spec_path.write_text(
+        'name = "same"\nmodels = ["smollm2-135m-instruct"]\nmax_scenarios = 1\nn = 2\nmax_new_tokens = 6\n'
+        'modes = ["loose"]\nbatch_size = 2\n[variant]\nconditioning = ["forced-tool"]\n'
+        'gold_cut = ["after-newtext", "before-edits"]\n'
+    )
+    out = tmp_path / "run"
+    run_spec(load_spec(spec_path), out, progress=False)
+    recs = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(recs) == 4 and len({r["key"] for r in recs}) == 4
+    drawn = [r for r in recs if "copy_of" not in r]
+    copies = [r for r in recs if "copy_of" in r]
+    assert len(drawn) == len(copies) == 2
+    by_key = {r["key"]: r for r in drawn}
+    for c in copies:
+        assert c["arm"]["gold_cut"] == "before-edits" and c["timing"] == {}
+        assert (
+            c["token_ids"] == by_key[c["copy_of"]]["token_ids"]
+            and c["index"] == by_key[c["copy_of"]]["index"]
+        )
+    # a resume that lost the copies' original (not in memory) samples them again: the same tokens
+    (out / "samples.jsonl").write_text("\n".join(json.dumps(r) for r in drawn) + "\n")
+    run_spec(load_spec(spec_path), out, progress=False)
+    again = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    redone = [r for r in again if r["arm"]["gold_cut"] == "before-edits"]
+    assert len(redone) == 2 and all("copy_of" not in r for r in redone)
+    assert sorted(r["token_ids"] for r in redone) == sorted(r["token_ids"] for r in drawn)
+
+
+@pytest.mark.model
 def test_n_by_mode_sets_the_sample_count_of_one_mode(tmp_path):
     spec_path = tmp_path / "ref.toml"
     spec_path.write_text(

@@ -66,8 +66,12 @@ def run_spec(
             task = bar.add_task(spec.name, total=total)
             bar.advance(task, sum(1 for k in done if not k.startswith("probe/")))
             if not spec.probe.get("only"):
-                for arm, sc, seed in jobs:
-                    _sample_job(spec, store, models, (arm, sc, seed), done, lambda k: bar.advance(task, k))
+                drawn: dict[tuple, dict[int, dict[str, Any]]] = {}  # this scenario's draws, by identity
+                for n_job, (arm, sc, seed) in enumerate(jobs):
+                    if n_job and sc is not jobs[n_job - 1][1]:
+                        drawn.clear()
+                    job = (arm, sc, seed)
+                    _sample_job(spec, store, models, job, done, lambda k: bar.advance(task, k), drawn)
             if spec.probe:
                 run_probe(spec, store, scenarios, models, done, bar)
     except BaseException:
@@ -169,8 +173,15 @@ def _sample_job(
     job: tuple[dict[str, Any], Any, int],
     done: set[str],
     advance: Callable[[int], None],
+    drawn: dict[tuple, dict[int, dict[str, Any]]] | None = None,
 ) -> None:
-    """The samples of one (arm, scenario, seed) that ``store`` does not have yet, appended as they come."""
+    """The samples of one (arm, scenario, seed) that ``store`` does not have yet, appended as they come.
+
+    An arm whose draw is the same as an earlier arm's in this scenario (same model, prompt bytes, tools,
+    prefill, mask, temperature, seed and stream: sampling would repeat it token for token) is not
+    sampled again: its records are copies of that arm's, marked ``copy_of`` (``drawn`` holds the
+    scenario's records by draw identity; a copy whose original is not in it, on resume, is sampled).
+    """
     import hashlib
 
     from tooldecode.models import resolve
@@ -198,12 +209,26 @@ def _sample_job(
     )
     arm_rec = dict(arm, wire=prompt.wire, expected_tool=prompt.expected_tool)
     psha = hashlib.sha256(prompt.text.encode()).hexdigest()
+    ident = _draw_identity(spec, arm, prompt, psha, seed, params.stream)
+    mine = drawn.setdefault(ident, {}) if drawn is not None else {}
+    copies = [
+        dict(mine[i], key=keys[i], arm=arm_rec, copy_of=mine[i].get("copy_of", mine[i]["key"]), timing={})
+        for i in todo
+        if i in mine
+    ]
+    if copies:
+        store.append(copies)
+        advance(len(copies))
+        todo = [i for i in todo if i not in mine]
+        if not todo:
+            return
 
     def write(batch: list) -> None:
         recs = [
             _record(s, arm_rec, label, sc.id, (seed, params.stream), psha, prompt.prefill, be) for s in batch
         ]
         store.append(recs)
+        mine.update((r["index"], r) for r in recs)
         advance(len(recs))
 
     draw = _drawer(spec, arm, mask, prompt)
@@ -319,6 +344,29 @@ def scenario_stream(scenario_id: str) -> int:
     import hashlib
 
     return int.from_bytes(hashlib.sha256(scenario_id.encode("utf-8")).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def _draw_identity(
+    spec: Spec, arm: dict[str, Any], prompt: Any, psha: str, seed: int, stream: int | None
+) -> tuple:
+    """What decides an arm's draws in one scenario: two arms equal in all of it draw the same samples."""
+    tools = json.dumps([(t.name, t.parameters) for t in prompt.tools], sort_keys=True, default=str)
+    return (
+        arm["model"],
+        arm["backend"],
+        psha,
+        prompt.prefill,
+        tuple(prompt.stop),
+        prompt.wire,
+        tools,
+        arm["mode"],
+        arm.get("engine"),
+        arm.get("duplicates", "forbid"),
+        arm["temperature"],
+        seed,
+        stream,
+        spec.n_for(arm["mode"]),
+    )
 
 
 def _record(
