@@ -105,18 +105,24 @@ def test_tiny_run_resumes_without_duplicates(tmp_path):
     assert manifest["model"]["sha256"] and manifest["config"]["n"] == 3
 
 
+def _tiny_run(tmp_path: Path, text: str) -> tuple[Path, Path, list[dict]]:
+    """Write a spec, run it into ``tmp_path/run``; the spec's path, the run folder and its records."""
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(text)
+    out = tmp_path / "run"
+    run_spec(load_spec(spec_path), out, progress=False)
+    return spec_path, out, [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+
+
 @pytest.mark.model
 def test_an_arm_that_renders_like_an_earlier_one_is_copied_not_sampled_again(tmp_path):
     # gold_cut only shapes a gold-prefix prompt: under forced-tool the two arms are the same draw
-    spec_path = tmp_path / "same.toml"
-    spec_path.write_text(
+    spec_path, out, recs = _tiny_run(
+        tmp_path,
         'name = "same"\nmodels = ["smollm2-135m-instruct"]\nmax_scenarios = 1\nn = 2\nmax_new_tokens = 6\n'
         'modes = ["loose"]\nbatch_size = 2\n[variant]\nconditioning = ["forced-tool"]\n'
-        'gold_cut = ["after-newtext", "before-edits"]\n'
+        'gold_cut = ["after-newtext", "before-edits"]\n',
     )
-    out = tmp_path / "run"
-    run_spec(load_spec(spec_path), out, progress=False)
-    recs = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     assert len(recs) == 4 and len({r["key"] for r in recs}) == 4
     drawn = [r for r in recs if "copy_of" not in r]
     copies = [r for r in recs if "copy_of" in r]
@@ -171,15 +177,12 @@ def test_strict_smollm2_panel_run_scores_and_reports(tmp_path):
 
     from tooldecode.findings import load_run
 
-    spec_path = tmp_path / "panel.toml"
-    spec_path.write_text(
+    spec_path, out, recs = _tiny_run(
+        tmp_path,
         'name = "panel"\nmodels = ["smollm2-135m-instruct"]\nmax_scenarios = 1\nn = 3\nmax_new_tokens = 24\n'
         'modes = ["loose", "strict"]\nbatch_size = 2\n[variant]\nconditioning = ["gold-prefix"]\n'
-        '[probe]\nselect = "newText"\n'
+        '[probe]\nselect = "newText"\n',
     )
-    out = tmp_path / "run"
-    run_spec(load_spec(spec_path), out, progress=False)
-    recs = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     strict = [r for r in recs if r["arm"]["mode"] == "strict"]
     assert len(strict) == 3 and all(r["arm"]["wire"] == "call-list" for r in strict)
     assert all(r["error"] is None for r in strict), [r["error"] for r in strict]

@@ -11,7 +11,7 @@ together. Every backend states its mode in ``info()["eval_mode"]``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 
 import numpy as np
@@ -91,16 +91,7 @@ class Backend(ABC):
             return out
         self.begin(prefix_ids, len(continuations))
         try:
-            step = 0
-            while True:
-                rows = [r for r, c in enumerate(continuations) if len(c) > step]
-                if not rows:
-                    break
-                logits = self.step([continuations[r][step] for r in rows], rows)
-                for k, r in enumerate(rows):
-                    if len(continuations[r]) == step + 1:
-                        out[r] = logits[k]
-                step += 1
+            feed_branches(continuations, lambda toks, rows, _k: self.step(toks, rows), out)
         finally:
             self.end()
         return out
@@ -117,3 +108,23 @@ class Backend(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def feed_branches(
+    continuations: Sequence[Sequence[int]],
+    step: Callable[[list[int], list[int], int], np.ndarray],
+    out: np.ndarray,
+    offset: int = 0,
+) -> None:
+    """Feed each continuation one token per step (``step(tokens, rows, k)``: token ``k`` of the rows
+    still going, their next logits) and keep each row's logits after its last token in ``out[offset + row]``."""
+    k = 0
+    while True:
+        rows = [r for r, c in enumerate(continuations) if len(c) > k]
+        if not rows:
+            return
+        logits = step([int(continuations[r][k]) for r in rows], rows, k)
+        for j, r in enumerate(rows):
+            if len(continuations[r]) == k + 1:
+                out[offset + r] = logits[j]
+        k += 1

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tooldecode.backends.base import Backend
+from tooldecode.backends.base import Backend, feed_branches
 from tooldecode.errors import ModelError
 from tooldecode.models import ModelRef
 
@@ -202,24 +202,10 @@ class LlamaCppBackend(Backend):
         return np.repeat(logits, n_seqs, axis=0)
 
     def step(self, tokens: Sequence[int], rows: Sequence[int]) -> np.ndarray:
-        b = self._batch.batch
-        b.n_tokens = len(tokens)
-        for i, (tok, row) in enumerate(zip(tokens, rows, strict=True)):
-            b.token[i] = int(tok)
-            b.pos[i] = self._pos[row]
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = row
-            b.logits[i] = True
+        positions = [self._pos[row] for row in rows]
+        for row in rows:
             self._pos[row] += 1
-        rc = self._lc.llama_decode(self._ctx.ctx, b)
-        if rc != 0:
-            raise ModelError(
-                f"llama_decode failed (code {rc}) at batch {len(tokens)}; the KV cache of {self.n_ctx} tokens "
-                "is full: lower the batch size or max_new_tokens, or raise n_ctx"
-            )
-        ptr = self._lc.llama_get_logits(self._ctx.ctx)
-        # a view of llama.cpp's logits buffer (valid until the next decode): no per-step copy
-        return np.ctypeslib.as_array(ptr, shape=(len(tokens), self.n_vocab))
+        return self._decode_each(tokens, rows, positions)
 
     can_restart = True
 
@@ -272,26 +258,25 @@ class LlamaCppBackend(Backend):
                 self._lc.llama_memory_seq_rm(mem, s, -1, -1)
                 self._lc.llama_memory_seq_cp(mem, 0, s, 0, n)
             try:
-                step = 0
-                while True:
-                    rows = [r for r, c in enumerate(conts) if len(c) > step]
-                    if not rows:
-                        break
-                    logits = self._step_seqs([conts[r][step] for r in rows], [r + 1 for r in rows], n + step)
-                    for k, r in enumerate(rows):
-                        if len(conts[r]) == step + 1:
-                            out[g + r] = logits[k]
-                    step += 1
+                feed_branches(
+                    conts,
+                    lambda toks, rows, k: self._decode_each(toks, [r + 1 for r in rows], [n + k] * len(rows)),
+                    out,
+                    g,
+                )
             finally:
                 for s in range(1, len(conts) + 1):
                     self._lc.llama_memory_seq_rm(mem, s, -1, -1)
         return out
 
-    def _step_seqs(self, tokens: Sequence[int], seqs: Sequence[int], pos: int) -> np.ndarray:
-        """One token for each sequence in ``seqs``, all at position ``pos``; a view of their logits."""
+    def _decode_each(
+        self, tokens: Sequence[int], seqs: Sequence[int], positions: Sequence[int]
+    ) -> np.ndarray:
+        """One token for each sequence in ``seqs`` at its position; a view of their logits (valid until the
+        next decode: no per-step copy)."""
         b = self._batch.batch
         b.n_tokens = len(tokens)
-        for i, (tok, seq) in enumerate(zip(tokens, seqs, strict=True)):
+        for i, (tok, seq, pos) in enumerate(zip(tokens, seqs, positions, strict=True)):
             b.token[i] = int(tok)
             b.pos[i] = pos
             b.n_seq_id[i] = 1
@@ -301,7 +286,7 @@ class LlamaCppBackend(Backend):
         if rc != 0:
             raise ModelError(
                 f"llama_decode failed (code {rc}) at batch {len(tokens)}; the KV cache of {self.n_ctx} tokens "
-                "is full: lower max_branches or raise n_ctx"
+                "is full: lower the batch size, max_new_tokens or max_branches, or raise n_ctx"
             )
         ptr = self._lc.llama_get_logits(self._ctx.ctx)
         return np.ctypeslib.as_array(ptr, shape=(len(tokens), self.n_vocab))
