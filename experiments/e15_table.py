@@ -1,6 +1,6 @@
 """E15 engines: per engine setting at L2, what follows the forced newText content, and samples/s.
 
-    .venv/bin/python experiments/e15_table.py runs/e15-engines [runs/e15-engines-outlines ...]
+    .venv/bin/python experiments/e15_table.py runs/e15-engines-qwen0.5b [runs/e15-engines-outlines ...]
 
 Rates are pooled over samples with cluster-robust 95% intervals over scenarios (``stats.cluster_rate``,
 CR1 with t on G-1 df); kinds are the findings layer's key-resolved continuation classes
@@ -77,4 +77,4 @@ def table(runs: list[Path]) -> str:
 
 
 if __name__ == "__main__":
-    print(table([Path(p) for p in sys.argv[1:]] or [Path("runs/e15-engines")]))
+    print(table([Path(p) for p in sys.argv[1:]] or [Path("runs/e15-engines-qwen0.5b")]))
