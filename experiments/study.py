@@ -174,6 +174,9 @@ def row_strict_cost(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
                 if cmp.lo > 0
                 else "descriptive",
                 "source": source([run]),
+                "summary": f"strict's cost: the newText string goes on instead of closing in {rs_.k:g}/{rs_.n} strict vs "
+                f"{rl_.k:g}/{rl_.n} loose draws, ×{cmp.ratio:.2f} [{cmp.ratio_lo:.2f}, {cmp.ratio_hi:.2f}] paired over "
+                f"{cmp.g} scenarios (run {run.name})",
             }
         )
     return out
@@ -546,6 +549,8 @@ def row_zoo(runs: dict[str, Run]) -> dict | None:
         f"Interval: {CR}.",
         "verdict": verdict,
         "source": source(used),
+        "summary": f"what follows newText when {_short(DEFAULT_MODEL)} continues ({len(pool)} distinct loose "
+        f"draws): **{verdict}**",
     }
 
 
@@ -684,6 +689,7 @@ def effect_rows(stem: str, spec: dict, runs: dict[str, Run]) -> list[dict]:
                     "measured": "not measured: no committed run has both arms of this comparison (rerun needed)",
                     "verdict": "not measured",
                     "source": f"experiments/{stem}.toml",
+                    "summary": f"{eff.get('label')}: not measured",
                 }
             )
             continue
@@ -695,6 +701,7 @@ def effect_rows(stem: str, spec: dict, runs: dict[str, Run]) -> list[dict]:
                 + f". Interval: {res.cmp.kind}; ratio: cluster-robust delta method.",
                 "verdict": str(res.verdict),
                 "source": source([res.run]),
+                "summary": f"{eff.get('label')}: {res.short()}",
             }
         )
     return out
@@ -735,7 +742,7 @@ def provenance(runs: dict[str, Run]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ROWS", "build_rows", "load_specs", "provenance", "row_measure"]
+__all__ = ["ROWS", "build_rows", "load_specs", "provenance", "row_measure", "summary"]
 
 
 def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:
@@ -787,3 +794,21 @@ def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:
                     f"--out runs/{spec['name']}-{m} --model {m}`)."
                 )
     return "\n".join(out)
+
+
+def summary(rows: list[dict]) -> str:
+    """The README's short account, generated from the rows: every claimed effect measured (with its
+    verdict) and the descriptive rows that carry a summary; effects not yet measured are counted."""
+    lines, rest = [], Counter()
+    for i, r in enumerate(rows, 1):
+        if "summary" not in r:
+            continue
+        verdict = str(r["verdict"])
+        if verdict.startswith("not measured"):
+            rest["not measured (no committed run pairs both arms)"] += 1
+            continue
+        lines.append(f"- {r['summary']} (FINDINGS row {i})")
+    tail = ", ".join(f"{n} {k}" for k, n in sorted(rest.items()))
+    if tail:
+        lines.append(f"- Other claimed effects: {tail}; FINDINGS lists what remains to rerun.")
+    return "\n".join(lines)

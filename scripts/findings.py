@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "experiments"))
 
-from study import build_rows, provenance, reruns  # noqa: E402
+from study import build_rows, provenance, reruns, summary  # noqa: E402
 
 from tooldecode.findings import load_runs, write_findings  # noqa: E402
 
@@ -58,10 +58,27 @@ def committed_runs(runs_dir: Path) -> set[str] | None:
     return {Path(line).parts[0] for line in out.splitlines() if line.strip()}
 
 
+BEGIN, END = "<!-- findings summary: begin (make findings) -->", "<!-- findings summary: end -->"
+
+
+def with_summary(readme: str, bullets: str) -> str:
+    """``readme`` with the text between the summary markers replaced by ``bullets``."""
+    if BEGIN not in readme or END not in readme:
+        raise SystemExit(f"README.md lacks the markers {BEGIN!r} … {END!r}; put them around the summary")
+    head, rest = readme.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{bullets}\n{END}{tail}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", default=str(ROOT / "runs"))
     ap.add_argument("--out", default=str(ROOT / "FINDINGS.md"))
+    ap.add_argument(
+        "--readme-out",
+        default=str(ROOT / "README.md"),
+        help="where to write README.md with its summary rebuilt",
+    )
     ap.add_argument(
         "--all-runs", action="store_true", help="also read run directories not committed to git (a preview)"
     )
@@ -81,7 +98,9 @@ def main() -> None:
         + "\n\n## Table\n"
     )
     path = write_findings(rows, Path(args.out), preamble=text)
-    print(f"wrote {path} ({len(rows)} rows)")
+    readme = with_summary((ROOT / "README.md").read_text(encoding="utf-8"), summary(rows))
+    Path(args.readme_out).write_text(readme, encoding="utf-8")
+    print(f"wrote {path} ({len(rows)} rows) and the summary in {args.readme_out}")
 
 
 if __name__ == "__main__":

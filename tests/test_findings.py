@@ -213,15 +213,25 @@ def test_findings_md_matches_a_rebuild_from_the_committed_runs(tmp_path):
     experiments/ or the findings code."""
     import subprocess
 
-    out = tmp_path / "FINDINGS.md"
+    out, readme = tmp_path / "FINDINGS.md", tmp_path / "README.md"
     subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "findings.py"), "--out", str(out)],
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "findings.py"),
+            "--out",
+            str(out),
+            "--readme-out",
+            str(readme),
+        ],
         check=True,
         capture_output=True,
     )
     want = out.read_text()
     have = (ROOT / "FINDINGS.md").read_text()
     assert have == want, "FINDINGS.md is out of date: run `make findings` and commit it"
+    assert (ROOT / "README.md").read_text() == readme.read_text(), (
+        "README.md's findings summary is out of date: run `make findings` and commit it"
+    )
 
 
 def test_probe_suite_views_change_only_the_tool_block(qwen_ref):
@@ -247,3 +257,24 @@ def test_probe_suite_views_change_only_the_tool_block(qwen_ref):
             assert "type edit = (_: {" in block and "newText: string," in block and '"required"' not in block
     same, _ = apply_view(p.text, p.tools, p.expected_tool, "as-written")
     assert same == p.text
+
+
+def test_readme_summary_lists_measured_effects_and_counts_the_rest():
+    from study import summary
+
+    rows = [
+        {"verdict": "reproduces", "summary": "a: ×0.00 [0.00, 0.60]: **reproduces**"},
+        {"verdict": "descriptive", "measured": "no summary of its own"},
+        {
+            "verdict": "inconclusive (minimum detectable effect at 80% power ×1.59)",
+            "summary": "b: **inconclusive**",
+        },
+        {"verdict": "not measured", "summary": "c: not measured"},
+        {"verdict": "not measured", "summary": "d: not measured"},
+    ]
+    assert summary(rows).splitlines() == [
+        "- a: ×0.00 [0.00, 0.60]: **reproduces** (FINDINGS row 1)",
+        "- b: **inconclusive** (FINDINGS row 3)",
+        "- Other claimed effects: 2 not measured (no committed run pairs both arms); FINDINGS lists what remains "
+        "to rerun.",
+    ]

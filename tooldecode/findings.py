@@ -385,6 +385,20 @@ class EffectResult:
     draws: int  # distinct draws (L2) or decision points (L3) used
     claim: EffectClaim
 
+    def short(self) -> str:
+        """One line for a summary: the estimate with its interval, the events and clusters, the verdict."""
+        c, v = self.cmp, self.verdict
+        est = (
+            f"×{v.estimate:.2f} [{v.lo:.2f}, {v.hi:.2f}]"
+            if self.claim.scale == "ratio"
+            else f"{v.estimate:+.3f} [{v.lo:+.3f}, {v.hi:+.3f}]"
+        )
+        few = ", fewer than 10 clusters" if c.g < 10 else ""
+        return (
+            f"{c.mean_a:.3f} vs {c.mean_b:.3f}, {est} ({v.events:g} events in {v.event_clusters} of {c.g} "
+            f"scenarios{few}; run {self.run.name}): **{v}**"
+        )
+
     def measured(self) -> str:
         c, v = self.cmp, self.verdict
         unit = f"{self.draws} distinct draws" if self.level == "L2" else f"{self.draws} decision points"
