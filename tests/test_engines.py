@@ -259,11 +259,14 @@ def test_run_with_an_engine_list_writes_one_arm_per_setting(tmp_path):
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_outlines_is_the_sampler_and_says_what_it_cannot_report(llama_smol, smol_ref):
+@pytest.mark.parametrize("engine", ["outlines-llamacpp", "outlines-transformers"])
+def test_outlines_is_the_sampler_and_says_what_it_cannot_report(llama_smol, smol_ref, engine):
+    """outlines draws with its own loop from the prompt exactly as written (no chat turn wrapped around
+    it: the sampler checks the tokens the model saw, and the record would be an error otherwise)."""
     from tooldecode.sampling import SamplingParams
 
     _, prompt = _l2_prompt(smol_ref)
-    channel = build_strict("outlines-llamacpp", prompt.tools, prompt.wire, llama_smol)
+    channel = build_strict(engine, prompt.tools, prompt.wire, llama_smol)
     out = draw(
         llama_smol,
         prompt.text,
@@ -281,6 +284,11 @@ def test_outlines_is_the_sampler_and_says_what_it_cannot_report(llama_smol, smol
         assert rec["timing"]["unreported"] == list(SAMPLER_UNREPORTED)
         # outlines continues after the prefix: the text never re-writes the call's opening
         assert not s.text.startswith(prompt.prefill[:20])
+    # a prompt outlines re-templates as a chat turn is caught, not sampled from
+    assert channel._prompt_changed(prompt.text, None) is not None
+    wrapped = channel._prompt_ids("<|im_start|>user\n" + prompt.text + "<|im_end|>\n<|im_start|>assistant\n")
+    assert "changed the prompt" in (channel._prompt_changed(prompt.text, wrapped) or "")
+    assert channel._prompt_changed(prompt.text, channel._prompt_ids(prompt.text)) is None
 
 
 @pytest.mark.model

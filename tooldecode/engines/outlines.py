@@ -97,6 +97,8 @@ class OutlinesSampler:
                 error = f"outlines failed: {type(err).__name__}: {str(err).splitlines()[0][:160]}"
             if error is None and processor.failure is not None:  # raised where the engine swallowed it
                 error = f"outlines failed: {processor.failure}"
+            if error is None:
+                error = self._prompt_changed(prompt, processor.first_input)
             t_end = round(time.perf_counter() - t0, 4)
             batch = []
             for j in range(k):
@@ -130,6 +132,24 @@ class OutlinesSampler:
             if on_batch is not None:
                 on_batch(batch)
         return out
+
+    def _prompt_ids(self, prompt: str) -> list[int]:
+        if self.engine == "outlines-llamacpp":
+            return list(self.model.model.tokenize(prompt.encode("utf-8"), add_bos=True, special=True))
+        return list(self.model.hf_tokenizer(prompt)["input_ids"])
+
+    def _prompt_changed(self, prompt: str, seen: list[int] | None) -> str | None:
+        """An error when the tokens the model saw before its first draw are not ``prompt``'s own (outlines
+        re-templating a str prompt as a chat turn, say): such samples would continue another text."""
+        if seen is None:
+            return "outlines failed: its logits processor was never called (no constrained draw was made)"
+        want = self._prompt_ids(prompt)
+        if seen[-len(want) :] != want or len(seen) - len(want) > 1:  # a BOS in front is the only slack
+            return (
+                f"outlines changed the prompt: the model saw {len(seen)} tokens, not the prompt's {len(want)} "
+                "(a chat template applied to a prompt that is already chat text?)"
+            )
+        return None
 
     def _describe_token(self, token_id: int) -> str:
         """A prefix token for an error message: its id, its bytes, and whether outlines' vocabulary has it."""
@@ -202,7 +222,9 @@ def _outlines_model(name: str, backend: Any) -> Any:
         if not ref.is_gguf:
             raise EngineError(f"outlines-llamacpp needs a .gguf model; '{ref.path}' is a folder")
         llm = llama_cpp.Llama(model_path=str(ref.path), n_ctx=8192, verbose=False, logits_all=False)
-        model = outlines.from_llamacpp(llm)
+        # chat_mode=False: the prompt is already the model's chat text ending in the forced prefix; outlines'
+        # default (chat_mode=True) sends a str as a user message through create_chat_completion
+        model = outlines.from_llamacpp(llm, chat_mode=False)
     else:
         if backend.name == "hf":
             hf, tok = backend.hf, backend.tokenizer
@@ -212,6 +234,16 @@ def _outlines_model(name: str, backend: Any) -> Any:
             hf_backend = load_backend("hf", backend.model)
             hf, tok = hf_backend.hf, hf_backend.tokenizer
         model = outlines.from_transformers(hf, tok)
+        # outlines 1.3 wraps a str prompt in a user message when the tokenizer has a chat template, and
+        # from_transformers has no switch for it: the prompt here is already the model's chat text ending
+        # in the forced prefix, so it must reach the model as written (checked on every call: ``sample``)
+        adapter = getattr(model, "type_adapter", None)
+        if adapter is None or not hasattr(adapter, "has_chat_template"):
+            raise EngineError(
+                "outlines-transformers: this outlines version has no type_adapter.has_chat_template to turn "
+                "off; pin the outlines version in constraints.txt"
+            )
+        adapter.has_chat_template = False
         model.hf_tokenizer = tok
     _OUTLINES_MODELS[key] = model
     return model
@@ -257,6 +289,7 @@ def _positioned_processor_class() -> type:
             self.describe = describe
             self.n_generated = 0
             self.failure: str | None = None
+            self.first_input: list[int] | None = None  # the tokens the model saw before its first draw
 
         def _setup(self, batch_size: int, vocab_size: int) -> None:
             super()._setup(batch_size, vocab_size)
@@ -270,6 +303,9 @@ def _positioned_processor_class() -> type:
                     guide.advance(token_id=t, return_tokens=False)
 
         def process_logits(self, input_ids: Any, logits: Any) -> Any:
+            if self.is_first_token and self.first_input is None:
+                row = input_ids[0] if getattr(input_ids, "ndim", 1) > 1 else input_ids
+                self.first_input = [int(t) for t in row]
             self.n_generated += 0 if self.is_first_token else 1
             try:
                 return super().process_logits(input_ids, logits)
