@@ -4,7 +4,8 @@
 
 Rates are pooled over samples with cluster-robust 95% intervals over scenarios (``stats.cluster_rate``,
 CR1 with t on G-1 df); kinds are the findings layer's key-resolved continuation classes
-(``findings.sample_continuation``). Raw samples are only read.
+(``findings.sample_continuation``). The kind columns (what follows the forced newText) apply to L2 runs
+only: an L1 run shows "—" there and is read by its scorer columns. Raw samples are only read.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ COLUMNS = (
 )
 
 
+KIND_COLUMNS = ("close", "repeat", "schema word", "invented name", "string goes on")
+
+
 def rows(run: Path) -> dict[str, list[tuple]]:
     store = RunStore.open(run)
     out: dict[str, list[tuple]] = defaultdict(list)
@@ -57,7 +61,13 @@ def table(runs: list[Path]) -> str:
             ok = [(sc, c, v) for sc, c, v, _ in items if c is not None]
             errors = len(items) - len(ok)
             cells = []
-            for _, fn in COLUMNS:
+            at_l2 = all(rec["arm"].get("level") == "L2" for _, _, _, rec in items)
+            for name, fn in COLUMNS:
+                if (
+                    name in KIND_COLUMNS and not at_l2
+                ):  # the decision after a forced newText exists only at L2
+                    cells.append("—")
+                    continue
                 r = cluster_rate([fn(c, v) for _, c, v in ok], [sc for sc, _, _ in ok])
                 cells.append(f"{r.k}/{r.n} = {100 * r.rate:.0f}% [{100 * r.lo:.0f}, {100 * r.hi:.0f}]")
             # samples/s from the run's own timings: samples over the summed wall time of their batches
