@@ -70,8 +70,9 @@ def run_spec(
                 for n_job, (arm, sc, seed) in enumerate(jobs):
                     if n_job and sc is not jobs[n_job - 1][1]:
                         drawn.clear()
-                    job = (arm, sc, seed)
-                    _sample_job(spec, store, models, job, done, lambda k: bar.advance(task, k), drawn)
+                    _sample_job(
+                        spec, store, models, (arm, sc, seed), done, lambda k: bar.advance(task, k), drawn
+                    )
             if spec.probe:
                 run_probe(spec, store, scenarios, models, done, bar)
     except BaseException:
@@ -196,7 +197,6 @@ def _sample_job(
         return
     be = models.get(arm["backend"], arm["model"])
     prompt = render_prompt(sc, resolve(arm["model"]), transcript_options(arm))
-    mask = _arm_mask(spec, arm, prompt, be)
     params = SamplingParams(
         temperature=arm["temperature"],
         top_p=spec.top_p,
@@ -231,6 +231,7 @@ def _sample_job(
         mine.update((r["index"], r) for r in recs)
         advance(len(recs))
 
+    mask = _arm_mask(spec, arm, prompt, be)  # after the copies: an arm copied whole compiles nothing
     draw = _drawer(spec, arm, mask, prompt)
     # contiguous runs of missing indices keep per-index seeds identical on resume
     for start, count in index_runs(todo):
