@@ -108,7 +108,7 @@ def xgrammar_tokenizer_info(backend: Any) -> Any:
     import xgrammar as xgr
 
     return xgr.TokenizerInfo(
-        backend.vocab_bytes,
+        backend.vocab_bytes[: backend.n_vocab],
         vocab_type=xgr.VocabType.RAW,
         vocab_size=backend.n_vocab,
         stop_token_ids=sorted(backend.eog_ids),

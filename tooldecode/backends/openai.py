@@ -44,6 +44,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -188,6 +189,11 @@ class OpenAIBackend(ServerProbe, Backend):
         if int(token_id) >= self.n_vocab:  # the UNSEEN column: no bytes, so the probe keeps expanding it
             return b""
         return self._vocab.piece(token_id, True)
+
+    @cached_property
+    def vocab_bytes(self) -> list[bytes]:
+        """The bytes of every logits column, the ``UNSEEN`` column included (it has none)."""
+        return [self.token_bytes(i) for i in range(self.n_vocab + 1)]
 
     def server_tokenize(self, text: str) -> list[int]:
         """The server's own tokenization of ``text`` (special-token text parsed, as in its Completions)."""
