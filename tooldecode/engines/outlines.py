@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -221,7 +222,17 @@ def _outlines_model(name: str, backend: Any) -> Any:
         ref = backend.model
         if not ref.is_gguf:
             raise EngineError(f"outlines-llamacpp needs a .gguf model; '{ref.path}' is a folder")
-        llm = llama_cpp.Llama(model_path=str(ref.path), n_ctx=8192, verbose=False, logits_all=False)
+        # the same threads as tooldecode's own llama.cpp backend (llama-cpp-python's default is half the
+        # cores, which would make a side-by-side speed comparison unfair to outlines)
+        threads = getattr(backend, "n_threads", None) or os.cpu_count() or 1
+        llm = llama_cpp.Llama(
+            model_path=str(ref.path),
+            n_ctx=8192,
+            n_threads=threads,
+            n_threads_batch=threads,
+            verbose=False,
+            logits_all=False,
+        )
         # chat_mode=False: the prompt is already the model's chat text ending in the forced prefix; outlines'
         # default (chat_mode=True) sends a str as a user message through create_chat_completion
         model = outlines.from_llamacpp(llm, chat_mode=False)
