@@ -61,11 +61,10 @@ def table(runs: list[Path]) -> str:
             ok = [(sc, c, v) for sc, c, v, _ in items if c is not None]
             errors = len(items) - len(ok)
             cells = []
+            # the decision after a forced newText (the kind columns) exists only at L2
             at_l2 = all(rec["arm"].get("level") == "L2" for _, _, _, rec in items)
             for name, fn in COLUMNS:
-                if (
-                    name in KIND_COLUMNS and not at_l2
-                ):  # the decision after a forced newText exists only at L2
+                if name in KIND_COLUMNS and not at_l2:
                     cells.append("—")
                     continue
                 r = cluster_rate([fn(c, v) for _, c, v in ok], [sc for sc, _, _ in ok])

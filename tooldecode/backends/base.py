@@ -39,6 +39,8 @@ class Backend(ABC):
 
     @cached_property
     def vocab_bytes(self) -> list[bytes]:
+        """The bytes of each logits column, indexed by token id; ``[:n_vocab]`` is the vocabulary itself
+        (a backend whose rows carry an extra column, such as the server backend's ``UNSEEN``, lists it too)."""
         return [self.token_bytes(i) for i in range(self.n_vocab)]
 
     # --- evaluation ---------------------------------------------------------------------------
