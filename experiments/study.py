@@ -381,55 +381,93 @@ def row_noise(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
     ]
 
 
+def probe_runs_by_model(rs: list[Run]) -> list[tuple[str, Run]]:
+    """Per model, the run of ``rs`` whose probe rows cover the most scenarios for it (a clean run first)."""
+    best: dict[str, tuple[tuple, Run]] = {}
+    for run in rs:
+        for m in sorted({r.get("model", "") for r in run.probe}):
+            key = (run.git_dirty is False, len({r["scenario"] for r in run.probe if r.get("model") == m}))
+            if m not in best or key > best[m][0]:
+                best[m] = (key, run)
+    return [(m, best[m][1]) for m in sorted(best)]
+
+
+def _copies(rows: list[dict], field: str) -> dict[str, str]:
+    """Values of ``field`` whose probe rows are copies (same prompt bytes) of another value's, in every
+    scenario where both were probed: value -> the value it copies."""
+    seen: dict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        v = full_variant(r.get("variant")).get(field)
+        src = r.get("same_prompt_as")
+        seen[str(v)].add(src.split(f"{field}=")[1].split(",")[0] if src and f"{field}=" in src else "")
+    return {v: next(iter(s)) for v, s in seen.items() if len(s) == 1 and "" not in s}
+
+
 def row_wire(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
-    if not rs:
-        return []
-    rows = rs[0].probe
-    base = l3_values(rows, "p_continue", call_format="native")
-    parts, differs = [], []
-    for fmt in ("hermes", "antml", "harmony", "json"):
-        v = l3_values(rows, "p_continue", call_format=fmt)
-        if v:
-            cmp = paired_clusters(v, base)
-            parts.append(f"{fmt} − native: {cmp}")
-            if (cmp.lo > 0 or cmp.hi < 0) and cmp.p_sign_flip <= 0.05:
-                differs.append(fmt)
-    return [
-        {
-            "observation": "E6: wire format as a variable (L3 P(continue after newText))",
-            "claim": spec.get("claim", ""),
-            "measured": "; ".join(parts) + f" ({PT})",
-            "verdict": "descriptive: "
-            + (
-                f"{', '.join(differs)} differ from native"
-                if differs
-                else "no format differs from native at this n"
-            ),
-            "source": source(rs),
-        }
-    ]
+    out = []
+    for model, run in probe_runs_by_model(rs):
+        rows = [r for r in run.probe if r.get("model") == model]
+        copies = _copies(rows, "call_format")
+        parts, differs = [], []
+        for measure in ("extra_key", "p_continue"):
+            base = l3_values(rows, measure, call_format="native")
+            for fmt in ("hermes", "antml", "harmony", "json"):
+                if fmt in copies:
+                    if measure == "p_continue":
+                        parts.append(f"{fmt}: the same prompt and call bytes as {copies[fmt]}, probed once")
+                    continue
+                v = l3_values(rows, measure, call_format=fmt)
+                if v and base:
+                    cmp = paired_clusters(v, base)
+                    name = "P(extra key)" if measure == "extra_key" else "P(continue)"
+                    parts.append(f"{name} {fmt} − native: {cmp}")
+                    if (cmp.lo > 0 or cmp.hi < 0) and cmp.p_sign_flip <= 0.05:
+                        differs.append(f"{fmt} ({name})")
+        if not parts:
+            continue
+        out.append(
+            {
+                "observation": f"E6: wire format as a variable, {_short(model)} (L3 after newText)",
+                "claim": spec.get("claim", ""),
+                "measured": "; ".join(parts) + f" ({PT})",
+                "verdict": "descriptive: "
+                + (
+                    f"{', '.join(differs)} differ from native"
+                    if differs
+                    else "no format differs from native at this n"
+                ),
+                "source": source([run]),
+            }
+        )
+    return out
 
 
 def row_shape(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
-    if not rs:
-        return []
-    parts = []
-    for ts, after in (("nested", "newText"), ("flat-edit", "new_string"), ("multiedit", "new_string")):
-        vals = l3_values(rs[0].probe, "p_continue", after=after, toolset=ts)
-        if vals:
-            m, lo, hi = mean_ci(list(vals.values()))
-            parts.append(
-                f"{ts}: P(continue after {after}) mean {m:.3f} [{lo:.3f}, {hi:.3f}] (t, {few(len(vals))})"
-            )
-    return [
-        {
-            "observation": "E4: tool shape (nested edits[] vs flat Edit vs MultiEdit)",
-            "claim": spec.get("claim", ""),
-            "measured": "; ".join(parts),
-            "verdict": "descriptive (flat Edit legitimately allows replace_all after new_string)",
-            "source": source(rs),
-        }
-    ]
+    out = []
+    for model, run in probe_runs_by_model(rs):
+        rows = [r for r in run.probe if r.get("model") == model]
+        parts = []
+        for ts, after in (("nested", "newText"), ("flat-edit", "new_string"), ("multiedit", "new_string")):
+            for measure, name in (("extra_key", "P(extra key"), ("p_continue", "P(continue")):
+                vals = l3_values(rows, measure, after=after, toolset=ts)
+                if vals:
+                    m, lo, hi = mean_ci(list(vals.values()))
+                    parts.append(
+                        f"{ts}: {name} after {after}) mean {m:.3f} [{lo:.3f}, {hi:.3f}] (t, {few(len(vals))})"
+                    )
+        if not parts:
+            continue
+        out.append(
+            {
+                "observation": f"E4: tool shape (nested edits[] vs flat Edit vs MultiEdit), {_short(model)}",
+                "claim": spec.get("claim", ""),
+                "measured": "; ".join(parts)
+                + " (extra key: a key the object must not get; flat Edit's replace_all is declared, so it is not one)",
+                "verdict": "descriptive (flat Edit legitimately allows replace_all after new_string)",
+                "source": source([run]),
+            }
+        )
+    return out
 
 
 def row_e11(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
@@ -478,7 +516,8 @@ def row_echo(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
         total = len(run.manifest.get("config", {}).get("scenarios", []))
         out.append(
             {
-                "observation": "Where the echo comes from: P(key after newText) by how the tool block is shown",
+                "observation": "Where the echo comes from: P(key after newText) by how the tool block is shown, "
+                + _short(str(run.manifest.get("config", {}).get("model", "?"))),
                 "claim": spec.get("claim", ""),
                 "measured": "means over scenarios of the exact probe after the last item's newText: "
                 + "; ".join(parts)
@@ -776,6 +815,26 @@ def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:
                 f"cover only those. Resume from its commit: `git worktree add DIR {r.git_sha[:10]}`, then in DIR "
                 f"`{r.command()}` with this run folder at `runs/{r.name}`."
             )
+    for stem, spec in load_specs(root):
+        if "variants" in spec or spec.get("name", "").startswith("e15"):
+            continue  # the probe suites: below; E15's runs go one per model, see docs/engines.md
+        want = spec.get("max_scenarios") or 36
+        for m in spec.get("models", []):
+            got = max(
+                (
+                    len({r["scenario"] for r in run.probe if r.get("model") == m})
+                    if spec.get("probe", {}).get("only")
+                    else len({s["scenario"] for s in run.samples if s["arm"].get("model") == m})
+                    for run in runs_of(spec["name"], runs)
+                    if run.git_dirty is False
+                ),
+                default=0,
+            )
+            if got < want:
+                out.append(
+                    f"- {spec['name']} on {m}: {got} of {want} scenarios in a run from a clean commit "
+                    f"(`tooldecode run experiments/{stem}.toml --out runs/{spec['name']}-{want}`)."
+                )
     for stem, spec in load_specs(root):
         if "variants" not in spec:
             continue

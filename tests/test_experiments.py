@@ -144,6 +144,44 @@ def test_an_arm_that_renders_like_an_earlier_one_is_copied_not_sampled_again(tmp
 
 
 @pytest.mark.model
+def test_a_probe_variant_that_renders_like_an_earlier_one_is_copied_not_probed_again(tmp_path):
+    # the probe always renders the free prompt: variants that differ only in the gold cut are one probe
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(
+        'name = "same-probe"\nmodels = ["smollm2-135m-instruct"]\nmax_scenarios = 1\nn = 0\n'
+        'modes = ["loose"]\n[probe]\nonly = true\nselect = ["newText", "new_string"]\nkey_depth = 2\n'
+        'fields = ["gold_cut", "history"]\ngold_cut = ["after-newtext", "before-edits"]\n'
+        'history = ["agentic", "fresh"]\n'
+    )
+    out = tmp_path / "run"
+    run_spec(load_spec(spec_path), out, progress=False)
+    rows = [json.loads(x) for x in (out / "probe.jsonl").read_text().splitlines()]
+    assert rows and all(r["after"] == "newText" for r in rows)
+    by_label: dict[str, list[dict]] = {}
+    for r in rows:
+        by_label.setdefault(r["variant_label"], []).append(r)
+    assert len(by_label) == 4
+    copies = {k: v for k, v in by_label.items() if "same_prompt_as" in v[0]}
+    assert sorted(copies) == ["gold_cut=before-edits,history=agentic", "gold_cut=before-edits,history=fresh"]
+    for label, rs in copies.items():
+        first = by_label[rs[0]["same_prompt_as"]]
+        assert rs[0]["same_prompt_as"].replace("after-newtext", "before-edits") == label
+        strip = ("variant", "variant_label", "same_prompt_as", "seconds")
+        assert [{k: v for k, v in r.items() if k not in strip} for r in rs] == [
+            {k: v for k, v in r.items() if k not in strip} for r in first
+        ]
+    # history changes the prompt: both histories were probed, and they differ
+    a, f = (
+        by_label["gold_cut=after-newtext,history=agentic"],
+        by_label["gold_cut=after-newtext,history=fresh"],
+    )
+    assert "same_prompt_as" not in f[0] and a[0]["p_continue"] != f[0]["p_continue"]
+    # a resume probes nothing and copies nothing again
+    run_spec(load_spec(spec_path), out, progress=False)
+    assert [json.loads(x) for x in (out / "probe.jsonl").read_text().splitlines()] == rows
+
+
+@pytest.mark.model
 def test_n_by_mode_sets_the_sample_count_of_one_mode(tmp_path):
     spec_path = tmp_path / "ref.toml"
     spec_path.write_text(

@@ -169,6 +169,52 @@ def test_zoo_row_reads_kinds_not_a_word_list():
     assert zoo is not None and zoo["verdict"].startswith("reproduces")
 
 
+def test_wire_and_shape_rows_go_per_model_and_report_copies_once():
+    from study import row_shape, row_wire
+
+    def row(model, sc, fmt, p, *, copy=None, after="newText", toolset="nested"):
+        r = {
+            "model": model,
+            "scenario": sc,
+            "after": after,
+            "p_continue": p,
+            "p_continue_by_kind": {"schema_word": p / 2},
+            "continue_keys": {},
+            "variant": {"history": "agentic", "call_format": fmt, "toolset": toolset},
+            "variant_label": f"call_format={fmt},history=agentic",
+        }
+        if copy:
+            r["same_prompt_as"] = f"call_format={copy},history=agentic"
+        return r  # fmt: skip
+
+    rows = []
+    for m, shift in (("qwen2.5-coder-0.5b-instruct", 0.0), ("qwen2.5-coder-1.5b-instruct", 0.3)):
+        for i in range(12):
+            p = 0.1 + 0.01 * i
+            rows += [row(m, f"s{i}", "native", p), row(m, f"s{i}", "hermes", p, copy="native"),
+                     row(m, f"s{i}", "json", p + shift + 0.001 * (i % 3 - 1))]  # fmt: skip
+    manifest = {"config": {"spec": "e6-wire-format"}, "tooldecode": {"git_dirty": False}}
+    run = Run("e6", Path("e6"), manifest, [], {}, rows)
+    out = row_wire({"claim": ""}, [run], {})
+    assert [r["observation"] for r in out] == [
+        "E6: wire format as a variable, qwen-0.5b (L3 after newText)",
+        "E6: wire format as a variable, qwen-1.5b (L3 after newText)",
+    ]
+    assert all("hermes: the same prompt and call bytes as native, probed once" in r["measured"] for r in out)
+    assert all("hermes − native" not in r["measured"] for r in out)
+    assert "no format differs" in out[0]["verdict"] and "json (P(continue))" in out[1]["verdict"]
+    # a run with more scenarios for a model wins; rows of the tool shapes name their key
+    short = Run("e6s", Path("e6s"), manifest, [], {}, [r for r in rows if r["scenario"] in ("s0", "s1")])
+    assert all(r["source"] == "e6" for r in row_wire({"claim": ""}, [short, run], {}))
+    shape = [row("qwen2.5-coder-0.5b-instruct", f"s{i}", "native", 0.2, after="new_string", toolset="flat-edit")
+             for i in range(3)]  # fmt: skip
+    (s,) = row_shape({"claim": ""}, [Run("e4", Path("e4"), manifest, [], {}, shape)], {})
+    assert (
+        "flat-edit: P(extra key after new_string) mean 0.100" in s["measured"]
+        and "qwen-0.5b" in s["observation"]
+    )
+
+
 def test_an_incomplete_run_is_listed_with_how_to_resume_it(tmp_path):
     from study import reruns
 

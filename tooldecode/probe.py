@@ -370,7 +370,7 @@ def probe_call(
     call: str,
     *,
     points: Sequence[ValueEnd] | None = None,
-    select: str | None = None,
+    select: str | Sequence[str] | None = None,
     config: ProbeConfig | None = None,
     samples: int = 0,
     sample_tokens: int = 24,
@@ -378,7 +378,8 @@ def probe_call(
     tools: Sequence[Any] = (),
     expected_tool: str | None = None,
 ) -> list[DecisionPoint]:
-    """Probe every decision point of ``call`` (or those whose ``after`` key equals ``select``).
+    """Probe every decision point of ``call`` (or those whose ``after`` key is ``select``, or one of
+    ``select`` when it is a sequence of keys).
 
     ``prompt`` ends exactly where the call starts; ``call`` is the whole call text as the model would
     write it (wrapper included). ``tools`` are the tool definitions shown in the prompt (``Tool``
@@ -398,7 +399,8 @@ def probe_call(
         raise ValueError("call tokenization does not round-trip; cannot place token boundaries")
     vals = list(points) if points is not None else find_value_ends(call)
     if select is not None:
-        vals = [v for v in vals if v.key == select]
+        keys = {select} if isinstance(select, str) else set(select)
+        vals = [v for v in vals if v.key in keys]
     # boundary: last token boundary at or before the value's final byte (strings: before the closing quote)
     chosen: list[tuple[ValueEnd, int]] = []
     for v in vals:

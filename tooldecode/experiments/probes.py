@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import re
@@ -12,7 +13,11 @@ from tooldecode.experiments.spec import VARIANT_FIELDS, Spec, as_list
 
 
 def run_probe(spec: Spec, store: Any, scenarios: list, models: ModelCache, done: set[str], bar: Any) -> None:
-    """The ``[probe]`` table of ``spec``: probe rows per model × variant × scenario not in ``probe.jsonl`` yet."""
+    """The ``[probe]`` table of ``spec``: probe rows per model × variant × scenario not in ``probe.jsonl`` yet.
+
+    A variant whose prompt, gold call and tools render byte-identically to an earlier variant's in a
+    scenario is not probed again: its rows are copies marked ``same_prompt_as`` (the first variant's
+    label), so each comparison reads them and the findings count them once."""
     from tooldecode.models import resolve
     from tooldecode.probe import ProbeConfig, probe_call
     from tooldecode.prompts import TranscriptOptions, gold_call_text, render_prompt
@@ -27,6 +32,8 @@ def run_probe(spec: Spec, store: Any, scenarios: list, models: ModelCache, done:
     if existing.exists():
         rows = [json.loads(line) for line in existing.read_text().splitlines() if line.strip()]
     have = {(r["model"], r["variant_label"], r["scenario"]) for r in rows}
+    # variants whose prompt, gold call and tools are byte-identical in a scenario are probed once
+    seen: dict[tuple[str, str, str], str] = {}
     t = bar.add_task("probe", total=len(spec.models) * len(variants) * len(scenarios))
     for model in spec.models:
         be = models.get(spec.backend, model)
@@ -37,11 +44,21 @@ def run_probe(spec: Spec, store: Any, scenarios: list, models: ModelCache, done:
             vlabel = ",".join(f"{k}={v}" for k, v in sorted(base.items())) or "default"
             for sc in scenarios:
                 bar.advance(t)
-                if (model, vlabel, sc.id) in have:
-                    continue
                 free = TranscriptOptions(**{**opts.__dict__, "conditioning": "free"})
                 prompt = render_prompt(sc, ref, free)
                 call = gold_call_text(sc, free, ref.family)
+                first = seen.setdefault((model, sc.id, _identity(prompt, call)), vlabel)
+                if (model, vlabel, sc.id) in have:
+                    continue
+                if first != vlabel:
+                    # the same bytes as a variant already probed: its rows, once, marked as a copy
+                    rows += [
+                        dict(r, variant=base, variant_label=vlabel, same_prompt_as=first)
+                        for r in rows
+                        if (r["model"], r["variant_label"], r["scenario"]) == (model, first, sc.id)
+                    ]
+                    store.write_derived("probe.jsonl", rows)
+                    continue
                 pts = probe_call(
                     be,
                     prompt.text,
@@ -73,6 +90,13 @@ def run_probe(spec: Spec, store: Any, scenarios: list, models: ModelCache, done:
                     )
                     rows.append(row)
                 store.write_derived("probe.jsonl", rows)
+
+
+def _identity(prompt: Any, call: str) -> str:
+    """What a probe row depends on besides the model: prompt bytes, gold call, tools shown, expected tool."""
+    tools = json.dumps([(tl.name, tl.parameters) for tl in prompt.tools], sort_keys=True, default=str)
+    blob = "\0".join((prompt.text, call, tools, str(prompt.expected_tool), str(prompt.wire)))
+    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def _item_index(path: str) -> int | None:

@@ -381,10 +381,17 @@ def _check_variant(spec: Spec, fail: Callable[[str], None]) -> None:
 
 def _check_probe(probe: dict[str, Any], fail: Callable[[str], None]) -> None:
     """The [probe] table: known fields; each field it varies is a variant field with values."""
-    known = {"only", "fields", "variant", "select", "depth", "samples", *VARIANT_FIELDS}
+    known = {"only", "fields", "variant", "select", "depth", "key_depth", "samples", *VARIANT_FIELDS}
     unknown = set(probe) - known
     if unknown:
         fail(f"unknown [probe] field(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+    sel = probe.get("select")
+    if sel is not None and not (
+        isinstance(sel, str) or (isinstance(sel, list) and sel and all(isinstance(s, str) for s in sel))
+    ):
+        fail(
+            f'[probe] select = {sel!r}: give a key name or a list of key names (e.g. ["newText", "new_string"])'
+        )
     for f in probe.get("fields", []):
         if f not in VARIANT_FIELDS:
             fail(f"[probe] fields: {f!r} is not a variant field ({', '.join(VARIANT_FIELDS)})")
