@@ -36,6 +36,14 @@ def test_context_from_the_call_prefix_and_the_tools(ctx):
     assert not ctx.schema_words & (ctx.present | ctx.elsewhere)
 
 
+def test_the_wire_envelope_declares_name_and_arguments():
+    env = key_context('<tool_call>\n{"name": "edit', TOOLS, expected_tool="edit")
+    assert env.present == {"name"} and env.declared == {"name", "arguments"}
+    c = classify_continuation('", "arguments": {', context=env)
+    assert (c.group, c.kind) == (CONTINUE, "declared")
+    assert classify_continuation('", "tool": 1', context=env).kind != "declared"
+
+
 @pytest.mark.parametrize(
     "text,group,kind,key",
     [

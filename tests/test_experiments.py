@@ -279,6 +279,23 @@ def test_strict_spec_mode_masks_with_the_open_grammar(tmp_path):
     ],
 )
 def test_duplicates_option_errors_are_one_line(tmp_path, lines, message):
+    _one_line_spec_error(tmp_path, lines, message)
+
+
+@pytest.mark.parametrize(
+    "lines,message",
+    [
+        ('[probe]\ntail = "small"', r"\[probe\] tail = 'small': give a number ≥ 0"),
+        ("[probe]\nmax_branches = -1", r"\[probe\] max_branches = -1"),
+        ("[probe]\nselect = []", r"\[probe\] select = \[\]: give a key name or a list"),
+        ("[probe]\nwidth = 3", r"unknown \[probe\] field\(s\) width"),
+    ],
+)
+def test_probe_table_errors_are_one_line(tmp_path, lines, message):
+    _one_line_spec_error(tmp_path, "n = 1\n" + lines, message)
+
+
+def _one_line_spec_error(tmp_path, lines, message):
     bad = tmp_path / "bad.toml"
     bad.write_text(f'name = "x"\nmodels = ["qwen2.5-coder-0.5b-instruct"]\n{lines}\n')
     with pytest.raises(SpecError, match=message) as err:

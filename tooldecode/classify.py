@@ -42,6 +42,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tooldecode.grammar.wire import ENVELOPE_KEYS
+
 __all__ = [
     "CLOSE",
     "CONTINUE",
@@ -381,5 +383,9 @@ def key_context(
             names = {k for o in objs for k in o["properties"]}
             elsewhere = frozenset(names - declared)
             break
+    else:
+        if present and present <= set(ENVELOPE_KEYS):
+            # the wire's envelope around the arguments ({"name": ..., "arguments": ...})
+            declared = frozenset(ENVELOPE_KEYS)
     words = tool_words(forms) - present - declared - elsewhere
     return KeyContext(present, declared, elsewhere, frozenset(words))

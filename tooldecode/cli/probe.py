@@ -31,7 +31,13 @@ def _cmd_probe(args: argparse.Namespace) -> int:
         prompt.text,
         call,
         select=args.select,
-        config=ProbeConfig(depth=args.depth, key_depth=args.key_depth),
+        config=ProbeConfig(
+            depth=args.depth,
+            key_depth=args.key_depth,
+            min_mass=args.min_mass,
+            max_branches=args.max_branches,
+            tail=args.tail,
+        ),
         samples=args.samples,
         tools=prompt.tools,
         expected_tool=prompt.expected_tool,
@@ -81,6 +87,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=6,
         help="further expansion levels to resolve the key after a ',' (0: close/continue/other only)",
+    )
+    from tooldecode.probe import ProbeConfig
+
+    d = ProbeConfig()
+    p.add_argument(
+        "--min-mass",
+        type=float,
+        default=d.min_mass,
+        help=f"expand an undetermined branch only above this path probability (default {d.min_mass:g})",
+    )
+    p.add_argument(
+        "--max-branches",
+        type=int,
+        default=d.max_branches,
+        help=f"expansions per level (default {d.max_branches})",
+    )
+    p.add_argument(
+        "--tail",
+        type=float,
+        default=d.tail,
+        help=f"classify tokens until this much mass is left; the rest is reported undetermined (default {d.tail:g})",
     )
     p.add_argument(
         "--samples", type=int, default=0, help="also sample K continuations per point and tally keys"

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from tooldecode.experiments.arms import ModelCache
-from tooldecode.experiments.spec import VARIANT_FIELDS, Spec, as_list
+from tooldecode.experiments.spec import PROBE_BOUNDS, VARIANT_FIELDS, Spec, as_list
 
 
 def run_probe(spec: Spec, store: Any, scenarios: list, models: ModelCache, done: set[str], bar: Any) -> None:
@@ -19,7 +19,7 @@ def run_probe(spec: Spec, store: Any, scenarios: list, models: ModelCache, done:
     scenario is not probed again: its rows are copies marked ``same_prompt_as`` (the first variant's
     label), so each comparison reads them and the findings count them once."""
     from tooldecode.models import resolve
-    from tooldecode.probe import ProbeConfig, probe_call
+    from tooldecode.probe import probe_call
     from tooldecode.prompts import TranscriptOptions, gold_call_text, render_prompt
 
     probe = spec.probe
@@ -64,9 +64,7 @@ def run_probe(spec: Spec, store: Any, scenarios: list, models: ModelCache, done:
                     prompt.text,
                     call,
                     select=probe.get("select"),
-                    config=ProbeConfig(
-                        depth=int(probe.get("depth", 3)), key_depth=int(probe.get("key_depth", 6))
-                    ),
+                    config=probe_config(probe),
                     samples=int(probe.get("samples", 0)),
                     seed=0,
                     tools=prompt.tools,
@@ -90,6 +88,16 @@ def run_probe(spec: Spec, store: Any, scenarios: list, models: ModelCache, done:
                     )
                     rows.append(row)
                 store.write_derived("probe.jsonl", rows)
+
+
+def probe_config(probe: dict[str, Any]) -> Any:
+    """The ``ProbeConfig`` of a ``[probe]`` table: its bounds where given, the library's defaults elsewhere."""
+    from dataclasses import fields
+
+    from tooldecode.probe import ProbeConfig
+
+    cast = {f.name: (float if f.default.__class__ is float else int) for f in fields(ProbeConfig)}
+    return ProbeConfig(**{k: cast[k](probe[k]) for k in PROBE_BOUNDS if k in probe})
 
 
 def _identity(prompt: Any, call: str) -> str:

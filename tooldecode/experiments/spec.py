@@ -32,6 +32,8 @@ VARIANT_FIELDS = (
     "call_style",
     "schema_extra",
 )
+# bounds of the exact probe a [probe] table may set (tooldecode.probe.ProbeConfig's fields)
+PROBE_BOUNDS = ("depth", "key_depth", "min_mass", "max_branches", "tail")
 
 
 class SpecError(ToolDecodeError):
@@ -381,10 +383,14 @@ def _check_variant(spec: Spec, fail: Callable[[str], None]) -> None:
 
 def _check_probe(probe: dict[str, Any], fail: Callable[[str], None]) -> None:
     """The [probe] table: known fields; each field it varies is a variant field with values."""
-    known = {"only", "fields", "variant", "select", "depth", "key_depth", "samples", *VARIANT_FIELDS}
+    known = {"only", "fields", "variant", "select", "samples", *PROBE_BOUNDS, *VARIANT_FIELDS}
     unknown = set(probe) - known
     if unknown:
         fail(f"unknown [probe] field(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+    for b in PROBE_BOUNDS:
+        v = probe.get(b)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or v < 0):
+            fail(f"[probe] {b} = {v!r}: give a number ≥ 0")
     sel = probe.get("select")
     if sel is not None and not (
         isinstance(sel, str) or (isinstance(sel, list) and sel and all(isinstance(s, str) for s in sel))

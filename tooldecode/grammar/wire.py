@@ -33,6 +33,8 @@ from tooldecode.grammar.schema import SchemaIR
 from tooldecode.grammar.terminals import json_str, number_ast, number_text, ws_max_for
 
 WIRES = ("json", "call-json", "hermes", "antml", "harmony", "call-list")
+# the keys of the JSON envelope around the arguments (call-json, hermes, call-list)
+ENVELOPE_KEYS = ("name", "arguments")
 FORBID: dict[str, str | None] = {
     "json": None,
     "call-json": None,
@@ -83,11 +85,11 @@ def frame(wire: str, name: str, low: Lowerer, sir: SchemaIR, hint: str) -> GExpr
         return gseq(GLit(HARMONY_HEAD.format(name=name)), args, GLit("<|call|>"))
     call = gseq(
         p.lbrace,
-        GLit('"name"'),
+        GLit(json_str(ENVELOPE_KEYS[0])),
         p.colon,
         GLit(json_str(name)),
         p.comma,
-        GLit('"arguments"'),
+        GLit(json_str(ENVELOPE_KEYS[1])),
         p.colon,
         args,
         p.rbrace,
