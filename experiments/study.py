@@ -530,6 +530,60 @@ def row_echo(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
     return out
 
 
+def row_transcripts(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
+    """Per model: the exact probe after newText under each transcript variant (every scenario paired),
+    and the first vs the last item of multi-item calls in the baseline."""
+    out = []
+    for run in sorted(rs, key=lambda r: str(r.manifest.get("config", {}).get("model", ""))):
+        model = str(run.manifest.get("config", {}).get("model", "?"))
+        parts = []
+        for var in spec.get("variants", []):
+            want = {k: v for k, v in var.items() if k not in ("name", "tool_view")}
+            vals = {m: l3_values(run.probe, m, **want) for m in ("extra_key", "p_continue", "p_close")}
+            if not vals["p_continue"]:
+                continue
+            g = len(vals["p_continue"])
+            ek = list(vals["extra_key"].values())
+            parts.append(
+                f"{var['name']} ({few(g)}): P(extra key) {np.mean(ek) if ek else math.nan:.3f}, "
+                f"P(continue) {np.mean(list(vals['p_continue'].values())):.3f}, "
+                f"P(close) {np.mean(list(vals['p_close'].values())):.3f}"
+            )
+        if not parts:
+            continue
+        base = [r for r in run.probe if r.get("after") == "newText" and not r.get("variant")]
+        first = {
+            r["scenario"]: float(r["p_continue"])
+            for r in base
+            if r.get("n_items", 1) > 1 and r.get("item_index") == 0
+        }
+        last = {
+            r["scenario"]: float(r["p_continue"])
+            for r in base
+            if r.get("n_items", 1) > 1 and r.get("item_index") == r.get("n_items", 1) - 1
+        }
+        items = ""
+        if len(set(first) & set(last)) >= 2:
+            cmp = paired_clusters(
+                {s: first[s] for s in set(first) & set(last)}, {s: last[s] for s in set(first) & set(last)}
+            )
+            items = f"; as written, P(continue) after the first vs the last item of multi-item calls: {cmp} ({PT})"
+        total = len(run.manifest.get("config", {}).get("scenarios", []))
+        out.append(
+            {
+                "observation": f"Transcript variants, {_short(model)}: the exact probe after newText (first and last item)",
+                "claim": spec.get("claim", ""),
+                "measured": "means over scenarios of the per-scenario mean over the first and the last item: "
+                + "; ".join(parts)
+                + items
+                + f" (of {total} scenarios in the run's order; the verdicts are the E2, E3, E8 and E9 effect rows)",
+                "verdict": "descriptive",
+                "source": source([run]),
+            }
+        )
+    return out
+
+
 ROWS: dict[str, Callable[[dict, list[Run], dict[str, Run]], list[dict]]] = {
     "l0_free": row_l0_free,
     "strict_cost": row_strict_cost,
@@ -543,6 +597,7 @@ ROWS: dict[str, Callable[[dict, list[Run], dict[str, Run]], list[dict]]] = {
     "shape": row_shape,
     "e11": row_e11,
     "echo": row_echo,
+    "transcripts": row_transcripts,
 }
 
 
@@ -707,9 +762,24 @@ def load_specs(root: Path = ROOT) -> list[tuple[str, dict]]:
     return out
 
 
-def effect_rows(stem: str, spec: dict, runs: dict[str, Run]) -> list[dict]:
+def spec_effects(spec: dict) -> list[dict]:
+    """The spec's claimed effects, one per model: an effect with ``models = [...]`` is judged on each
+    model apart (its label names the model); ``model = "..."`` names one."""
     out = []
     for eff in spec["findings"].get("effects", []):
+        models = eff.get("models")
+        if not models:
+            out.append(eff)
+            continue
+        for m in models:
+            one = {k: v for k, v in eff.items() if k != "models"}
+            out.append(dict(one, model=m, label=f"{_short(m)}: {eff.get('label', '')}"))
+    return out
+
+
+def effect_rows(stem: str, spec: dict, runs: dict[str, Run]) -> list[dict]:
+    out = []
+    for eff in spec_effects(spec):
         res = evaluate_effect(eff, runs, where=f"experiments/{stem}.toml")
         claim = (
             f"{spec.get('claim', '')} Claimed effect: {eff.get('label')}: "
@@ -781,7 +851,7 @@ def provenance(runs: dict[str, Run]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ROWS", "build_rows", "load_specs", "provenance", "row_measure", "summary"]
+__all__ = ["ROWS", "build_rows", "load_specs", "provenance", "row_measure", "spec_effects", "summary"]
 
 
 def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:

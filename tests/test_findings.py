@@ -240,7 +240,7 @@ def test_an_incomplete_run_is_listed_with_how_to_resume_it(tmp_path):
 
 
 def test_every_spec_effect_is_well_formed():
-    from study import ROWS, load_specs
+    from study import ROWS, load_specs, spec_effects
 
     from tooldecode.findings import parse_claim
 
@@ -248,6 +248,9 @@ def test_every_spec_effect_is_well_formed():
     assert specs
     for stem, spec in specs:
         for eff in spec["findings"].get("effects", []):
+            assert not ("model" in eff and "models" in eff), stem
+        for eff in spec_effects(spec):
+            assert isinstance(eff.get("model"), str), stem
             assert eff["level"] in ("L2", "L3") and eff.get("source") and eff.get("translation"), stem
             parse_claim(eff, stem)
         assert set(spec["findings"].get("rows", [])) <= set(ROWS), stem
