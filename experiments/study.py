@@ -45,6 +45,11 @@ def few(g: int) -> str:
     return f"{g} scenarios" + (", fewer than 10 clusters" if g < 10 else "")
 
 
+def run_model(run: Run) -> str:
+    """The model a one-model run (a probe suite's) was made with."""
+    return str(run.manifest.get("config", {}).get("model", "?"))
+
+
 def runs_of(spec: str, runs: dict[str, Run]) -> list[Run]:
     return [r for r in runs.values() if r.spec == spec]
 
@@ -517,7 +522,7 @@ def row_echo(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
         out.append(
             {
                 "observation": "Where the echo comes from: P(key after newText) by how the tool block is shown, "
-                + _short(str(run.manifest.get("config", {}).get("model", "?"))),
+                + _short(run_model(run)),
                 "claim": spec.get("claim", ""),
                 "measured": "means over scenarios of the exact probe after the last item's newText: "
                 + "; ".join(parts)
@@ -534,8 +539,8 @@ def row_transcripts(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
     """Per model: the exact probe after newText under each transcript variant (every scenario paired),
     and the first vs the last item of multi-item calls in the baseline."""
     out = []
-    for run in sorted(rs, key=lambda r: str(r.manifest.get("config", {}).get("model", ""))):
-        model = str(run.manifest.get("config", {}).get("model", "?"))
+    for run in sorted(rs, key=run_model):
+        model = run_model(run)
         parts = []
         for var in spec.get("variants", []):
             want = {k: v for k, v in var.items() if k not in ("name", "tool_view")}

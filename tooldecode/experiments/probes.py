@@ -92,12 +92,10 @@ def run_probe(spec: Spec, store: Any, scenarios: list, models: ModelCache, done:
 
 def probe_config(probe: dict[str, Any]) -> Any:
     """The ``ProbeConfig`` of a ``[probe]`` table: its bounds where given, the library's defaults elsewhere."""
-    from dataclasses import fields
-
     from tooldecode.probe import ProbeConfig
 
-    cast = {f.name: (float if f.default.__class__ is float else int) for f in fields(ProbeConfig)}
-    return ProbeConfig(**{k: cast[k](probe[k]) for k in PROBE_BOUNDS if k in probe})
+    default = ProbeConfig()
+    return ProbeConfig(**{k: type(getattr(default, k))(probe[k]) for k in PROBE_BOUNDS if k in probe})
 
 
 def _identity(prompt: Any, call: str) -> str:
