@@ -1,6 +1,6 @@
 """json-repair vs the project's own lenient repairs on the committed runs, per model.
 
-    .venv/bin/python experiments/e15_repair.py [runs/e1-strict-vs-loose ...]
+    .venv/bin/python experiments/e15_repair.py [runs/e1-strict-vs-loose-18 ...]
 
 Reads every committed run's raw samples (never writes into runs/), repairs each loose call both ways and
 prints, per model, how many loose calls failing strict validation each rescues (valid, payload
