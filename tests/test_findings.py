@@ -283,6 +283,20 @@ def test_findings_md_matches_a_rebuild_from_the_committed_runs(tmp_path):
     )
 
 
+def test_every_committed_run_was_made_from_a_clean_commit_it_names():
+    """A run's numbers must be reproducible from the code that made them: every committed manifest
+    records its commit and `git_dirty: false` (a run from a dirty tree is rerun, not committed)."""
+    manifests = sorted((ROOT / "runs").glob("*/manifest.json"))
+    assert manifests, "no committed runs found"
+    bad = []
+    for path in manifests:
+        info = json.loads(path.read_text()).get("tooldecode", {})
+        sha = str(info.get("git_sha") or "")
+        if info.get("git_dirty") is not False or len(sha) != 40:
+            bad.append(f"{path.parent.name}: git_sha={sha or None}, git_dirty={info.get('git_dirty')}")
+    assert not bad, "runs not made from a clean commit: " + "; ".join(bad)
+
+
 def test_probe_suite_views_change_only_the_tool_block(qwen_ref):
     sys.path.insert(0, str(ROOT / "scripts"))
     from probe_suite import apply_view
