@@ -104,7 +104,16 @@ def test_evaluate_effect_on_sampled_arms():
     few = evaluate_effect(effect, {"r": _l2_run(6, 0.0, 0.25)})
     assert few is not None and "fewer than 10 clusters" in few.measured()
     same = evaluate_effect({**effect, "size": 0.5}, {"r": _l2_run(12, 0.25, 0.25)})
-    assert same is not None and same.verdict.verdict == "contradicts"  # ×1 measured, ×0.5 claimed
+    # the arms agree in every scenario: no variance, no interval, no verdict either way
+    assert (
+        same is not None and same.verdict.verdict == "inconclusive" and "no variance" in same.verdict.reason
+    )
+    near = _l2_run(12, 0.25, 0.25)
+    near.samples[7]["text"] = '", "matchCase": true}'  # one more strict event in scenario s0
+    near_res = evaluate_effect({**effect, "size": 0.5}, {"r": near})
+    assert (
+        near_res is not None and near_res.verdict.verdict == "contradicts"
+    )  # about ×1 measured, ×0.5 claimed
     rare = _l2_run(12, 0.0, 0.0)
     rare.samples[1]["text"] = '", "matchCase": 1}'  # one loose event in one scenario
     r = evaluate_effect(effect, {"r": rare})

@@ -343,3 +343,20 @@ def test_judge_effect_verdicts() -> None:
     assert nv.verdict == "inconclusive" and "detectable" in nv.reason  # the minimum detectable effect
     gone = paired_clusters({f"s{i}": 0.0 for i in range(6)}, {f"s{i}": 0.1 * (i + 1) for i in range(6)})
     assert judge_effect(gone, EffectClaim("ratio", 0.0), events=20, event_clusters=6).verdict == "reproduces"
+
+
+def test_identical_scenario_differences_give_no_interval_not_a_zero_width_one() -> None:
+    """Arms drawn with shared random streams can agree in every scenario; a t interval of width 0
+    would claim a certainty the data do not carry: no interval, and the verdict says why."""
+    from tooldecode.stats import EffectClaim, judge_effect, paired_clusters
+
+    a = {f"s{i}": v for i, v in enumerate([0.25, 0.5, 0.125, 0.0, 0.375, 0.25])}
+    cmp = paired_clusters(a, dict(a))
+    assert cmp.diff == 0.0 and cmp.ratio == 1.0
+    assert math.isnan(cmp.lo) and math.isnan(cmp.ratio_lo) and math.isnan(cmp.mde_diff)
+    assert "[no interval]" in str(cmp)
+    v = judge_effect(cmp, EffectClaim("ratio", None, -1), events=20, event_clusters=5)
+    assert v.verdict == "inconclusive" and "no variance across scenarios" in v.reason
+    # one scenario that differs restores an ordinary interval
+    b = {**a, "s0": 0.125}
+    assert not math.isnan(paired_clusters(a, b).lo)

@@ -51,6 +51,7 @@ from tooldecode.stats import (
     EffectVerdict,
     PairedClusters,
     cluster_rate,
+    interval_text,
     judge_effect,
     paired_clusters,
 )
@@ -389,9 +390,9 @@ class EffectResult:
         """One line for a summary: the estimate with its interval, the events and clusters, the verdict."""
         c, v = self.cmp, self.verdict
         est = (
-            f"×{v.estimate:.2f} [{v.lo:.2f}, {v.hi:.2f}]"
+            f"×{v.estimate:.2f} {interval_text(v.lo, v.hi, '.2f')}"
             if self.claim.scale == "ratio"
-            else f"{v.estimate:+.3f} [{v.lo:+.3f}, {v.hi:+.3f}]"
+            else f"{v.estimate:+.3f} {interval_text(v.lo, v.hi, '+.3f')}"
         )
         few = ", fewer than 10 clusters" if c.g < 10 else ""
         return (
@@ -403,15 +404,15 @@ class EffectResult:
         c, v = self.cmp, self.verdict
         unit = f"{self.draws} distinct draws" if self.level == "L2" else f"{self.draws} decision points"
         est = (
-            f"ratio ×{v.estimate:.2f} [{v.lo:.2f}, {v.hi:.2f}]"
+            f"ratio ×{v.estimate:.2f} {interval_text(v.lo, v.hi, '.2f')}"
             if self.claim.scale == "ratio"
-            else f"difference {v.estimate:+.3f} [{v.lo:+.3f}, {v.hi:+.3f}]"
+            else f"difference {v.estimate:+.3f} {interval_text(v.lo, v.hi, '+.3f')}"
         )
         few = ", fewer than 10 clusters" if c.g < 10 else ""
         ev = f"{v.events:g} events in {v.event_clusters} scenarios"
         return (
             f"{self.label}: {c.mean_a:.3f} vs {c.mean_b:.3f} (per-scenario means), {est}, "
-            f"difference {c.diff:+.3f} [{c.lo:+.3f}, {c.hi:+.3f}], sign-flip p = {c.p_sign_flip:.3g}; "
+            f"difference {c.diff:+.3f} {interval_text(c.lo, c.hi, '+.3f')}, sign-flip p = {c.p_sign_flip:.3g}; "
             f"{c.g} scenarios{few}, {unit}, {ev} [run {self.run.name}]"
         )
 

@@ -149,10 +149,10 @@ class PairedClusters:
     def __str__(self) -> str:
         r = ""
         if not math.isnan(self.ratio):
-            r = f", ratio ×{self.ratio:.2f} [{self.ratio_lo:.2f}, {self.ratio_hi:.2f}]"
+            r = f", ratio ×{self.ratio:.2f} {interval_text(self.ratio_lo, self.ratio_hi, '.2f')}"
         return (
-            f"{self.mean_a:.3f} vs {self.mean_b:.3f}: difference {self.diff:+.3f} [{self.lo:+.3f}, "
-            f"{self.hi:+.3f}]{r}, sign-flip p = {self.p_sign_flip:.3g} ({self.g} scenarios"
+            f"{self.mean_a:.3f} vs {self.mean_b:.3f}: difference {self.diff:+.3f} "
+            f"{interval_text(self.lo, self.hi, '+.3f')}{r}, sign-flip p = {self.p_sign_flip:.3g} ({self.g} scenarios"
             f"{few_clusters_note(self.g)})"
         )
 
@@ -178,6 +178,9 @@ def paired_clusters(
     if g < 2:
         return PairedClusters(g, ma, mb, md, nan, nan, p_flip, nan, nan, nan, nan, nan, nan, nan)
     sd = float(d.std(ddof=1))
+    if sd == 0.0:  # every cluster differs by the same amount: no variance to build a t interval from
+        ratio = ma / mb if mb > 0 else nan
+        return PairedClusters(g, ma, mb, md, nan, nan, p_flip, nan, ratio, nan, nan, nan, nan, nan)
     tq = t_ppf(0.5 + conf / 2.0, g - 1)
     se = sd / math.sqrt(g)
     lo, hi = md - tq * se, md + tq * se
@@ -196,6 +199,13 @@ def paired_clusters(
         else:  # arm a is 0 everywhere: the ratio's uncertainty is that of the difference, relative to mean(b)
             ratio_lo, ratio_hi = max(0.0, 1.0 + lo / mb), max(0.0, 1.0 + hi / mb)
     return PairedClusters(g, ma, mb, md, lo, hi, p_flip, p_t, ratio, ratio_lo, ratio_hi, mde, up, down)
+
+
+def interval_text(lo: float, hi: float, spec: str) -> str:
+    """``[lo, hi]`` formatted with ``spec``, or ``[no interval]`` when either end is undefined."""
+    if math.isnan(lo) or math.isnan(hi):
+        return "[no interval]"
+    return f"[{lo:{spec}}, {hi:{spec}}]"
 
 
 @dataclass(frozen=True)
@@ -278,6 +288,12 @@ def judge_effect(
     if math.isnan(lo) or math.isnan(hi):
         if cmp.g >= 2 and cmp.mean_b == 0 and cmp.mean_a == 0:
             return out("inconclusive", "no event in either arm")
+        if cmp.g >= 2 and math.isnan(cmp.lo) and not math.isnan(cmp.diff) and cmp.mean_b != 0:
+            return out(
+                "inconclusive",
+                f"every scenario's difference is {cmp.diff:+.3f}: no variance across scenarios, so no t "
+                "interval (arms drawn with shared random streams can agree draw for draw)",
+            )
         return out("inconclusive", "no interval (fewer than 2 scenarios or a zero reference)")
     interval_excl = (lo > claim.null) if claim.direction > 0 else (hi < claim.null)
     # the interval (t over scenarios) and the sign-flip test must both reject no-effect
