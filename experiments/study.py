@@ -32,7 +32,7 @@ from tooldecode.findings import (
     sample_continuation,
 )
 from tooldecode.probe import decision_entropy
-from tooldecode.stats import cluster_rate, mean_ci, paired_clusters
+from tooldecode.stats import cluster_rate, interval_text, mean_ci, paired_clusters
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
@@ -180,7 +180,7 @@ def row_strict_cost(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
                 else "descriptive",
                 "source": source([run]),
                 "summary": f"strict's cost: the newText string goes on instead of closing in {rs_.k:g}/{rs_.n} strict vs "
-                f"{rl_.k:g}/{rl_.n} loose draws, ×{cmp.ratio:.2f} [{cmp.ratio_lo:.2f}, {cmp.ratio_hi:.2f}] paired over "
+                f"{rl_.k:g}/{rl_.n} loose draws, ×{cmp.ratio:.2f} {interval_text(cmp.ratio_lo, cmp.ratio_hi, '.2f')} paired over "
                 f"{cmp.g} scenarios (run {run.name})",
             }
         )
@@ -209,7 +209,9 @@ def row_agreement(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]
             "observation": "Instrument check: L2 sampled continue rate vs L3 exact P(continue), same decision",
             "claim": "They measure the same event (T=1, no truncation), so they must agree.",
             "measured": f"sampled vs exact: {cmp} ({PT}; {sum(len(v) for v in by.values())} distinct draws)",
-            "verdict": "agree" if cmp.lo <= 0 <= cmp.hi else "disagree",
+            "verdict": "agree"
+            if cmp.lo <= 0 <= cmp.hi or (math.isnan(cmp.lo) and cmp.diff == 0)
+            else "disagree",
             "source": source([e1, e5]),
         }
     ]
