@@ -386,14 +386,17 @@ class EffectResult:
     draws: int  # distinct draws (L2) or decision points (L3) used
     claim: EffectClaim
 
+    def _estimate(self) -> str:
+        """The verdict's estimate with its interval, on the claim's scale."""
+        v = self.verdict
+        if self.claim.scale == "ratio":
+            return f"×{v.estimate:.2f} {interval_text(v.lo, v.hi, '.2f')}"
+        return f"{v.estimate:+.3f} {interval_text(v.lo, v.hi, '+.3f')}"
+
     def short(self) -> str:
         """One line for a summary: the estimate with its interval, the events and clusters, the verdict."""
         c, v = self.cmp, self.verdict
-        est = (
-            f"×{v.estimate:.2f} {interval_text(v.lo, v.hi, '.2f')}"
-            if self.claim.scale == "ratio"
-            else f"{v.estimate:+.3f} {interval_text(v.lo, v.hi, '+.3f')}"
-        )
+        est = self._estimate()
         few = ", fewer than 10 clusters" if c.g < 10 else ""
         return (
             f"{c.mean_a:.3f} vs {c.mean_b:.3f}, {est} ({v.events:g} events in {v.event_clusters} of {c.g} "
@@ -403,11 +406,7 @@ class EffectResult:
     def measured(self) -> str:
         c, v = self.cmp, self.verdict
         unit = f"{self.draws} distinct draws" if self.level == "L2" else f"{self.draws} decision points"
-        est = (
-            f"ratio ×{v.estimate:.2f} {interval_text(v.lo, v.hi, '.2f')}"
-            if self.claim.scale == "ratio"
-            else f"difference {v.estimate:+.3f} {interval_text(v.lo, v.hi, '+.3f')}"
-        )
+        est = ("ratio " if self.claim.scale == "ratio" else "difference ") + self._estimate()
         few = ", fewer than 10 clusters" if c.g < 10 else ""
         ev = f"{v.events:g} events in {v.event_clusters} scenarios"
         return (
