@@ -462,6 +462,17 @@ def row_shape(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
                     parts.append(
                         f"{ts}: {name} after {after}) mean {m:.3f} [{lo:.3f}, {hi:.3f}] (t, {few(len(vals))})"
                     )
+        # the shapes side by side: P(extra key) of each flat shape against the nested one, paired over scenarios
+        nested = l3_values(rows, "extra_key", after="newText", toolset="nested")
+        differs, paired = [], False
+        for ts in ("flat-edit", "multiedit"):
+            v = l3_values(rows, "extra_key", after="new_string", toolset=ts)
+            if v and nested and len(set(v) & set(nested)) >= 2:
+                cmp = paired_clusters(v, nested)
+                parts.append(f"P(extra key) {ts} − nested: {cmp}")
+                paired = True
+                if (cmp.lo > 0 or cmp.hi < 0) and cmp.p_sign_flip <= 0.05:
+                    differs.append(f"{ts} {'fewer' if cmp.hi < 0 else 'more'}")
         if not parts:
             continue
         out.append(
@@ -469,8 +480,14 @@ def row_shape(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
                 "observation": f"E4: tool shape (nested edits[] vs flat Edit vs MultiEdit), {_short(model)}",
                 "claim": spec.get("claim", ""),
                 "measured": "; ".join(parts)
-                + " (extra key: a key the object must not get; flat Edit's replace_all is declared, so it is not one)",
-                "verdict": "descriptive (flat Edit legitimately allows replace_all after new_string)",
+                + " (extra key: a key the object must not get; flat Edit's replace_all is declared, so it is not one"
+                + (f"; {PT})" if paired else ")"),
+                "verdict": "descriptive (flat Edit legitimately allows replace_all after new_string): "
+                + (
+                    f"extra keys differ from the nested shape: {', '.join(differs)}"
+                    if differs
+                    else "no shape's extra keys differ from the nested one at this n"
+                ),
                 "source": source([run]),
             }
         )

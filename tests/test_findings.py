@@ -222,6 +222,21 @@ def test_wire_and_shape_rows_go_per_model_and_report_copies_once():
         "flat-edit: P(extra key after new_string) mean 0.100" in s["measured"]
         and "qwen-0.5b" in s["observation"]
     )
+    assert "− nested" not in s["measured"] and "no shape's extra keys differ" in s["verdict"]
+    # the flat shape against the nested one, paired over scenarios: fewer extra keys in every scenario
+    m = "qwen2.5-coder-0.5b-instruct"
+    flat6 = [row(m, f"s{i}", "native", 0.2, after="new_string", toolset="flat-edit") for i in range(6)]
+    both = flat6 + [row(m, f"s{i}", "native", 0.5 + 0.01 * i) for i in range(6)]
+    (s,) = row_shape({"claim": ""}, [Run("e4", Path("e4"), manifest, [], {}, both)], {})
+    assert "P(extra key) flat-edit − nested: 0.100 vs 0.263" in s["measured"] and "(6 scenarios" in s["measured"]
+    assert s["verdict"].endswith("extra keys differ from the nested shape: flat-edit fewer")
+    # at 3 scenarios a sign-flip p cannot reach 0.05 (2/8 at best): no difference is claimed
+    (s,) = row_shape({"claim": ""}, [Run("e4", Path("e4"), manifest, [], {}, both[:3] + both[6:9])], {})
+    assert "flat-edit − nested" in s["measured"] and "no shape's extra keys differ" in s["verdict"]
+    # the same values in both shapes: no difference
+    same = flat6 + [row(m, f"s{i}", "native", 0.2) for i in range(6)]
+    (s,) = row_shape({"claim": ""}, [Run("e4", Path("e4"), manifest, [], {}, same)], {})
+    assert "flat-edit − nested" in s["measured"] and "no shape's extra keys differ" in s["verdict"]
 
 
 def test_an_incomplete_run_is_listed_with_how_to_resume_it(tmp_path):
