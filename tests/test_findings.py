@@ -228,7 +228,9 @@ def test_wire_and_shape_rows_go_per_model_and_report_copies_once():
     flat6 = [row(m, f"s{i}", "native", 0.2, after="new_string", toolset="flat-edit") for i in range(6)]
     both = flat6 + [row(m, f"s{i}", "native", 0.5 + 0.01 * i) for i in range(6)]
     (s,) = row_shape({"claim": ""}, [Run("e4", Path("e4"), manifest, [], {}, both)], {})
-    assert "P(extra key) flat-edit − nested: 0.100 vs 0.263" in s["measured"] and "(6 scenarios" in s["measured"]
+    assert (
+        "P(extra key) flat-edit − nested: 0.100 vs 0.263" in s["measured"] and "(6 scenarios" in s["measured"]
+    )
     assert s["verdict"].endswith("extra keys differ from the nested shape: flat-edit fewer")
     # at 3 scenarios a sign-flip p cannot reach 0.05 (2/8 at best): no difference is claimed
     (s,) = row_shape({"claim": ""}, [Run("e4", Path("e4"), manifest, [], {}, both[:3] + both[6:9])], {})
