@@ -913,11 +913,16 @@ def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:
         if "variants" in spec or spec.get("name", "").startswith("e15"):
             continue  # the probe suites: below; E15's runs go one per model, see docs/engines.md
         want = spec.get("max_scenarios") or 36
+        probe = spec.get("probe", {})
+        # a probe-only spec's scenario is done when every variant (the product of its fields) has rows
+        n_variants = math.prod(
+            len(v) if isinstance(v := probe[f], list) else 1 for f in probe.get("fields", [])
+        )
         for m in spec.get("models", []):
             got = max(
                 (
-                    len({r["scenario"] for r in run.probe if r.get("model") == m})
-                    if spec.get("probe", {}).get("only")
+                    _probed_in_full(run.probe, m, n_variants)
+                    if probe.get("only")
                     else len({s["scenario"] for s in run.samples if s["arm"].get("model") == m})
                     for run in runs_of(spec["name"], runs)
                     if run.git_dirty is False
@@ -947,6 +952,15 @@ def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:
                     f"--out runs/{spec['name']}-{m} --model {m}`)."
                 )
     return "\n".join(out)
+
+
+def _probed_in_full(rows: list[dict], model: str, n_variants: int) -> int:
+    """Scenarios whose probe rows for ``model`` cover ``n_variants`` variants (copies count: they are rows)."""
+    labels: dict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        if r.get("model") == model:
+            labels[r["scenario"]].add(r.get("variant_label", ""))
+    return sum(len(v) >= n_variants for v in labels.values())
 
 
 def summary(rows: list[dict]) -> str:

@@ -367,3 +367,15 @@ def test_readme_summary_lists_measured_effects_and_counts_the_rest():
         "- Other claimed effects: 2 not measured (no committed run pairs both arms); FINDINGS lists what remains "
         "to rerun.",
     ]
+
+
+def test_a_probe_scenario_counts_as_done_only_when_every_variant_has_rows():
+    from study import _probed_in_full
+
+    m = "qwen2.5-coder-1.5b-instruct"
+    rows = [{"model": m, "scenario": "s0", "variant_label": v} for v in ("a", "b", "c")]
+    rows += [{"model": m, "scenario": "s1", "variant_label": "a"}]
+    rows += [{"model": "other", "scenario": "s2", "variant_label": v} for v in ("a", "b", "c")]
+    assert _probed_in_full(rows, m, 3) == 1
+    assert _probed_in_full(rows, m, 1) == 2
+    assert _probed_in_full(rows, "other", 3) == 1
