@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from tooldecode.classify import CONTINUE_KINDS
+from tooldecode.experiments.spec import as_list
 from tooldecode.findings import (
     Run,
     arm_filter,
@@ -428,7 +429,7 @@ def row_wire(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
                     cmp = paired_clusters(v, base)
                     name = "P(extra key)" if measure == "extra_key" else "P(continue)"
                     parts.append(f"{name} {fmt} − native: {cmp}")
-                    if (cmp.lo > 0 or cmp.hi < 0) and cmp.p_sign_flip <= 0.05:
+                    if cmp.direction():
                         differs.append(f"{fmt} ({name})")
         if not parts:
             continue
@@ -471,8 +472,8 @@ def row_shape(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
                 cmp = paired_clusters(v, nested)
                 parts.append(f"P(extra key) {ts} − nested: {cmp}")
                 paired = True
-                if (cmp.lo > 0 or cmp.hi < 0) and cmp.p_sign_flip <= 0.05:
-                    differs.append(f"{ts} {'fewer' if cmp.hi < 0 else 'more'}")
+                if cmp.direction():
+                    differs.append(f"{ts} {'fewer' if cmp.direction() < 0 else 'more'}")
         if not parts:
             continue
         out.append(
@@ -915,9 +916,7 @@ def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:
         want = spec.get("max_scenarios") or 36
         probe = spec.get("probe", {})
         # a probe-only spec's scenario is done when every variant (the product of its fields) has rows
-        n_variants = math.prod(
-            len(v) if isinstance(v := probe[f], list) else 1 for f in probe.get("fields", [])
-        )
+        n_variants = math.prod(len(as_list(probe[f])) for f in probe.get("fields", []))
         for m in spec.get("models", []):
             got = max(
                 (

@@ -146,6 +146,13 @@ class PairedClusters:
     mde_ratio_down: float
     kind: str = PAIRED_KIND
 
+    def direction(self, alpha: float = 0.05) -> int:
+        """+1 (a above b) or -1 (a below b) when the t interval excludes 0 and the sign-flip p is at
+        most ``alpha``; 0 otherwise (no interval included)."""
+        if self.p_sign_flip > alpha:
+            return 0
+        return 1 if self.lo > 0 else -1 if self.hi < 0 else 0
+
     def __str__(self) -> str:
         r = ""
         if not math.isnan(self.ratio):
