@@ -472,8 +472,8 @@ def row_shape(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
                 cmp = paired_clusters(v, nested)
                 parts.append(f"P(extra key) {ts} − nested: {cmp}")
                 paired = True
-                if cmp.direction():
-                    differs.append(f"{ts} {'fewer' if cmp.direction() < 0 else 'more'}")
+                if d := cmp.direction():
+                    differs.append(f"{ts} {'fewer' if d < 0 else 'more'}")
         if not parts:
             continue
         out.append(
