@@ -120,6 +120,9 @@ def test_evaluate_effect_on_sampled_arms():
     assert r is not None and r.verdict.verdict == "inconclusive"
     vals, events, clusters, draws = l2_values(rare.samples, "extra_key")
     assert (events, clusters, draws) == (1, 1, 192)
+    none = evaluate_effect(effect, {"r": _l2_run(12, 0.0, 0.0)})  # no event in either arm: no ratio
+    assert none is not None and none.verdict.verdict == "inconclusive"
+    assert "nan" not in none.measured() + none.short() and "no estimate" in none.short()
 
 
 def test_an_effect_never_pools_engine_settings():

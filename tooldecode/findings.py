@@ -389,6 +389,12 @@ class EffectResult:
     def _estimate(self) -> str:
         """The verdict's estimate with its interval, on the claim's scale."""
         v = self.verdict
+        if math.isnan(v.estimate):
+            return (
+                "no estimate (the reference arm has no event)"
+                if self.claim.scale == "ratio"
+                else "no estimate"
+            )
         if self.claim.scale == "ratio":
             return f"×{v.estimate:.2f} {interval_text(v.lo, v.hi, '.2f')}"
         return f"{v.estimate:+.3f} {interval_text(v.lo, v.hi, '+.3f')}"
