@@ -891,15 +891,16 @@ def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:
     missing = [r["observation"] for r in rows if r["verdict"] == "not measured"]
     if missing:
         out.append(f"- Claimed effects with no run that pairs both arms: {'; '.join(missing)}.")
-    small = sorted(
-        {
-            r["observation"]
-            for r in rows
-            if "fewer than 10 clusters" in r["measured"] and r["verdict"] != "not measured"
-        }
-    )
+    small = [
+        str(i)
+        for i, r in enumerate(rows, 1)
+        if "fewer than 10 clusters" in r["measured"] and r["verdict"] != "not measured"
+    ]
     if small:
-        out.append(f"- Figures from fewer than 10 scenarios ({len(small)} rows): rerun over ≥ 18 scenarios.")
+        out.append(
+            f"- Figures from fewer than 10 scenarios ({len(small)} rows: {', '.join(small)}): "
+            "rerun over ≥ 18 scenarios."
+        )
     for r in sorted(runs.values(), key=lambda r: r.name):
         want = r.expected_samples
         if 0 < len(r.samples) < want:

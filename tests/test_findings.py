@@ -266,6 +266,13 @@ def test_an_incomplete_run_is_listed_with_how_to_resume_it(tmp_path):
         "p", Path("p"), {"config": {"spec": "p", "arms": [ARM], "scenarios": ["s0"], "n": 0}}, [], {}, []
     )
     assert probe_only.expected_samples == 0 and reruns([], {"p": probe_only}, tmp_path) == ""
+    # rows with few clusters are counted one by one, even when they share an observation
+    rows = [
+        {"observation": o, "measured": m, "verdict": "descriptive"}
+        for o, m in [("a", "x (6 scenarios, fewer than 10 clusters)"), ("b", "y (18 scenarios)")]
+        + [("c", "z (7 scenarios, fewer than 10 clusters)")] * 2
+    ]
+    assert "(3 rows: 1, 3, 4)" in reruns(rows, {}, tmp_path)
 
 
 def test_every_spec_effect_is_well_formed():
