@@ -499,21 +499,49 @@ def row_e11(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
     if not rs:
         return []
     run = rs[0]
+    measures: dict[str, Callable[[dict], bool]] = {
+        "valid": lambda s: run.verdicts.get(s["key"], {}).get("verdict") == "valid",
+        "an invented key": lambda s: bool(run.verdicts.get(s["key"], {}).get("invented_keys")),
+    }
+    arms: dict[str, list[dict]] = {}
     parts = []
     for label, pred in (
         ("with keywords", lambda a: bool(a.get("schema_extra"))),
         ("without", lambda a: not a.get("schema_extra")),
     ):
-        ss = distinct_draws([s for s in run.samples if not s.get("error") and pred(s["arm"])])
-        inv = crate(ss, lambda s: bool(run.verdicts.get(s["key"], {}).get("invented_keys")))
-        val = crate(ss, lambda s: run.verdicts.get(s["key"], {}).get("verdict") == "valid")
-        parts.append(f"{label}: valid {val}, an invented key {inv}")
+        arms[label] = distinct_draws([s for s in run.samples if not s.get("error") and pred(s["arm"])])
+        rates = ", ".join(f"{name} {crate(arms[label], m)}" for name, m in measures.items())
+        parts.append(f"{label}: {rates}")
+
+    def per(ss: list[dict], m: Callable[[dict], bool]) -> dict[str, float]:
+        by: dict[str, list[bool]] = defaultdict(list)
+        for s in ss:
+            by[s["scenario"]].append(m(s))
+        return {k: float(np.mean(v)) for k, v in by.items()}
+
+    cmps = {
+        name: paired_clusters(per(arms["with keywords"], m), per(arms["without"], m))
+        for name, m in measures.items()
+    }
+    paired = "; ".join(f"{name}, with − without: {c}" for name, c in cmps.items())
+    g = min(c.g for c in cmps.values())
+    moved = [name for name, c in cmps.items() if c.direction()]
+    verdict = (
+        "descriptive (too few scenarios for a verdict)"
+        if g < 10
+        else "descriptive (unsourced claims with no comparison or size stated): "
+        + (
+            f"{', '.join(moved)} differ with the keywords shown"
+            if moved
+            else "the keywords move neither rate at this n"
+        )
+    )
     return [
         {
             "observation": "E11: minLength/maxLength shown in the schema (unsourced claims)",
             "claim": spec.get("claim", ""),
-            "measured": "; ".join(parts) + f". Interval: {CR}.",
-            "verdict": "descriptive (too few scenarios for a verdict)",
+            "measured": "; ".join(parts) + f"; {PT}: {paired}. Interval: {CR}.",
+            "verdict": verdict,
             "source": source(rs),
         }
     ]
