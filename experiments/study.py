@@ -42,6 +42,14 @@ CR = "cluster-robust CR1 95% CI over scenarios"
 PT = "paired over scenarios: t CI of the mean difference, sign-flip permutation p"
 
 
+def per_scenario(samples: list[dict], pred: Callable[[dict], bool]) -> dict[str, float]:
+    """Per scenario: the share of ``samples`` for which ``pred`` holds (the values a paired row compares)."""
+    by: dict[str, list[bool]] = defaultdict(list)
+    for s in samples:
+        by[s["scenario"]].append(bool(pred(s)))
+    return {k: float(np.mean(v)) for k, v in by.items()}
+
+
 def few(g: int) -> str:
     return f"{g} scenarios" + (", fewer than 10 clusters" if g < 10 else "")
 
@@ -148,20 +156,14 @@ def row_strict_cost(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
         st = distinct_draws(l2(run, mode="strict", model=DEFAULT_MODEL))
         lo = distinct_draws(l2(run, mode="loose", model=DEFAULT_MODEL))
 
-        def per(ss: list[dict]) -> dict[str, float]:
-            by: dict[str, list[bool]] = defaultdict(list)
-            for s in ss:
-                by[s["scenario"]].append(sample_continuation(s).kind == "string_goes_on")
-            return {k: float(np.mean(v)) for k, v in by.items()}
+        def goes_on(s: dict) -> bool:
+            return sample_continuation(s).kind == "string_goes_on"
 
-        rs_, rl_ = (
-            crate(st, lambda s: sample_continuation(s).kind == "string_goes_on"),
-            crate(lo, lambda s: sample_continuation(s).kind == "string_goes_on"),
-        )
-        cmp = paired_clusters(per(st), per(lo))
+        rs_, rl_ = crate(st, goes_on), crate(lo, goes_on)
+        cmp = paired_clusters(per_scenario(st, goes_on), per_scenario(lo, goes_on))
         masks = [m for m in (_mask_at_decision(s) for s in st) if m is not None]
         heavy = [s for s in st if (_mask_at_decision(s) or 0) > 0.2]
-        hv = crate(heavy, lambda s: sample_continuation(s).kind == "string_goes_on") if heavy else None
+        hv = crate(heavy, goes_on) if heavy else None
         mtxt = (
             f"; mask-removed mass at the decision: mean {np.mean(masks):.3f}, median {np.median(masks):.3f} "
             f"(n={len(masks)})"
@@ -194,10 +196,7 @@ def row_agreement(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]
         return []
     e1, e5 = rs[0], probe_runs[0]
     ss = distinct_draws(l2(e1, mode="loose", model=DEFAULT_MODEL))
-    by: dict[str, list[bool]] = defaultdict(list)
-    for s in ss:
-        by[s["scenario"]].append(sample_continuation(s).group == "continue")
-    sampled = {k: float(np.mean(v)) for k, v in by.items()}
+    sampled = per_scenario(ss, lambda s: sample_continuation(s).group == "continue")
     exact = {}
     for r in e5.probe:
         if r.get("after") == "newText" and r.get("scenario") in sampled:
@@ -209,7 +208,7 @@ def row_agreement(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]
         {
             "observation": "Instrument check: L2 sampled continue rate vs L3 exact P(continue), same decision",
             "claim": "They measure the same event (T=1, no truncation), so they must agree.",
-            "measured": f"sampled vs exact: {cmp} ({PT}; {sum(len(v) for v in by.values())} distinct draws)",
+            "measured": f"sampled vs exact: {cmp} ({PT}; {len(ss)} distinct draws)",
             "verdict": "agree"
             if cmp.lo <= 0 <= cmp.hi or (math.isnan(cmp.lo) and cmp.diff == 0)
             else "disagree",
@@ -513,14 +512,8 @@ def row_e11(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
         rates = ", ".join(f"{name} {crate(arms[label], m)}" for name, m in measures.items())
         parts.append(f"{label}: {rates}")
 
-    def per(ss: list[dict], m: Callable[[dict], bool]) -> dict[str, float]:
-        by: dict[str, list[bool]] = defaultdict(list)
-        for s in ss:
-            by[s["scenario"]].append(m(s))
-        return {k: float(np.mean(v)) for k, v in by.items()}
-
     cmps = {
-        name: paired_clusters(per(arms["with keywords"], m), per(arms["without"], m))
+        name: paired_clusters(per_scenario(arms["with keywords"], m), per_scenario(arms["without"], m))
         for name, m in measures.items()
     }
     paired = "; ".join(f"{name}, with − without: {c}" for name, c in cmps.items())
