@@ -140,3 +140,4 @@ class Prompt:
     expected_tool: str  # "edit" | "Edit" | "MultiEdit"
     messages: list[dict]  # the chat messages as the template gets them, the edit turn last with its gold call
     stop: tuple[str, ...]  # stop strings for sampling
+    epilogue: str = ""  # rendered text after the call, when ``render_prompt`` got epilogue messages

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tooldecode.chat_templates import apply_template, template_info
@@ -49,6 +50,7 @@ class _Rendered:
     wire: str  # output wire
     gold: str  # the full gold call in the output wire
     eos: str | None = None  # the model's end-of-sequence token text, when known
+    epilogue: str = ""  # the rendered text after the edit call (``epilogue`` messages), "" without
 
 
 def _prepare(
@@ -84,6 +86,7 @@ def _render_chat(
     options: TranscriptOptions,
     tools: tuple[Tool, ...],
     prior_tools: tuple[Tool, ...] | None,
+    epilogue: Sequence[dict] = (),
 ) -> _Rendered:
     """Render through the model's chat template, then cut where the edit call starts."""
     template, bos, eos = template_info(ref)
@@ -98,6 +101,7 @@ def _render_chat(
         family == "qwen2.5" or (family == "generic" and "<tool_call>" in template)
     )
     messages = _prepare(family, scenario, options, tools, prior_tools, history_wire, not template_tools)
+    messages += [dict(m) for m in epilogue]
     switched = options.prior and options.toolset != "flat-edit"
     if not (template_tools and options.call_style == "compact"):
         messages = _lower_calls(messages, history_wire, options.call_style, tool_role=family != "smollm2")
@@ -109,13 +113,16 @@ def _render_chat(
         eos,
     )
     calls = edit_calls(scenario, options.toolset)
-    start = rendered.rfind(calls_text(calls, history_wire, options.call_style))
+    history_call = calls_text(calls, history_wire, options.call_style)
+    start = rendered.rfind(history_call)
     if start < 0:
         raise PromptError(
             f"model '{ref.id}': its chat template does not write the edit call the way the {history_wire} wire "
             "does; choose another call format (e.g. json)"
         )
-    return _Rendered(rendered[:start], messages, wire, calls_text(calls, wire, options.call_style), eos)
+    after = rendered[start + len(history_call) :] if epilogue else ""
+    gold = calls_text(calls, wire, options.call_style)
+    return _Rendered(rendered[:start], messages, wire, gold, eos, after)
 
 
 def _render_plain(
@@ -149,20 +156,38 @@ def _render_plain(
 
 
 def render_prompt(
-    scenario: Scenario, model: ModelRef | str, options: TranscriptOptions = TranscriptOptions()
+    scenario: Scenario,
+    model: ModelRef | str,
+    options: TranscriptOptions = TranscriptOptions(),
+    *,
+    tools: Sequence[Tool] | None = None,
+    epilogue: Sequence[dict] = (),
 ) -> Prompt:
-    """The exact prompt ``model`` sees for ``scenario`` in variant ``options``, ending where its edit call starts."""
+    """The exact prompt ``model`` sees for ``scenario`` in variant ``options``, ending where its edit call starts.
+
+    Parameters
+    ----------
+    tools
+        The tools to offer instead of the tool set's catalog tools (same names; e.g. a schema without an
+        optional property). ``None``: the catalog's, in the schema view of ``options``.
+    epilogue
+        Messages after the edit call (the harness's result, the final answer). Their rendered text, in the
+        model's chat template, comes back as ``Prompt.epilogue``; the prompt text itself is unchanged.
+        Chat-template families only.
+    """
     ref = model_ref(model)
     if ref.family not in FAMILIES:
         raise PromptError(f"model '{ref.id}' has family '{ref.family}'; known: {', '.join(FAMILIES)}")
-    tools = offered_tools(options)
+    offered = tuple(tools) if tools is not None else offered_tools(options)
     prior_tools = (
         offered_tools(options, "flat-edit") if options.prior and options.toolset != "flat-edit" else None
     )
     if ref.family == "gemma3-base":
-        r = _render_plain(scenario, options, tools, prior_tools)
+        if epilogue:
+            raise PromptError(f"model '{ref.id}' has a plain prompt (no chat template): no epilogue to render")
+        r = _render_plain(scenario, options, offered, prior_tools)
     else:
-        r = _render_chat(ref, scenario, options, tools, prior_tools)
+        r = _render_chat(ref, scenario, options, offered, prior_tools, epilogue)
     if options.conditioning == "free":
         prefill = ""
     else:
@@ -173,8 +198,9 @@ def render_prompt(
         prefill=prefill,
         family=ref.family,
         wire=r.wire,
-        tools=tools,
+        tools=offered,
         expected_tool=EDIT_TOOL[options.toolset],
         messages=r.messages,
         stop=stop_strings(ref.family, r.wire, r.eos),
+        epilogue=r.epilogue,
     )
