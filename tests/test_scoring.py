@@ -532,3 +532,132 @@ def test_markup_inside_a_json_string_is_content(args, wire):
     text = json.dumps(args) if wire == "json" else f"<tool_call>\n{call(args)}\n</tool_call>"
     v = score(text)
     assert v.verdict == "valid" and v.arguments == args, (v.verdict, v.errors)
+
+
+# ------------------------------------------------------------------------------- did the edit work (outcome)
+
+CRLF_CONTENT = "a = 1\r\nb = 2\r\nc = 3\r\n"
+CRLF_EDITS = [{"oldText": "a = 1", "newText": "a = 10"}, {"oldText": "c = 3", "newText": "c = 30"}]
+CRLF_EXPECTED = "a = 10\r\nb = 2\r\nc = 30\r\n"
+
+
+@pytest.fixture(scope="module")
+def crlf(tmp_path_factory):
+    d = tmp_path_factory.mktemp("crlf")
+    doc = {
+        "id": "t-crlf-two",
+        "language": "ini",
+        "title": "two values",
+        "path": "conf.ini",
+        "content": CRLF_CONTENT,
+        "task": "raise a and c",
+        "diagnosis": "both are too small",
+        "edits": CRLF_EDITS,
+        "expected": CRLF_EXPECTED,
+    }
+    (d / "t-crlf-two.json").write_text(json.dumps(doc))
+    return get_scenario("t-crlf-two", dirs=[d])
+
+
+def outcome_of(edits, scenario, *, path=None, tools=NESTED, name="edit", extra=None):
+    args = {"path": path or scenario.path, "edits": edits, **(extra or {})}
+    return score(call(args, name=name), tools=tools, expected=name, scenario=scenario).outcome
+
+
+def test_outcome_correct_multi_item_call(crlf):
+    o = outcome_of(CRLF_EDITS, crlf)
+    assert o["valid"] and o["applies"] and o["correct"] and o["exact"] and o["works"]
+    assert not o["wrong_but_valid"] and o["why"] is None
+
+
+def test_outcome_overlapping_edits_do_not_apply(crlf):
+    # both old texts occur once, but their spans share "b"
+    o = outcome_of(
+        [{"oldText": "1\r\nb", "newText": "1\r\nB"}, {"oldText": "b = 2", "newText": "b = 3"}], crlf
+    )
+    assert o["valid"] and not o["applies"] and not o["correct"] and o["wrong_but_valid"]
+    assert "overlap" in o["why"]
+    # the same item twice overlaps itself
+    o = outcome_of([CRLF_EDITS[0], CRLF_EDITS[0]], crlf)
+    assert not o["applies"] and "overlap" in o["why"]
+
+
+def test_outcome_non_unique_and_missing_old_text(crlf, scenario):
+    o = outcome_of([{"oldText": " = ", "newText": "="}], crlf)
+    assert not o["applies"] and "2 or more" in o["why"] and o["wrong_but_valid"]
+    o = outcome_of([{"oldText": "d = 4", "newText": "d = 5"}], crlf)
+    assert not o["applies"] and "0 times" in o["why"]
+    o = outcome_of([{"oldText": "", "newText": "x"}], crlf)
+    assert not o["applies"] and "empty" in o["why"]
+
+
+def test_outcome_crlf_line_endings_count(crlf):
+    # an old text written with LF does not match the CRLF file
+    o = outcome_of([{"oldText": "a = 1\nb = 2", "newText": "a = 10\nb = 2"}, CRLF_EDITS[1]], crlf)
+    assert not o["applies"] and "0 times" in o["why"]
+    # a new text that turns a CRLF line into LF applies but is not correct: line endings are not trailing
+    # whitespace
+    o = outcome_of([{"oldText": "a = 1\r\n", "newText": "a = 10\n"}, CRLF_EDITS[1]], crlf)
+    assert (
+        o["applies"] and not o["correct"] and o["wrong_but_valid"] and o["why"] == "the edited file differs"
+    )
+
+
+def test_outcome_correct_up_to_trailing_whitespace(crlf):
+    o = outcome_of([{"oldText": "a = 1", "newText": "a = 10  \t"}, CRLF_EDITS[1]], crlf)
+    assert o["applies"] and o["correct"] and not o["exact"] and o["works"]
+    o = outcome_of([CRLF_EDITS[0], {"oldText": "c = 3\r\n", "newText": "c = 30\r\n\r\n\r\n"}], crlf)
+    assert o["correct"] and not o["exact"]
+    # whitespace inside a line is not trailing
+    o = outcome_of([{"oldText": "a = 1", "newText": "a =  10"}, CRLF_EDITS[1]], crlf)
+    assert o["applies"] and not o["correct"]
+
+
+def test_outcome_items_match_the_original_file_except_for_multiedit(crlf):
+    # item 0 writes text that item 1 looks for: in the original file "c = 3" occurs once, so the nested
+    # edit tool applies both; MultiEdit applies them in sequence and finds "c = 3" twice
+    edits = [{"oldText": "a = 1", "newText": "c = 3"}, {"oldText": "c = 3", "newText": "c = 30"}]
+    o = outcome_of(edits, crlf)
+    assert o["applies"] and not o["correct"]
+    multi = [{"old_string": e["oldText"], "new_string": e["newText"]} for e in edits]
+    args = {"file_path": crlf.path, "edits": multi}
+    v = score(call(args, name="MultiEdit"), tools=MULTI, expected="MultiEdit", scenario=crlf)
+    assert v.verdict == "valid" and not v.outcome["applies"] and "2 times" in v.outcome["why"]
+    ok = [{"old_string": e["oldText"], "new_string": e["newText"]} for e in CRLF_EDITS]
+    v = score(call({"file_path": crlf.path, "edits": ok}, name="MultiEdit"), tools=MULTI, expected="MultiEdit",
+              scenario=crlf)  # fmt: skip
+    assert v.outcome["works"]
+
+
+def test_outcome_wrong_path_invented_key_and_no_call(crlf):
+    o = outcome_of(CRLF_EDITS, crlf, path="other.ini")
+    assert o["valid"] and not o["applies"] and "path" in o["why"] and o["wrong_but_valid"]
+    assert outcome_of(CRLF_EDITS, crlf, path="./conf.ini")["works"]
+    o = outcome_of(CRLF_EDITS, crlf, extra={"dryRun": False})
+    assert not o["valid"] and o["applies"] and o["correct"] and not o["works"] and not o["wrong_but_valid"]
+    o = score("I would rather not.", scenario=crlf).outcome
+    assert o == {"valid": False, "applies": False, "correct": False, "exact": False,
+                 "why": "verdict no_call", "works": False, "wrong_but_valid": False}  # fmt: skip
+    truncated = call({"path": crlf.path, "edits": CRLF_EDITS})[:-12]
+    assert score(truncated, scenario=crlf, finish="length").outcome["why"] == "verdict truncated"
+    assert score(call({"path": crlf.path, "edits": CRLF_EDITS})).outcome is None  # no scenario
+
+
+def test_stored_outcome_recomputes_records_scored_before_it(scenario_dir, scenario):
+    from tooldecode.scoring import stored_outcome
+
+    prefill = '<tool_call>\n{"name": "edit", "arguments": {'
+    args = {"path": "src/paths.py", "edits": [{"oldText": OLD, "newText": NEW + "x\n"}]}
+    record = {
+        "key": "a/t-join-path/0/1",
+        "arm": {"mode": "loose", "toolset": "nested", "wire": "hermes"},
+        "scenario": "t-join-path",
+        "prefill": prefill,
+        "text": json.dumps(args)[1:] + "}\n</tool_call>",
+        "finish_reason": "stop",
+        "error": None,
+    }
+    out = score_record(record, {"config": {"scenario_dirs": [str(scenario_dir)]}})
+    assert out["outcome"]["valid"] and out["outcome"]["applies"] and out["outcome"]["wrong_but_valid"]
+    old = {k: v for k, v in out.items() if k != "outcome"}
+    assert stored_outcome(old, scenario, NESTED) == out["outcome"]

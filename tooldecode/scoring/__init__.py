@@ -2,7 +2,8 @@
 
 ``extract_calls`` finds every call in a text (``<tool_call>`` tags, fenced blocks, bare JSON, JSON inside
 prose, antml markup, harmony, Python-style calls). ``score_text`` picks the primary call, validates it
-against the closed (strictified) schema of the tool and checks its edits against the scenario's gold.
+against the closed (strictified) schema of the tool and checks its edits against the scenario's gold;
+``outcome`` says whether the edit works on the scenario's file (valid, applies, correct, wrong but valid).
 Verdict classes, their precedence and the flags are documented in docs/scoring.md.
 """
 
@@ -18,6 +19,20 @@ from tooldecode.scoring.checks import (
 )
 from tooldecode.scoring.extract import extract_calls
 from tooldecode.scoring.jsonparse import MAX_JSON_DEPTH, TOO_DEEP, JSONParseError, ParsedJSON, parse_json
+from tooldecode.scoring.outcome import (
+    OUTCOMES,
+    SEQUENTIAL_TOOLS,
+    EditError,
+    EditOutcome,
+    apply_in_original,
+    apply_in_sequence,
+    edit_outcome,
+    edit_pairs,
+    locate_edits,
+    same_up_to_trailing_ws,
+    stored_outcome,
+    verdict_outcome,
+)
 from tooldecode.scoring.records import (
     ARGS_KEYS,
     EXPECTED_TOOL,
@@ -40,6 +55,18 @@ from tooldecode.scoring.schemas import (
 from tooldecode.scoring.score import record_context, score_record, score_text
 
 __all__ = [
+    "EditError",
+    "EditOutcome",
+    "OUTCOMES",
+    "SEQUENTIAL_TOOLS",
+    "apply_in_original",
+    "apply_in_sequence",
+    "edit_outcome",
+    "edit_pairs",
+    "locate_edits",
+    "same_up_to_trailing_ws",
+    "stored_outcome",
+    "verdict_outcome",
     "ARGS_KEYS",
     "EXPECTED_TOOL",
     "ExtractedCall",

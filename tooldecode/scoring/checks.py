@@ -209,7 +209,7 @@ def schema_echo(arguments: Any, tool: Tool, invented: Sequence[dict]) -> list[st
 # --------------------------------------------------------------------------------------------- payload
 
 
-def _edit_keys(tool: Tool) -> tuple[str | None, str | None, str | None]:
+def edit_keys(tool: Tool) -> tuple[str | None, str | None, str | None]:
     """(array property holding edits or None for a flat tool, old-text key, new-text key)."""
     props = schema_properties(tool.parameters, tool.parameters)
 
@@ -230,14 +230,15 @@ def _edit_keys(tool: Tool) -> tuple[str | None, str | None, str | None]:
     return None, old, new
 
 
-def _path_key_of(tool: Tool) -> str | None:
+def path_key(tool: Tool) -> str | None:
+    """The tool's path argument (``path``, ``file_path``, ...), or None."""
     props = schema_properties(tool.parameters, tool.parameters)
     return next((k for k in ("path", "file_path", "filePath", "file") if k in props), None)
 
 
 def is_edit_tool(tool: Tool) -> bool:
     """Whether ``tool`` takes edits (an old-text and a new-text key)."""
-    _, old, new = _edit_keys(tool)
+    _, old, new = edit_keys(tool)
     return bool(old and new)
 
 
@@ -255,7 +256,7 @@ def check_payload(arguments: Any, tool: Tool, scenario: Scenario) -> dict | None
     """The edits of a call against the scenario's gold; None when the call carries no edits."""
     if not isinstance(arguments, dict) or not is_edit_tool(tool):
         return None
-    array_key, old_key, new_key = _edit_keys(tool)
+    array_key, old_key, new_key = edit_keys(tool)
     pairs: list[tuple[Any, Any]]
     if array_key is not None:
         items = arguments.get(array_key)
@@ -278,13 +279,13 @@ def check_payload(arguments: Any, tool: Tool, scenario: Scenario) -> dict | None
         except ScenarioError:
             applies = False
     gold_new = [e.new_text for e in scenario.edits]
-    path_key = _path_key_of(tool)
+    pkey = path_key(tool)
     return {
         "old_unique": old_unique,
         "applies": applies,
         "file_correct": bool(applies and result == scenario.expected),
         "newtext_equal": [n for _, n in pairs] == gold_new,
-        "path_equal": path_key is not None and arguments.get(path_key) == scenario.path,
+        "path_equal": pkey is not None and arguments.get(pkey) == scenario.path,
         "n_edits": len(pairs),
         "n_gold": len(scenario.edits),
     }

@@ -92,3 +92,6 @@ class Verdict:
     shape: str | None = None
     n_calls: int = 0
     duplicate_keys: list[str] = field(default_factory=list)
+    # did the edit work (``scoring.outcome``): valid, applies, correct, exact, works, wrong_but_valid, why;
+    # None when no scenario is known
+    outcome: dict | None = None

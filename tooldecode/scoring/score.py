@@ -14,6 +14,7 @@ from tooldecode.scoring.calls import primary_call
 from tooldecode.scoring.checks import ArgumentCheck, check_arguments, check_payload, schema_echo
 from tooldecode.scoring.extract import extract_calls, prose_outside
 from tooldecode.scoring.jsonparse import MAX_JSON_DEPTH, TOO_DEEP
+from tooldecode.scoring.outcome import verdict_outcome
 from tooldecode.scoring.records import EXPECTED_TOOL, FLAGS, SCORER_VERSION, ExtractedCall, Verdict
 from tooldecode.scoring.schemas import tool_by_name, tool_keys, toolset_tools
 
@@ -27,8 +28,27 @@ def score_text(
     scenario: Scenario | None = None,
     finish_reason: str | None = None,
 ) -> Verdict:
-    """The verdict of one raw model output (the call text, prefill included)."""
+    """The verdict of one raw model output (the call text, prefill included).
+
+    With ``scenario`` the verdict carries ``outcome``: whether the edit works on the scenario's file
+    (``scoring.outcome.edit_outcome``; a sample without a parsed call to the expected tool edits nothing).
+    """
     tools = list(tools)
+    verdict = _score_text(tools, text, wire, expected_tool, scenario, finish_reason)
+    if scenario is not None:
+        tool = next((t for t in tools if t.name == verdict.tool), None)
+        verdict.outcome = verdict_outcome(verdict.verdict, verdict.arguments, tool, scenario).to_dict()
+    return verdict
+
+
+def _score_text(
+    tools: list[Tool],
+    text: str,
+    wire: str | None,
+    expected_tool: str | None,
+    scenario: Scenario | None,
+    finish_reason: str | None,
+) -> Verdict:
     calls = extract_calls(text, wire=wire, tools=tools, expected_tool=expected_tool)
     flags: list[str] = []
     if len(calls) > 1:
@@ -194,4 +214,6 @@ def score_record(record: dict, manifest: dict) -> dict:
         return {**head, **asdict(verdict)}
     except RecursionError:  # pathological nesting that got past the parsers' own guards
         deep = Verdict("too_deep", [], None, None, [], [TOO_DEEP], None, None, None, 0)
+        if scenario is not None:
+            deep.outcome = verdict_outcome("too_deep", None, None, scenario).to_dict()
         return {**head, **asdict(deep)}
