@@ -8,6 +8,9 @@ the sampler aborts that sample instead of continuing unconstrained.
 - ``llguidance``: Lark grammar; bitmask per step.
 - ``llama-grammar``: llama.cpp's own grammar sampler fed our GBNF (llama.cpp backend only), applied
   to the full candidate array every step — the slow reference path.
+
+``prefix_keeping`` wraps any of them for the ``strict-prefix`` mode: a masked token's mass moves to its
+longest allowed token prefix instead of being renormalised over every allowed token (``PrefixKeeping``).
 """
 
 from __future__ import annotations
@@ -268,3 +271,130 @@ def _llama_grammar(grammar: str, backend: Any, engine: str = "llama-grammar") ->
                 self.s = None
 
     return MaskEngine(engine, grammar, n_vocab, backend.eog_ids, None, LlamaMatcher)
+
+
+# ---------------------------------------------------------------------------------------------
+# the prefix-keeping mask
+
+
+def special_token_ids(backend: Any) -> frozenset[int]:
+    """Control tokens of ``backend``'s vocabulary (end of turn, chat markers): ids whose bytes are not text
+    the model writes, so no prefix of their rendering stands for them. End-of-generation ids always count."""
+    out = set(backend.eog_ids)
+    if backend.name == "llamacpp":
+        import llama_cpp
+
+        out |= {i for i in range(backend.n_vocab) if llama_cpp.llama_vocab_is_control(backend._vocab, i)}
+    elif getattr(backend, "tokenizer", None) is not None:
+        tok = backend.tokenizer
+        out |= set(tok.all_special_ids)
+        for i, added in (getattr(tok, "added_tokens_decoder", None) or {}).items():
+            if getattr(added, "special", False):
+                out.add(int(i))
+    return frozenset(i for i in out if 0 <= i < backend.n_vocab)
+
+
+def longest_token_prefix(vocab: Sequence[bytes], excluded: frozenset[int] = frozenset()) -> np.ndarray:
+    """For each token, the id of the longest proper prefix of its bytes that is itself a token (−1 when
+    none). Tokens in ``excluded`` (control tokens) neither have nor are a prefix; of several tokens with
+    the same bytes the lowest id stands for them. Following the array from a token lists all of its
+    token prefixes, longest first (a shorter prefix of a token is a prefix of its longest one)."""
+    by_bytes: dict[bytes, int] = {}
+    for i, b in enumerate(vocab):
+        if b and i not in excluded and b not in by_bytes:
+            by_bytes[b] = i
+    parent = np.full(len(vocab), -1, dtype=np.int64)
+    for i, b in enumerate(vocab):
+        if i in excluded:
+            continue
+        for k in range(len(b) - 1, 0, -1):
+            j = by_bytes.get(b[:k])
+            if j is not None:
+                parent[i] = j
+                break
+    return parent
+
+
+class PrefixKeeping:
+    """The prefix-keeping reweighting of one masked step (a logits-processor: weights in, weights out).
+
+    With P the model's next-token distribution and A the tokens the grammar allows, each masked token
+    v ∉ A is mapped to π(v): the longest proper prefix of v's bytes that is an allowed token (``",`` →
+    ``"``), if any. The step then samples
+
+        Q⁺(u) = (P(u) + Σ_{v ∉ A, π(v) = u} P(v)) / Z⁺,    u ∈ A,
+        Z⁺ = P(A) + Σ_{v ∉ A, π(v) defined} P(v),
+
+    instead of strict's Q(u) = P(u) / P(A): a masked token's mass goes to its prefix (the model keeps
+    its decision to end the string; the grammar decides what follows), and only the mass of masked
+    tokens without an allowed token prefix is renormalised over A. Where no masked token has an allowed
+    prefix, Q⁺ is strict's Q. Control tokens are never moved.
+    """
+
+    def __init__(self, parent: np.ndarray) -> None:
+        n = parent.size
+        self.n = n
+        # index n is the sentinel "no prefix": parent[n] = n, allowed[n] = True
+        self._parent = np.append(np.where(parent < 0, n, parent), n).astype(np.int64)
+        self._ids = np.arange(n + 1, dtype=np.int64)
+
+    def targets(self, allowed: np.ndarray) -> np.ndarray:
+        """Per token: itself when allowed, else its longest allowed token prefix, else ``n`` (none)."""
+        ok = np.append(allowed.astype(bool, copy=False), True)
+        t = np.where(ok, self._ids, self._parent)
+        todo = np.flatnonzero(~ok[t])
+        while todo.size:
+            t[todo] = self._parent[t[todo]]
+            todo = todo[~ok[t[todo]]]
+        return t[: self.n]
+
+    def __call__(self, e: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+        """The unnormalised weights of Q⁺ (float32, zero outside A) from the model's weights ``e`` ∝ P."""
+        moved = np.bincount(self.targets(allowed), weights=e, minlength=self.n + 1)[: self.n]
+        return moved.astype(np.float32)
+
+
+_PARENTS: dict[int, np.ndarray] = {}
+
+
+class _PrefixMatcher:
+    """A matcher whose steps are reweighted by ``PrefixKeeping`` (``reweight``); the grammar state is the
+    inner matcher's."""
+
+    def __init__(self, inner: Matcher, keep: PrefixKeeping) -> None:
+        self.inner = inner
+        self.reweight = keep
+
+    def allowed(self) -> np.ndarray:
+        return self.inner.allowed()
+
+    def accept(self, token_id: int) -> None:
+        self.inner.accept(token_id)
+
+    def done(self) -> bool:
+        return self.inner.done()
+
+
+def prefix_keeping(mask: MaskEngine, backend: Any, *, label: str | None = None) -> MaskEngine:
+    """``mask`` with every step reweighted by ``PrefixKeeping`` (the ``strict-prefix`` sampling mode): the
+    same grammar, the masked mass moved to each masked token's longest allowed token prefix. ``label``
+    names it in records (default ``<engine>+prefix``)."""
+    if not isinstance(mask, MaskEngine):
+        raise MaskError(
+            f"strict-prefix reweights a token mask over the full logits, not {type(mask).__name__}; use a mask "
+            "engine (xgrammar, llguidance, llama-grammar) on the llamacpp or hf backend"
+        )
+    key = id(backend)
+    if key not in _PARENTS:
+        _PARENTS[key] = longest_token_prefix(
+            backend.vocab_bytes[: backend.n_vocab], special_token_ids(backend)
+        )
+    keep = PrefixKeeping(_PARENTS[key])
+    inner = mask._factory
+
+    def factory(prefill: str, prefill_ids: Sequence[int]) -> Matcher:
+        return _PrefixMatcher(inner(prefill, prefill_ids), keep)
+
+    return MaskEngine(
+        label or f"{mask.engine}+prefix", mask.grammar, mask.n_vocab, mask.eog_ids, keep, factory
+    )

@@ -16,8 +16,13 @@ def _cmd_sample(args: argparse.Namespace) -> int:
     from tooldecode.scenarios import get_scenario
     from tooldecode.scoring import score_text
 
-    if args.mode == "strict" and args.backend != "openai":
-        check_engine(args.engine, backend=args.backend)  # before any model loads
+    strict = args.mode in ("strict", "strict-prefix")
+    if args.mode == "strict-prefix" and args.backend == "openai":
+        from tooldecode.errors import MaskError
+
+        raise MaskError("--mode strict-prefix needs the full logits; use --backend llamacpp or hf")
+    if strict and args.backend != "openai":
+        check_engine(args.engine, backend=args.backend, modes=[args.mode])  # before any model loads
     ref = resolve(args.model, fetch=True)
     sc = get_scenario(args.scenario, args.dir)
     opts = parse_variant(args.variant) if args.variant else TranscriptOptions()
@@ -29,9 +34,13 @@ def _cmd_sample(args: argparse.Namespace) -> int:
         kw = server_kwargs(args)
     be = load_backend(args.backend, ref, **kw)
     mask = None
-    if args.mode == "strict" and args.backend != "openai":
+    if strict and args.backend != "openai":
         # an engine setting: tooldecode's grammar or the engine's own JSON-schema mode (or its own sampler)
-        mask = build_strict(args.engine, prompt.tools, prompt.wire, be, mode="strict", ws="bounded")
+        mask = build_strict(args.engine, prompt.tools, prompt.wire, be, mode=args.mode, ws="bounded")
+        if args.mode == "strict-prefix":  # a masked token's mass moved to its longest allowed token prefix
+            from tooldecode.masking import prefix_keeping
+
+            mask = prefix_keeping(mask, be)
     params = SamplingParams(
         temperature=args.temperature,
         top_p=args.top_p,
@@ -103,7 +112,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="",
         help="transcript variant words, e.g. agentic,gold-prefix (see docs/prompts.md)",
     )
-    p.add_argument("--mode", default="loose", choices=["loose", "strict"])
+    p.add_argument(
+        "--mode",
+        default="loose",
+        choices=["loose", "strict", "strict-prefix"],
+        help="strict-prefix: strict, with a masked token's mass moved to its longest allowed token prefix",
+    )
     from tooldecode.engines import ENGINES
 
     p.add_argument(

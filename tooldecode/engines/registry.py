@@ -195,7 +195,11 @@ def check_engine(
     """``engine_info`` plus: the engine reads ``grammar_format``, runs on ``backend`` and can draw in each
     of ``modes`` (one-line ``EngineError``s naming the allowed values)."""
     info = engine_info(name)
-    allowed = ("strict",) if info.reads == "json-schema" else ("strict", "strict-spec", "strict-aligned")
+    allowed = (
+        ("strict",)
+        if info.reads == "json-schema"
+        else ("strict", "strict-spec", "strict-aligned", "strict-prefix")
+    )
     if info.kind == "sampler":
         allowed = ("strict",)
     for mode in modes:

@@ -232,6 +232,10 @@ def _sample_job(
         advance(len(recs))
 
     mask = _arm_mask(spec, arm, prompt, be)  # after the copies: an arm copied whole compiles nothing
+    if arm["mode"] == "strict-prefix":  # a masked token's mass moved to its longest allowed token prefix
+        from tooldecode.masking import prefix_keeping
+
+        mask = prefix_keeping(mask, be)
     draw = _drawer(spec, arm, mask, prompt)
     # contiguous runs of missing indices keep per-index seeds identical on resume
     for start, count in index_runs(todo):

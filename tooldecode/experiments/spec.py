@@ -14,9 +14,10 @@ from typing import Any
 from tooldecode.backends.openai_tools import TOOL_MODES
 from tooldecode.errors import ToolDecodeError
 
-# masked modes: "strict" (every object closed), "strict-spec" (the schema as written) and
-# "strict-aligned" (strict, with masked particles resampled by importance weight: tooldecode.sampling)
-STRICT_MODES = ("strict", "strict-spec", "strict-aligned")
+# masked modes: "strict" (every object closed), "strict-spec" (the schema as written),
+# "strict-aligned" (strict, with masked particles resampled by importance weight: tooldecode.sampling) and
+# "strict-prefix" (strict, a masked token's mass moved to its longest allowed token prefix: tooldecode.masking)
+STRICT_MODES = ("strict", "strict-spec", "strict-aligned", "strict-prefix")
 # provider-style tool calling (--backend openai): chat completions with tools=[…], per-tool strict
 ARM_MODES = ("loose", *STRICT_MODES, *TOOL_MODES)
 LEVELS = {"free": "L0", "forced-tool": "L1", "gold-prefix": "L2"}

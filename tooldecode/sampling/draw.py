@@ -277,6 +277,7 @@ def _choose(
     plain = params.temperature == 1.0 and not params.top_k and params.top_p >= 1.0 and params.min_p <= 0
     w = e
     allowed = None
+    keep = None
     if masked:
         assert row.matcher is not None
         try:
@@ -293,7 +294,12 @@ def _choose(
         if not allowed.any():
             row.finish, row.error = "error", "grammar dead end: no token is allowed"
             return None
-        w = np.multiply(e, allowed.view(np.uint8) if allowed.dtype == bool else allowed, dtype=np.float32)
+        keep = getattr(row.matcher, "reweight", None)  # strict-prefix: masked mass moved to prefixes
+        if keep is not None:
+            w = keep(e, allowed)
+            allowed = w > 0
+        else:
+            w = np.multiply(e, allowed.view(np.uint8) if allowed.dtype == bool else allowed, dtype=np.float32)
         sums = group_sums(w)
         sa = float(sums.sum())
         row.mask_removed.append(max(0.0, 1.0 - sa / s))
@@ -304,11 +310,16 @@ def _choose(
             row.entropy_masked.append(float(entropy(log_softmax(np.where(allowed, x, -np.inf)))))
             plain = False
     if params.temperature <= 0:
-        tok = int(np.argmax(np.where(allowed, x, -np.inf) if allowed is not None else x))
+        tok = int(
+            np.argmax(w if keep is not None else np.where(allowed, x, -np.inf) if allowed is not None else x)
+        )
     elif plain:
         tok = draw_weighted(w, row.rng, sums)
     else:
         weights = np.where(allowed, x, -np.inf) if allowed is not None else x
+        if masked and keep is not None:
+            with np.errstate(divide="ignore"):
+                weights = np.log(w) + m  # the reweighted step as logits
         tok = draw_index(filter_logits(weights, params), row.rng)
     if masked:
         try:
