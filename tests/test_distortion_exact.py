@@ -185,3 +185,30 @@ def test_aligned_prefix_target_keeps_cut_particles(setup):
         assert abs(got[tok] / n - p) <= Z * math.sqrt(p * (1 - p) / n) + 1e-9, (tok, got[tok], p)
     with pytest.raises(MaskError, match="target"):
         sample_aligned(be, ids, 1, SamplingParams(max_new_tokens=1), mask=mask, target="whole")
+
+
+def test_adaptive_sampler_is_exact_and_learns(setup):
+    """The adaptive exact sampler (CARS-style) draws P_L: its frequencies match the exact P_L of the
+    enumeration, far from Q's; what it learns makes later samples cheaper than plain rejection."""
+    from tooldecode.sampling import Trie, sample_adaptive
+
+    be, ids, mask, exact, _ = setup
+    n = 160
+    trie = Trie()
+    out = sample_adaptive(
+        be, ids, n, SamplingParams(max_new_tokens=12, seed=11, top_logprobs=0), mask=mask, trie=trie
+    )
+    assert all(s.error is None and s.finish_reason == "stop" for s in out) and len(out) == n
+    p_l = exact.by_text(exact.p_l())
+    counts = Counter(s.text for s in out)
+    assert set(counts) <= set(p_l)
+    for text, p in p_l.items():
+        assert abs(counts[text] / n - p) <= Z * math.sqrt(p * (1 - p) / n) + 1e-9, (text, counts[text], p)
+    q_yes = sum(p for t, p in exact.by_text(exact.q()).items() if t.startswith("Yes"))
+    got = sum(c for t, c in counts.items() if t.startswith("Yes")) / n
+    assert q_yes - got > Z * math.sqrt(q_yes * (1 - q_yes) / n) / 2
+    # the cost: walks per sample fall below plain rejection's 1 / P(valid) once the trie has learned
+    attempts = [s.timing["attempts"] for s in out]
+    late = sum(attempts[n // 2 :]) / (n - n // 2)
+    assert late < 0.5 / exact.p_valid and late < 3
+    assert trie.alive >= exact.p_valid - 1e-6  # alive mass bounds P(valid) from above

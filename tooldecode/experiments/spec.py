@@ -228,9 +228,9 @@ def _check_types(raw: dict[str, Any], p: Path) -> None:
 
 
 def _check_aligned(aligned: dict[str, Any], fail: Callable[[str], None]) -> None:
-    """The [aligned] table: particles ≥ 1, method 'sir'/'rejection', target of ALIGNED_TARGETS, max_rounds ≥ 1
-    (rejection: rounds of ``particles`` draws before a sample becomes an error record)."""
-    from tooldecode.sampling import ALIGNED_TARGETS
+    """The [aligned] table: particles ≥ 1, method of ALIGNED_METHODS, target of ALIGNED_TARGETS,
+    max_rounds ≥ 1 (rejection: rounds of ``particles`` draws before a sample becomes an error record)."""
+    from tooldecode.sampling import ALIGNED_METHODS, ALIGNED_TARGETS
 
     unknown = sorted(set(aligned) - {"particles", "method", "target", "max_rounds"})
     if unknown:
@@ -239,8 +239,8 @@ def _check_aligned(aligned: dict[str, Any], fail: Callable[[str], None]) -> None
         k = aligned.get(key, 1)
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             fail(f"[aligned] {key} must be a whole number ≥ 1, got {k!r}")
-    if aligned.get("method", "sir") not in ("sir", "rejection"):
-        fail(f"[aligned] method must be 'sir' or 'rejection', got {aligned['method']!r}")
+    if aligned.get("method", "sir") not in ALIGNED_METHODS:
+        fail(f"[aligned] method must be one of {', '.join(ALIGNED_METHODS)}, got {aligned['method']!r}")
     if aligned.get("target", "complete") not in ALIGNED_TARGETS:
         fail(f"[aligned] target must be one of {', '.join(ALIGNED_TARGETS)}, got {aligned['target']!r}")
 

@@ -12,7 +12,9 @@ numerics for different batch shapes, see ``Backend.info()["eval_mode"]``).
 
 from __future__ import annotations
 
+from tooldecode.sampling.adaptive import Trie, sample_adaptive
 from tooldecode.sampling.aligned import (
+    ALIGNED_METHODS,
     ALIGNED_PARTICLES,
     ALIGNED_TARGETS,
     AlignedSample,
@@ -24,14 +26,17 @@ from tooldecode.sampling.draw import sample
 from tooldecode.sampling.params import Sample, SamplingParams, stream_key
 
 __all__ = [
+    "ALIGNED_METHODS",
     "ALIGNED_PARTICLES",
     "ALIGNED_TARGETS",
     "AlignedSample",
     "Sample",
     "SamplingParams",
+    "Trie",
     "aligned_supported",
     "log_weight",
     "sample",
+    "sample_adaptive",
     "sample_aligned",
     "stream_key",
 ]

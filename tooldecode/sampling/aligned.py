@@ -20,6 +20,7 @@ from tooldecode.sampling.params import Sample, SamplingParams, stream_key
 #: particles drawn per aligned sample (``TOOLDECODE_ALIGNED_PARTICLES`` overrides it)
 ALIGNED_PARTICLES = 8
 ALIGNED_TARGETS = ("complete", "prefix")  # what is valid under the token cap (see sample_aligned)
+ALIGNED_METHODS = ("sir", "rejection", "adaptive")
 #: the particles of aligned sample ``i`` are masked samples ``_PARTICLE_BASE + i * _PARTICLE_STRIDE + j``
 #: of the same seed (streams that no plain sample of a run uses)
 _PARTICLE_BASE = 1 << 40
@@ -99,8 +100,25 @@ def sample_aligned(
       1 / P(valid) masked samples per output on average. After ``max_rounds`` rounds without an
       acceptance the sample is an error record (it is never replaced by an unweighted one).
 
-    Output ``i`` depends only on ``(params.seed, i)``: resumable like ``sample``.
+    - ``method="adaptive"``: exact like rejection, with a proposal that learns where the invalid mass is
+      (``tooldecode.sampling.adaptive``, as CARS does); ``particles`` is unused and ``max_rounds`` × 64
+      bounds the walks per output.
+
+    Output ``i`` depends only on ``(params.seed, i)``: resumable like ``sample`` (``adaptive``: and on the
+    outputs before it in the call, which share what was learned).
     """
+    if method == "adaptive":
+        from tooldecode.sampling.adaptive import sample_adaptive
+
+        _particle_count(params, method, target, particles)
+        return [
+            _adaptive_record(s)
+            for s in sample_adaptive(
+                backend, prompt, n, params, mask=mask, prefill=prefill, target=target,
+                max_attempts=64 * max_rounds, start_index=start_index,
+                on_batch=(lambda b: on_batch([_adaptive_record(x) for x in b])) if on_batch else None,
+            )
+        ]  # fmt: skip
     k = _particle_count(params, method, target, particles)
     slots = batch_size or 16
     out: list[AlignedSample] = []
@@ -146,8 +164,8 @@ def _particle_count(params: SamplingParams, method: str, target: str, particles:
         raise MaskError(
             f"strict-aligned sampling cannot correct {why}; use temperature 1.0 without truncation"
         )
-    if method not in ("sir", "rejection"):
-        raise MaskError(f"unknown aligned method {method!r}; choose 'sir' or 'rejection'")
+    if method not in ALIGNED_METHODS:
+        raise MaskError(f"unknown aligned method {method!r}; choose one of: {', '.join(ALIGNED_METHODS)}")
     if target not in ALIGNED_TARGETS:
         raise MaskError(f"unknown aligned target {target!r}; choose one of: {', '.join(ALIGNED_TARGETS)}")
     k = int(particles or os.environ.get("TOOLDECODE_ALIGNED_PARTICLES", 0) or ALIGNED_PARTICLES)
@@ -197,6 +215,14 @@ def _rejection(
             chosen = len(drawn) - k + hit[0]
             break
     return _pick(i, drawn, params, k, method, time.perf_counter() - t0, chosen=chosen, target=target)
+
+
+def _adaptive_record(s: Sample) -> AlignedSample:
+    """An adaptive sample as an aligned record: ``particles`` holds its cost (walks and tokens)."""
+    t = s.timing
+    info = {"method": "adaptive", "drawn": t.get("attempts", 0), "tokens": t.get("tokens", 0),
+            "alive": t.get("alive")}  # fmt: skip
+    return AlignedSample(**{**s.__dict__, "particles": info})
 
 
 def _sample_log_w(s: Sample) -> float:

@@ -1,0 +1,229 @@
+"""Adaptive exact sampling of the model conditioned on the grammar (``sample_adaptive``), as CARS does.
+
+Plain rejection (``sample_aligned(method="rejection")``) proposes from the masked sampler and accepts with
+probability w = P/Q: exact, but 1 / P(valid) masked draws per sample. Here the proposal is the model
+itself with the mass already known to be invalid removed, and that knowledge grows with every rejection:
+
+- a trie holds every prefix an earlier attempt visited, with the probability of each child step and the
+  mass of the children the grammar forbids there (known from the mask at that node);
+- an attempt walks from the root. At prefix s it draws the next token from P(· | s) with the known-dead
+  mass removed: a child c has weight P(c | s)·a(sc), where a is the share of a child's mass not yet known
+  to be dead (1 for a child never visited, 0 for a forbidden token at a node visited before). A token
+  the grammar forbids at a node seen for the first time can still be drawn: the attempt is then
+  rejected, and the forbidden mass of every node on its path becomes known;
+- under the ``complete`` target a prefix that reaches the token cap is dead too (the attempt is rejected
+  and its leaf's mass becomes known); under ``prefix`` it is accepted as a viable prefix;
+- the first attempt that ends on a stop token (or a stop string) where the grammar allows it is kept.
+
+Exact: the proposal of an attempt is P restricted to the sequences not known to be dead, and every valid
+sequence is alive, so an accepted attempt is a draw of P(y | valid) whatever was learned before
+(learning depends only on rejected attempts). Each rejection removes mass that no later proposal puts
+on it again, so the acceptance rate climbs towards 1.
+
+The outputs of one call share the trie (later outputs are cheaper); output ``i`` then depends on
+``(seed, i)`` and on the attempts of the outputs before it in the call.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tooldecode.backends.base import Backend
+from tooldecode.errors import MaskError
+from tooldecode.masking import MaskEngine, Matcher
+from tooldecode.sampling.params import Sample, SamplingParams, stream_key
+
+ADAPTIVE_TARGETS = ("complete", "prefix")
+
+
+@dataclass
+class _Node:
+    """One prefix of the trie: its children's step probabilities and what is known to be dead below it."""
+
+    p: dict[int, float] = field(default_factory=dict)  # P(c | s) of the children visited
+    kids: dict[int, _Node] = field(default_factory=dict)
+    forbidden: float = 0.0  # P(forbidden tokens | s), known once an attempt through s was rejected
+    known: bool = False
+    alive: float = 1.0  # share of P(s·) not known to be dead
+
+    def refresh(self) -> None:
+        lost = self.forbidden if self.known else 0.0
+        lost += sum(self.p[c] * (1.0 - k.alive) for c, k in self.kids.items())
+        self.alive = max(0.0, 1.0 - lost)
+
+
+@dataclass
+class Trie:
+    """The knowledge of ``sample_adaptive``: the root prefix (the prompt) and counts of what was learned."""
+
+    root: _Node = field(default_factory=_Node)
+    attempts: int = 0
+    rejected: int = 0
+
+    @property
+    def alive(self) -> float:
+        """P(sequences not known dead): an upper bound on P(valid) that tightens with every rejection."""
+        return self.root.alive
+
+
+def _learn(path: list[tuple[_Node, float]], leaf: _Node | None) -> None:
+    """After a rejected attempt: every node on ``path`` (with its forbidden mass) is known; ``leaf`` (a
+    prefix cut at the cap under the complete target) is dead; alive shares are refreshed bottom-up."""
+    if leaf is not None:
+        leaf.alive = 0.0
+        leaf.known = True
+    for node, forbidden in path:
+        node.forbidden, node.known = forbidden, True
+    for node, _ in reversed(path):
+        node.refresh()
+
+
+def _hit_stop(text: bytes, stops: Sequence[str]) -> bool:
+    tail = text[-512:].decode("utf-8", errors="ignore")
+    return any(s in tail for s in stops)
+
+
+def _attempt(
+    backend: Backend,
+    first: np.ndarray,
+    matcher: Matcher,
+    trie: Trie,
+    params: SamplingParams,
+    rng: np.random.Generator,
+    target: str,
+) -> tuple[bool, list[int], list[float], str]:
+    """One walk from the root: (accepted, tokens, their log-probabilities, finish reason)."""
+    eog = backend.eog_ids
+    node = trie.root
+    path: list[tuple[_Node, float]] = []
+    ids: list[int] = []
+    logps: list[float] = []
+    text = b""
+    x = first
+    while True:
+        allowed = matcher.allowed()
+        if matcher.done():
+            allowed = np.zeros_like(allowed)
+            allowed[list(eog)] = True
+        z = x.astype(np.float64) - float(x.max())
+        p = np.exp(z)
+        total = float(p.sum())
+        p /= total
+        w = np.where(allowed, p, 0.0)
+        forbidden = max(0.0, 1.0 - float(w.sum()))
+        for c, kid in node.kids.items():
+            w[c] *= kid.alive
+        unknown = 0.0 if node.known else forbidden  # forbidden mass not yet known dead: drawing it rejects
+        mass = float(w.sum()) + unknown
+        path.append((node, forbidden))
+        if mass <= 0.0 or rng.random() * mass < unknown:
+            _learn(path, None)
+            return False, ids, logps, "rejected"
+        cum = np.cumsum(w)
+        tok = int(min(np.searchsorted(cum, rng.random() * cum[-1], side="right"), w.size - 1))
+        node.p[tok] = float(p[tok])
+        child = node.kids.setdefault(tok, _Node())
+        ids.append(tok)
+        logps.append(float(z[tok]) - math.log(total))
+        if tok in eog:
+            return True, ids, logps, "stop"
+        matcher.accept(tok)
+        text += backend.token_bytes(tok)
+        if params.stop and _hit_stop(text, params.stop):
+            return True, ids, logps, "stop"
+        node = child
+        if len(ids) >= params.max_new_tokens:
+            if target == "prefix":
+                return True, ids, logps, "length"
+            _learn(path, node)
+            return False, ids, logps, "length"
+        x = np.array(backend.step([tok], [0])[0], dtype=np.float32)
+
+
+def sample_adaptive(
+    backend: Backend,
+    prompt: str | Sequence[int],
+    n: int,
+    params: SamplingParams = SamplingParams(),
+    *,
+    mask: MaskEngine,
+    prefill: str = "",
+    target: str = "complete",
+    max_attempts: int = 4096,
+    start_index: int = 0,
+    trie: Trie | None = None,
+    on_batch: Callable[[list[Sample]], None] | None = None,
+    **_: object,
+) -> list[Sample]:
+    """Draw ``n`` exact samples of P_L(y) ∝ P(y)·1[y valid] by adaptive rejection (module docstring).
+
+    ``target``: ``complete`` (a call completed within ``max_new_tokens``) or ``prefix`` (a string the grammar
+    can still complete at the cap). ``trie``: the knowledge to start from and to extend (a fresh one by
+    default; pass the same object to later calls on the same prompt, mask and cap to keep learning). A
+    sample that finds no valid sequence within ``max_attempts`` walks is an error record. Each sample's
+    ``timing`` carries ``attempts`` (walks, the rejected ones included) and ``tokens`` (tokens decoded by all
+    of them): the cost. Needs temperature 1 without truncation (the proposal is the model itself).
+    """
+    from tooldecode.sampling.aligned import aligned_supported
+
+    why = aligned_supported(params)
+    if why:
+        raise MaskError(
+            f"adaptive exact sampling cannot draw with {why}; use temperature 1.0 without truncation"
+        )
+    if target not in ADAPTIVE_TARGETS:
+        raise MaskError(f"unknown target {target!r}; choose one of: {', '.join(ADAPTIVE_TARGETS)}")
+    ids = backend.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+    prefill_ids = backend.tokenize(prefill, special=False) if prefill else []
+    trie = trie if trie is not None else Trie()
+    out: list[Sample] = []
+    t0 = time.perf_counter()
+    first = np.array(backend.begin(ids, 1)[0], dtype=np.float32)
+    try:
+        for i in range(start_index, start_index + n):
+            rng = np.random.default_rng(stream_key(params, i, 0xCA25))
+            t_start = time.perf_counter() - t0
+            tokens = 0
+            got: tuple[list[int], list[float], str] | None = None
+            k = 0
+            for k in range(1, max_attempts + 1):
+                if k > 1 or i > start_index:  # back to the prompt
+                    if getattr(backend, "can_restart", False):
+                        backend.restart(0)  # type: ignore[attr-defined]
+                    else:
+                        first = np.array(backend.begin(ids, 1)[0], dtype=np.float32)
+                matcher = mask.matcher(prefill, prefill_ids)
+                trie.attempts += 1
+                ok, toks, lps, finish = _attempt(backend, first, matcher, trie, params, rng, target)
+                tokens += len(toks)
+                if ok:
+                    got = (toks, lps, finish)
+                    break
+                trie.rejected += 1
+            timing = {
+                "start_s": round(t_start, 4),
+                "end_s": round(time.perf_counter() - t0, 4),
+                "attempts": k,
+                "tokens": tokens,
+                "alive": round(trie.alive, 6),
+            }
+            if got is None:
+                s = Sample(i, params.seed, "", [], [], [], [], None, None, "error",
+                           f"no valid sequence in {max_attempts} attempts", timing)  # fmt: skip
+            else:
+                toks, lps, finish = got
+                text = backend.detokenize([t for t in toks if t not in backend.eog_ids])
+                s = Sample(
+                    i, params.seed, text, toks, lps, [None] * len(toks), [], None, None, finish, None, timing
+                )
+            out.append(s)
+            if on_batch is not None:
+                on_batch([s])
+    finally:
+        backend.end()
+    return out
