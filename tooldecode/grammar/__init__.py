@@ -20,7 +20,7 @@ from tooldecode.grammar.lower import DUPLICATES, Lowerer
 from tooldecode.grammar.regex import emit_regex
 from tooldecode.grammar.schema import MODES, ORDERS, SchemaIR, compile_schema, strictify
 from tooldecode.grammar.terminals import WS_POLICIES, ws_max_for
-from tooldecode.grammar.tools import Tool, load_tool, tool_catalog
+from tooldecode.grammar.tools import Tool, is_schema, load_tool, load_tools, read_tools, tool_catalog
 from tooldecode.grammar.wire import FORBID, WIRES, check_name, check_wire, frame, serialize
 
 FORMATS = ("gbnf", "lark", "regex")
@@ -32,6 +32,9 @@ __all__ = [
     "compile_schema",
     "strictify",
     "load_tool",
+    "load_tools",
+    "read_tools",
+    "is_schema",
     "tool_catalog",
     "serialize_call",
     "build_grammar",
@@ -113,8 +116,16 @@ def _emit(g: Grammar, format: str) -> str:
 def _as_tool(schema_or_tool: Any, name: str | None) -> tuple[str, Any]:
     if isinstance(schema_or_tool, Tool):
         return schema_or_tool.name, schema_or_tool.parameters
-    if isinstance(schema_or_tool, (dict, bool)):
-        return name or "", schema_or_tool
+    if isinstance(schema_or_tool, (dict, bool, list)):
+        tools = read_tools(schema_or_tool, where="render")
+        if tools is None:
+            return name or "", schema_or_tool
+        if len(tools) != 1:
+            raise GrammarError(
+                f"render: the tool list holds {len(tools)} tools ({', '.join(t.name for t in tools)}); "
+                "use render_toolset for a call of any of them"
+            )
+        return tools[0].name, tools[0].parameters
     raise GrammarError(f"render needs a Tool or a JSON Schema dict, not {type(schema_or_tool).__name__}")
 
 
@@ -147,8 +158,10 @@ def render(
     lenient: bool = False,
     name: str | None = None,
 ) -> str:
-    """Grammar text of one call. ``schema_or_tool`` is a ``Tool`` or a bare arguments schema (then
-    ``name`` is needed for every wire but ``json``)."""
+    """Grammar text of one call. ``schema_or_tool`` is a ``Tool``, a tool in any shape ``load_tools``
+    reads (OpenAI, Anthropic, MCP; a list of one tool), or a bare arguments schema (then ``name`` is
+    needed for every wire but ``json``). A dict that is neither a schema nor a tool raises
+    ``SchemaError`` (it would otherwise admit any JSON value)."""
     _check(format, wire, ws, ws_max)
     tool_name, schema = _as_tool(schema_or_tool, name)
     if wire != "json" and not tool_name:
@@ -157,7 +170,7 @@ def render(
 
 
 def render_toolset(
-    tools: list[Tool],
+    tools: list[Tool] | list[dict[str, Any]] | dict[str, Any] | str,
     *,
     format: str = "gbnf",
     wire: str = "call-json",
@@ -169,10 +182,12 @@ def render_toolset(
     duplicates: str = "forbid",
 ) -> str:
     """Grammar text of one call of any tool in ``tools`` (an alternation; the wire carries the name).
-    ``duplicates`` ("forbid" / "admit"): see ``build_grammar``."""
+    ``tools`` is a list of ``Tool`` or anything ``load_tools`` reads (an OpenAI, Anthropic or MCP tool
+    list, a path). ``duplicates`` ("forbid" / "admit"): see ``build_grammar``."""
     _check(format, wire, ws, ws_max)
     if not tools:
         raise GrammarError("render_toolset needs at least one tool")
+    tools = load_tools(tools)
     names = [t.name for t in tools]
     if len(set(names)) != len(names):
         raise GrammarError(f"duplicate tool names in the tool set: {names}")

@@ -18,10 +18,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "grammar",
         help="print the grammar (GBNF, Lark or regex) of a tool call",
         description="Print the grammar of one call of a tool: a built-in tool name (edit, read, write, bash, "
-        "Edit, MultiEdit, Read, Write, Grep, Glob, Bash), a tool JSON file {name, parameters, ...}, or a bare "
-        "JSON Schema file of the arguments. Errors exit with status 2 and one line on stderr.",
+        "Edit, MultiEdit, Read, Write, Grep, Glob, Bash), a tool JSON file {name, parameters, ...}, a tool "
+        "list (OpenAI chat-completions or responses tools, Anthropic tools, an MCP tools/list result; a "
+        "list of several renders a call of any of them), or a bare JSON Schema file of the arguments. "
+        "Errors exit with status 2 and one line on stderr.",
     )
-    p.add_argument("source", metavar="SCHEMA.json|TOOL_ID")
+    p.add_argument("source", metavar="SCHEMA.json|TOOLS.json|TOOL_ID")
     p.add_argument("--format", choices=FORMATS, default="gbnf")
     p.add_argument("--wire", choices=WIRES, default="json")
     p.add_argument("--mode", choices=MODES, default="strict")
@@ -45,24 +47,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _load(source: str) -> Any:
-    from tooldecode.grammar import load_tool, tool_catalog
-    from tooldecode.grammar.tools import looks_like_tool
+def _load(source: str) -> tuple[list[Any], Any]:
+    """(tools, None) for a built-in tool or a file of tools in any shape ``load_tools`` reads, or
+    ([], schema) for a bare JSON Schema file."""
+    from tooldecode.grammar import load_tool, read_tools, tool_catalog
+    from tooldecode.grammar.tools import load_tools
 
     if source in tool_catalog():
-        return load_tool(source)
+        return [load_tool(source)], None
     path = Path(source)
     if path.is_dir():
         raise SchemaError(
             f"{source}: is a directory; give a schema or tool JSON file, or a built-in tool name"
         )
     if not path.is_file():
-        try:
-            return load_tool(source)
-        except SchemaError:
-            raise SchemaError(
-                f"{source}: no such file or built-in tool; built-in tools: {', '.join(tool_catalog())}"
-            ) from None
+        return load_tools(source), None  # a built-in file stem, or one line naming the missing file
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:
@@ -71,44 +70,43 @@ def _load(source: str) -> Any:
         raise SchemaError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from e
     except RecursionError:
         raise SchemaError(f"{path}: JSON nested too deeply to read; flatten the schema") from None
-    try:
-        is_tool = looks_like_tool(data)
-    except SchemaError as e:
-        raise SchemaError(f"{path}: {e}") from None
-    if is_tool:
-        return load_tool(path)
-    return data
+    tools = read_tools(data, where=str(path), source=path)
+    if tools is None:
+        return [], data
+    return tools, None
 
 
 def run(args: argparse.Namespace) -> int:
-    from tooldecode.grammar import Tool, build_grammar, compile_schema, render
+    from tooldecode.grammar import build_grammar, compile_schema, render, render_toolset
     from tooldecode.grammar.regex import backtracking_safe
 
-    target = _load(args.source)
-    schema = target.parameters if isinstance(target, Tool) else target
-    name = args.name
-    if not isinstance(target, Tool) and args.wire != "json" and not name:
-        name = Path(args.source).stem
-    text = render(
-        target,
-        format=args.format,
-        wire=args.wire,
-        mode=args.mode,
-        order=args.order,
-        ws=args.ws,
-        ws_max=args.ws_max,
-        lenient=args.lenient,
-        name=name,
+    tools, schema = _load(args.source)
+    opts = dict(
+        format=args.format, wire=args.wire, mode=args.mode, order=args.order, ws=args.ws, ws_max=args.ws_max
     )
-    sir = compile_schema(schema, mode=args.mode, order=args.order, lenient=args.lenient)
-    if args.lenient or args.verbose:
-        for kw, ptr in sir.ignored:
-            print(f"tooldecode: ignored '{kw}' at {ptr or '(root)'}", file=sys.stderr)
-    if args.verbose:
-        for msg in sir.warnings:
-            print(f"tooldecode: warning: {msg}", file=sys.stderr)
+    if len(tools) > 1:
+        text = render_toolset(tools, lenient=args.lenient, **opts)
+        items = [(t.name, t.parameters) for t in tools]
+    else:
+        target = tools[0] if tools else schema
+        name = args.name
+        if tools:
+            name = tools[0].name
+        elif args.wire != "json" and not name:
+            name = Path(args.source).stem
+        text = render(target, lenient=args.lenient, name=name, **opts)
+        items = [(name or "", tools[0].parameters if tools else schema)]
+    sirs = [(n, compile_schema(s, mode=args.mode, order=args.order, lenient=args.lenient)) for n, s in items]
+    for tool_name, sir in sirs:
+        where = f"{tool_name}: " if len(sirs) > 1 else ""
+        if args.lenient or args.verbose:
+            for kw, ptr in sir.ignored:
+                print(f"tooldecode: {where}ignored '{kw}' at {ptr or '(root)'}", file=sys.stderr)
+        if args.verbose:
+            for msg in sir.warnings:
+                print(f"tooldecode: {where}warning: {msg}", file=sys.stderr)
     if args.format == "regex":
-        g = build_grammar([(name or "", sir)], wire=args.wire, ws=args.ws, ws_max=args.ws_max)
+        g = build_grammar(sirs, wire=args.wire, ws=args.ws, ws_max=args.ws_max)
         if not backtracking_safe(g):
             print(
                 "tooldecode: note: this regex is unambiguous per token but not deterministic; use an "

@@ -1,4 +1,5 @@
-"""The built-in tool catalog (``tooldecode/tools/*.json``) and user tool files."""
+"""The built-in tool catalog (``tooldecode/tools/*.json``), user tool files, and tool lists in the
+shapes other stacks write them: OpenAI (chat-completions and responses), Anthropic, MCP ``tools/list``."""
 
 from __future__ import annotations
 
@@ -14,15 +15,20 @@ from tooldecode.errors import SchemaError
 FAMILIES = ("nested", "flat")
 
 
+NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {}}
+
+
 @dataclass(frozen=True)
 class Tool:
-    """A tool: its name, family (``nested`` or ``flat``), description, JSON Schema of the arguments,
-    and the aliases a lenient client would accept per key (``"path"`` or ``"edits[].oldText"``)."""
+    """A tool: its name, family (``nested`` or ``flat``: the edit tool's shape, which only the study's
+    tools need; ``flat`` by default), description, JSON Schema of the arguments (a tool without one
+    takes no arguments), and the aliases a lenient client would accept per key (``"path"`` or
+    ``"edits[].oldText"``)."""
 
     name: str
-    family: str
-    description: str
-    parameters: dict[str, Any]
+    family: str = "flat"
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=lambda: dict(NO_ARGUMENTS))
     aliases: dict[str, list[str]] = field(default_factory=dict)
     source: Path | None = None
 
@@ -31,15 +37,20 @@ PARAMETER_KEYS = ("parameters", "input_schema", "inputSchema")  # OpenAI / Anthr
 
 
 def _unwrap(data: Any) -> Any:
-    """``{"type": "function", "function": {...}}`` (OpenAI's tool list entry) -> the inner object,
-    and ``input_schema``/``inputSchema`` spelled as ``parameters``."""
-    if isinstance(data, dict) and data.get("type") == "function" and isinstance(data.get("function"), dict):
+    """``{"type": "function", "function": {...}}`` (OpenAI's chat-completions tool list entry) -> the
+    inner object, and ``input_schema``/``inputSchema`` spelled as ``parameters``. An OpenAI function
+    without ``parameters`` takes no arguments."""
+    openai = isinstance(data, dict) and data.get("type") == "function"
+    if openai and isinstance(data.get("function"), dict):
         data = data["function"]
     if isinstance(data, dict) and "parameters" not in data:
         for k in PARAMETER_KEYS[1:]:
             if k in data:
                 data = {**{x: v for x, v in data.items() if x != k}, "parameters": data[k]}
                 break
+        else:
+            if openai and isinstance(data.get("name"), str):
+                data = {**data, "parameters": dict(NO_ARGUMENTS)}
     return data
 
 
@@ -63,8 +74,8 @@ def looks_like_tool(data: Any) -> bool:
     return False
 
 
-def _from_data(data: Any, source: Path | None) -> Tool:
-    where = str(source) if source else "tool data"
+def _from_data(data: Any, source: Path | None, where: str | None = None) -> Tool:
+    where = where or (str(source) if source else "tool data")
     data = _unwrap(data)
     if not isinstance(data, dict):
         raise SchemaError(
@@ -90,7 +101,7 @@ def _from_data(data: Any, source: Path | None) -> Tool:
         for k, v in aliases.items()
     ):
         raise SchemaError(f"{where}: 'aliases' of tool {name!r} must map key paths to lists of names")
-    desc = data.get("description", "")
+    desc = data.get("description") or ""
     if not isinstance(desc, str):
         raise SchemaError(f"{where}: 'description' of tool {name!r} must be a string")
     return Tool(
@@ -121,17 +132,157 @@ def tool_catalog() -> dict[str, Tool]:
     return dict(_catalog())
 
 
-def load_tool(name_or_path: str | Path) -> Tool:
-    """A built-in tool by name (or file stem such as ``flat-Edit``), or a tool JSON file."""
+def _read_json(path: Path) -> Any:
+    if path.is_dir():
+        raise SchemaError(f"{path}: is a directory; give a tool list, tool or JSON Schema file")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise SchemaError(f"{path}: cannot read ({e})") from e
+    except json.JSONDecodeError as e:
+        raise SchemaError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from e
+    except RecursionError:
+        raise SchemaError(f"{path}: JSON nested too deeply to read; flatten the schema") from None
+
+
+def is_schema(data: Any) -> bool:
+    """Whether ``data`` reads as a JSON Schema: a boolean, the empty object, or an object with at least
+    one keyword the builder knows (an annotation such as ``title`` counts). An object of unknown keys
+    only would admit any JSON value, which is never what a caller means."""
+    from tooldecode.grammar.keywords import ANNOTATIONS, KNOWN, UNEXPRESSIBLE
+
+    if isinstance(data, bool):
+        return True
+    if not isinstance(data, dict):
+        return False
+    return not data or any(k in KNOWN or k in ANNOTATIONS or k in UNEXPRESSIBLE for k in data)
+
+
+def _seen(data: Any) -> str:
+    if isinstance(data, dict):
+        keys = list(data)
+        shown = ", ".join(repr(k) for k in keys[:6]) + (", ..." if len(keys) > 6 else "")
+        return f"an object with keys {shown}" if keys else "an empty object"
+    if isinstance(data, list):
+        return f"a list of {len(data)}"
+    return "null" if data is None else f"a value of type {type(data).__name__}"
+
+
+def _tool_list(items: list[Any], where: str, source: Path | None) -> list[Tool]:
+    out: list[Tool] = []
+    for i, item in enumerate(items):
+        at = f"{where}: tools[{i}]"
+        unwrapped = _unwrap(item)
+        if not isinstance(unwrapped, dict) or "name" not in unwrapped or "parameters" not in unwrapped:
+            raise SchemaError(
+                f"{at}: {_seen(item)} is not a tool; a tool has a name and a parameters schema "
+                "(OpenAI 'parameters', Anthropic 'input_schema', MCP 'inputSchema')"
+            )
+        out.append(_from_data(unwrapped, source, where=at))
+    names = [t.name for t in out]
+    dups = sorted({n for n in names if names.count(n) > 1})
+    if dups:
+        raise SchemaError(f"{where}: tool names {dups} occur more than once; tool names must be unique")
+    if not out:
+        raise SchemaError(f"{where}: the tool list is empty; give at least one tool")
+    return out
+
+
+def read_tools(data: Any, *, where: str = "tool data", source: Path | None = None) -> list[Tool] | None:
+    """The tools a JSON document describes, or None when it is a bare JSON Schema of arguments.
+
+    Accepted: a list of tools (OpenAI chat-completions ``{"type": "function", "function": {...}}``,
+    OpenAI responses ``{"type": "function", "name", "parameters"}``, Anthropic ``{"name",
+    "input_schema"}``, MCP ``{"name", "inputSchema"}``, or tooldecode's own ``{"name", "parameters"}``),
+    an object holding such a list under ``tools`` (an MCP ``tools/list`` result, a request body), the
+    same wrapped in a JSON-RPC response's ``result``, a single tool, or a JSON Schema. Anything else
+    raises ``SchemaError`` naming what was seen."""
+    if isinstance(data, dict) and "jsonrpc" in data:
+        if "result" not in data:
+            err = data.get("error")
+            detail = f" (error: {err.get('message', err)})" if isinstance(err, dict) else ""
+            raise SchemaError(
+                f"{where}: a JSON-RPC message without a result{detail}; give a tools/list result"
+            )
+        data = data["result"]
+        where = f"{where}: result"
+    if isinstance(data, list):
+        return _tool_list(data, where, source)
+    if isinstance(data, dict) and isinstance(data.get("tools"), list):
+        return _tool_list(data["tools"], where, source)
+    try:
+        tool = looks_like_tool(data)
+    except SchemaError as e:
+        raise SchemaError(f"{where}: {e}") from None
+    if tool:
+        return [_from_data(data, source, where=where)]
+    if is_schema(data):
+        return None
+    raise SchemaError(
+        f"{where}: {_seen(data)} is neither a JSON Schema (no schema keyword) nor a tool or a tool list "
+        "(OpenAI, Anthropic, MCP tools/list); give one of those"
+    )
+
+
+def load_tools(obj_or_path: Any, *, name: str | None = None) -> list[Tool]:
+    """Tools from any of the common shapes (see ``read_tools``): a parsed JSON document, a path to a
+    JSON file, a built-in tool name, a ``Tool`` or a list of ``Tool``. A bare JSON Schema becomes one
+    tool named ``name`` (default: its ``title``, the file's stem, or ``"tool"``)."""
+    if isinstance(obj_or_path, Tool):
+        return [obj_or_path]
+    if isinstance(obj_or_path, list) and obj_or_path and all(isinstance(t, Tool) for t in obj_or_path):
+        return list(obj_or_path)
+    source: Path | None = None
+    where = "tool data"
+    data = obj_or_path
+    if isinstance(obj_or_path, (str, Path)):
+        key = str(obj_or_path)
+        if isinstance(obj_or_path, str) and (key in _catalog() or _by_stem(key) is not None):
+            return [load_tool(key)]
+        source = Path(key)
+        if not source.exists():
+            raise SchemaError(
+                f"{key}: no such file or built-in tool; built-in tools: {', '.join(_catalog())}"
+            )
+        data = _read_json(source)
+        where = str(source)
+    tools = read_tools(data, where=where, source=source)
+    if tools is not None:
+        return tools
+    title = data.get("title") if isinstance(data, dict) else None
+    if not (isinstance(title, str) and title and not any(c in title for c in ' "<>\n\t\\')):
+        title = None
+    tool_name = name or title or (source.stem if source else "tool")
+    return [_from_data({"name": tool_name, "parameters": data}, source, where=where)]
+
+
+def _by_stem(key: str) -> Tool | None:
+    for tool in _catalog().values():
+        if tool.source is not None and tool.source.stem == key:
+            return tool
+    return None
+
+
+def load_tool(name_or_path: str | Path | dict[str, Any]) -> Tool:
+    """A built-in tool by name (or file stem such as ``flat-Edit``), a tool JSON file, or a tool given
+    as a dict in any shape ``read_tools`` accepts (a tool list of exactly one tool included)."""
+    if isinstance(name_or_path, (dict, list)):
+        tools = load_tools(name_or_path)
+        if len(tools) != 1:
+            raise SchemaError(
+                f"tool data holds {len(tools)} tools ({', '.join(t.name for t in tools)}); "
+                "use load_tools for a tool list"
+            )
+        return tools[0]
     cat = _catalog()
     key = str(name_or_path)
     if isinstance(name_or_path, str) and key in cat:
         return cat[key]
-    for tool in cat.values():
-        if tool.source is not None and tool.source.stem == key:
-            return tool
+    stem = _by_stem(key)
+    if stem is not None:
+        return stem
     path = Path(key)
-    if path.suffix == ".json" or path.exists():
+    if len(key) < 4096 and (path.suffix == ".json" or path.exists()):
         if not path.is_file():
             raise SchemaError(
                 f"tool file {path} does not exist; give a built-in name ({', '.join(cat)}) or a file"
@@ -141,4 +292,6 @@ def load_tool(name_or_path: str | Path) -> Tool:
         except json.JSONDecodeError as e:
             raise SchemaError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from e
         return _from_data(data, path)
-    raise SchemaError(f"unknown tool {key!r}; built-in tools: {', '.join(cat)} (or give a .json file)")
+    raise SchemaError(
+        f"unknown tool {key[:80]!r}; built-in tools: {', '.join(cat)} (or give a .json file or a dict)"
+    )
