@@ -10,8 +10,10 @@ runs/<name>/
 Crash safety: ``append`` writes whole lines and fsyncs once per batch. A ``kill -9`` in the middle of
 a batch can leave a torn last line (no trailing newline); readers skip it, and the next ``append``
 cuts it off before writing, so the file stays valid JSONL and the torn record is simply redone on
-resume (it never counted as completed). One writer at a time: ``append`` holds an exclusive
-``flock`` on samples.jsonl from its first call until ``close()``.
+resume (it never counted as completed). One writer at a time: a writer holds an exclusive ``flock``
+on the run *directory* (``RunLock``) from ``lock()`` or its first ``append`` until ``close()``; the
+directory outlives its files, so ``--fresh`` can clear a run while holding the lock and no second
+writer slips in between. ``clear_run`` deletes only the files the run store writes (``is_store_file``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,17 @@ from typing import Any
 from tooldecode import __version__
 from tooldecode.errors import RunError
 
-__all__ = ["MANIFEST", "SAMPLE_FIELDS", "SAMPLES", "RunStore", "build_manifest", "rescore"]
+__all__ = [
+    "MANIFEST",
+    "SAMPLE_FIELDS",
+    "SAMPLES",
+    "RunLock",
+    "RunStore",
+    "build_manifest",
+    "clear_run",
+    "is_store_file",
+    "rescore",
+]
 
 MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
@@ -51,6 +63,15 @@ _LIBRARIES = {
     "llguidance": "llguidance",
     "outlines": "outlines",
 }
+
+# Files the run store and tooldecode's stages write into a run folder (``--fresh`` deletes only these).
+_STORE_NAMES = frozenset(
+    {MANIFEST, SAMPLES, "timing.json", "probe.jsonl", "summary.md", "report.html", "reference-validity.json"}
+)
+_STORE_PATTERNS = (
+    re.compile(r"verdicts-[A-Za-z0-9._+-]+\.jsonl"),
+    re.compile(r"repaired-[A-Za-z0-9._+-]+\.jsonl"),
+)
 
 # append() writes a batch in chunks of this many bytes (one os.write each).
 _WRITE_CHUNK = 1 << 20
@@ -161,6 +182,95 @@ def _parse_line(raw: bytes, path: Path, lineno: int) -> dict:
     return record
 
 
+def is_store_file(name: str) -> bool:
+    """Whether a file of this name in a run folder is one tooldecode writes (raw, derived or a temp file)."""
+    return (
+        name in _STORE_NAMES
+        or any(p.fullmatch(name) for p in _STORE_PATTERNS)
+        or (_TMP_MARK in name and is_store_file(name.split(_TMP_MARK, 1)[0]))
+    )
+
+
+class RunLock:
+    """The exclusive write lock of a run folder: an ``flock`` on the directory itself.
+
+    Parameters
+    ----------
+    path
+        The run folder (it must exist).
+
+    Raises
+    ------
+    RunError
+        When another process holds the lock, or the folder cannot be opened.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as err:
+            raise RunError(
+                f"cannot open run folder {self.path} ({_os_reason(err)}); check the path"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            os.close(fd)
+            if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise RunError(
+                    f"run {self.path} is being written by another process; wait for it or stop it first"
+                ) from None
+            raise RunError(f"cannot lock run folder {self.path} ({_os_reason(err)})") from None
+        self._fd: int | None = fd
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Release the lock (idempotent)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:
+            pass
+
+
+def clear_run(path: str | os.PathLike[str], lock: RunLock) -> list[str]:
+    """``--fresh``: delete the files tooldecode wrote in run folder ``path``, holding its ``lock``.
+
+    The folder itself stays (its lock lives on it). Returns the names of what was left: files and
+    folders tooldecode did not write (a user's), sorted.
+
+    Raises
+    ------
+    RunError
+        When ``lock`` is not this folder's held lock, or a file cannot be deleted.
+    """
+    path = Path(path)
+    if not lock.held or lock.path.resolve() != path.resolve():
+        raise RunError(f"clear_run needs the held write lock of {path}; take RunLock({str(path)!r}) first")
+    kept: list[str] = []
+    # the manifest last: a run cleared halfway still reads as a run (and --fresh can finish it)
+    names = sorted(os.listdir(path), key=lambda n: n == MANIFEST)
+    for name in names:
+        entry = path / name
+        if not is_store_file(name) or (entry.is_dir() and not entry.is_symlink()):
+            kept.append(name)
+            continue
+        try:
+            entry.unlink(missing_ok=True)
+        except OSError as err:
+            raise RunError(f"--fresh cannot delete {entry} ({_os_reason(err)}); fix that and rerun") from None
+    _fsync_dir(path)
+    return sorted(kept)
+
+
 # --- the run store ---------------------------------------------------------------------------------
 
 
@@ -177,14 +287,51 @@ class RunStore:
         self._keys: set[str] = set()
         self._scanned = 0  # byte offset up to which complete lines have been read into _keys
         self._scanned_lines = 0
-        self._fd: int | None = None  # append descriptor, holds the flock
+        self._fd: int | None = None  # append descriptor
+        self._lock: RunLock | None = None  # the folder's write lock, from lock() or the first append
 
     # -- construction --
 
     @classmethod
-    def create(cls, path: str | os.PathLike[str], manifest: dict, *, resume: bool = True) -> RunStore:
-        """Start a new run at ``path``, or resume the run there if its config equals ``manifest["config"]``."""
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        manifest: dict,
+        *,
+        resume: bool = True,
+        lock: RunLock | bool = False,
+        keep: Iterable[str] = (),
+    ) -> RunStore:
+        """Start a new run at ``path``, or resume the run there if its config equals ``manifest["config"]``.
+
+        ``lock``: ``True`` takes the folder's write lock before anything is written (a second writer
+        is refused at once); a held ``RunLock`` of ``path`` is adopted. The store releases it on ``close``.
+        ``keep``: names of files a new run may find beside it (those ``clear_run`` left: a user's).
+        """
         path = Path(path)
+        if lock is True and not (path.exists() and not path.is_dir()):
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise RunError(
+                    f"cannot create run {path} ({_os_reason(err)}); choose another --out"
+                ) from None
+            lock = RunLock(path)
+        held = lock if isinstance(lock, RunLock) else None
+        if held is not None and (not held.held or held.path.resolve() != path.resolve()):
+            raise RunError(f"the lock passed for run {path} is not that folder's held lock")
+        try:
+            store = cls._create(path, manifest, resume, frozenset(keep))
+        except BaseException:
+            if held is not None:
+                held.release()
+            raise
+        if held is not None:
+            store.adopt_lock(held)
+        return store
+
+    @classmethod
+    def _create(cls, path: Path, manifest: dict, resume: bool, keep: frozenset[str]) -> RunStore:
         if "config" not in manifest:
             raise ValueError('manifest has no "config"; build it with build_manifest(config, ...)')
         if (path / MANIFEST).exists():
@@ -203,7 +350,11 @@ class RunStore:
         if path.exists():
             if not path.is_dir():
                 raise RunError(f"{path} exists and is not a directory; choose another --out")
-            leftovers = [p.name for p in path.iterdir() if p.name != SAMPLES and _TMP_MARK not in p.name]
+            leftovers = [
+                p.name
+                for p in path.iterdir()
+                if p.name not in keep and p.name != SAMPLES and _TMP_MARK not in p.name
+            ]
             samples = path / SAMPLES
             if leftovers or (samples.exists() and samples.stat().st_size > 0):
                 raise RunError(
@@ -325,21 +476,14 @@ class RunStore:
     def _acquire(self) -> int:
         if self._fd is not None:
             return self._fd
+        if self._lock is None or not self._lock.held:
+            self._lock = RunLock(self.path)
         try:
             fd = os.open(self._samples, os.O_WRONLY | os.O_APPEND)
         except OSError as err:
             raise RunError(
                 f"cannot open {self._samples} for writing ({_os_reason(err)}); fix that and rerun"
             ) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            os.close(fd)
-            if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise RunError(
-                    f"run {self.path} is being written by another process; wait for it or stop it first"
-                ) from None
-            raise
         self._fd = fd
         return fd
 
@@ -352,6 +496,33 @@ class RunStore:
             When another process is writing this run.
         """
         self._acquire()
+
+    def adopt_lock(self, lock: RunLock) -> None:
+        """Hold ``lock`` (this folder's, already taken) as this store's write lock; ``close`` releases it."""
+        if not lock.held or lock.path.resolve() != self.path.resolve():
+            raise RunError(f"the lock passed for run {self.path} is not that folder's held lock")
+        if self._lock is not None and self._lock is not lock:
+            self._lock.release()
+        self._lock = lock
+
+    def check_writable(self) -> None:
+        """Check that files can be created in the run folder (derived files, e.g. ``timing.json``).
+
+        Raises
+        ------
+        RunError
+            When the folder is read-only, immutable or full: before any sample is drawn.
+        """
+        probe = self.path / f"timing.json{_TMP_MARK}check-{os.getpid()}"
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.close(fd)
+            probe.unlink()
+        except OSError as err:
+            raise RunError(
+                f"cannot write files in run folder {self.path} ({_os_reason(err)}); "
+                "fix its permissions or choose another --out"
+            ) from None
 
     def append(self, records: list[dict]) -> None:
         """Append a batch of records (one line each) and fsync once. Keys must be new and unique."""
@@ -396,6 +567,9 @@ class RunStore:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def __enter__(self) -> RunStore:
         return self

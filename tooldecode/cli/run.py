@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--fresh",
         action="store_true",
-        help="delete an existing run directory (and only a run directory) first",
+        help="replace an existing run: with its write lock held and the model loaded, delete the files "
+        "tooldecode wrote there (a run directory only; other files stay and are named)",
     )
     p.add_argument("--report", action="store_true", help="write summary.md and report.html when done")
     p.add_argument("--no-progress", action="store_true")

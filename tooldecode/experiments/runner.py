@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from tooldecode.errors import ToolDecodeError
 from tooldecode.experiments.arms import (
     ModelCache,
     arm_grammar,
@@ -19,8 +20,61 @@ from tooldecode.experiments.arms import (
     transcript_options,
 )
 from tooldecode.experiments.probes import run_probe
-from tooldecode.experiments.rundir import check_models_match, discard_empty_run, remove_run
+from tooldecode.experiments.rundir import RunStoreRefusal, check_models_match, discard_empty_run, is_run_dir
 from tooldecode.experiments.spec import STRICT_MODES, Spec, SpecError, load_spec, validate_spec
+
+
+def check_fresh_target(out: Path) -> None:
+    """``--fresh`` on ``out``: refuse a symlink and anything that is not a tooldecode run (before any work)."""
+    if out.is_symlink():
+        raise RunStoreRefusal(
+            f"--fresh refuses {out}: it is a symlink; pass the run folder it points to "
+            f"({Path(out).resolve()}) or remove the link yourself"
+        )
+    if out.exists() and not is_run_dir(out):
+        raise RunStoreRefusal(
+            f"--fresh refuses to delete {out}: it is not a tooldecode run directory (no manifest written by "
+            "tooldecode); choose another --out or remove it yourself"
+        )
+
+
+def check_arms(spec: Spec, arms: list[dict[str, Any]]) -> None:
+    """Every mode the spec lists has at least one arm (an empty engine or duplicates list loses one)."""
+    have = {a["mode"] for a in arms}
+    lost = [m for m in spec.modes if m not in have]
+    if lost:
+        raise SpecError(
+            f"{spec.path or spec.name}: mode {lost[0]!r} has no arm (its 'engine' or 'duplicates' list is "
+            "empty); name at least one engine setting"
+        )
+
+
+def _clear_for_fresh(
+    spec: Spec, out: Path, lock: Any, models: ModelCache, arms: list[dict[str, Any]]
+) -> list[str]:
+    """``--fresh``, holding ``out``'s write lock, after the models resolved: load the first model (a
+    model that does not load leaves the old run as it was), then delete the files tooldecode wrote."""
+    from tooldecode.runstore import clear_run
+
+    first = next((a for a in arms if a["model"] == spec.models[0]), None)
+    if first is not None:
+        models.get(first["backend"], first["model"])
+    kept = clear_run(out, lock)
+    if kept:
+        print(
+            f"--fresh: kept {len(kept)} file(s) in {out} that tooldecode did not write: {', '.join(kept)}",
+            file=sys.stderr,
+        )
+    return kept
+
+
+def _say_kept(err: ToolDecodeError, out: Path) -> ToolDecodeError:
+    """``err`` with the note that ``--fresh`` deleted nothing (same class where it can be rebuilt)."""
+    msg = f"{err}; --fresh deleted nothing: the run at {out} is as it was"
+    try:
+        return type(err)(msg)
+    except TypeError:
+        return ToolDecodeError(msg)
 
 
 def run_spec(
@@ -30,25 +84,43 @@ def run_spec(
 
     ``server``: options of the ``openai`` backend (``base_url``, ``api_key_env``, ``kind``); where the
     server is is not part of the run's config, so a run resumes against a restarted server."""
-    from tooldecode.runstore import MANIFEST, RunStore
+    from tooldecode.runstore import MANIFEST, RunLock, RunStore
 
     validate_spec(spec)
     if fresh:
-        remove_run(out)
+        check_fresh_target(out)
     scenarios = select_scenarios(spec)
+    if not scenarios:
+        raise SpecError(
+            f"{spec.path or spec.name}: the scenario filter (scenarios, tags, max_scenarios) selects no "
+            "scenario; the run would write 0 samples: widen the filter"
+        )
     arms = spec.arms()
-    manifest = _run_manifest(spec, out, arms, scenarios)
-    new_run = not (out / MANIFEST).exists()
-    new_dir = not out.exists()
-    store = RunStore.create(out, manifest)
+    check_arms(spec, arms)
+    # the write lock before anything is resolved, loaded or deleted: a second writer learns of it at once
+    lock = RunLock(out) if out.is_dir() else None
+    models = ModelCache(n_ctx=8192, max_seqs=max(spec.batch_size, 16) + 1, server=server)
+    store = None
     try:
-        # the write lock before any model loads: a second writer learns of it at once
+        manifest = _run_manifest(spec, out, arms, scenarios, fresh=fresh)
+        kept: list[str] = []
+        if fresh and lock is not None and (out / MANIFEST).exists():
+            kept = _clear_for_fresh(spec, out, lock, models, arms)
+        new_run = not (out / MANIFEST).exists()
+        new_dir = not out.exists()
+        store = RunStore.create(out, manifest, lock=lock if lock is not None else True, keep=kept)
         store.lock()
-    except BaseException:
-        store.close()
+        store.check_writable()
+    except BaseException as err:
+        models.close()
+        if store is not None:
+            store.close()
+        if lock is not None:
+            lock.release()
+        if fresh and lock is not None and (out / MANIFEST).exists() and isinstance(err, ToolDecodeError):
+            raise _say_kept(err, out) from None
         raise
     done = store.completed_keys()
-    models = ModelCache(n_ctx=8192, max_seqs=max(spec.batch_size, 16) + 1, server=server)
     # model-major (one model loaded at a time), then scenario-major: arms of one scenario share the
     # prompt prefix, which stays in the KV cache
     jobs = [
@@ -88,8 +160,11 @@ def run_spec(
     return out
 
 
-def _run_manifest(spec: Spec, out: Path, arms: list[dict[str, Any]], scenarios: list[Any]) -> dict[str, Any]:
-    """The manifest of a run of ``spec`` into ``out`` (refusing to resume one sampled from other weights)."""
+def _run_manifest(
+    spec: Spec, out: Path, arms: list[dict[str, Any]], scenarios: list[Any], *, fresh: bool = False
+) -> dict[str, Any]:
+    """The manifest of a run of ``spec`` into ``out`` (refusing to resume one sampled from other weights;
+    ``fresh``: the run there is to be replaced, so its weights do not matter)."""
     from tooldecode.models import resolve
     from tooldecode.runstore import build_manifest
 
@@ -115,7 +190,8 @@ def _run_manifest(spec: Spec, out: Path, arms: list[dict[str, Any]], scenarios: 
     for m in spec.models:
         ref = resolve(m, fetch=True)
         models_info[m] = {"id": ref.id, "sha256": ref.digest(), "path": str(ref.path)}
-    check_models_match(out, models_info)
+    if not fresh:
+        check_models_match(out, models_info)
     manifest = build_manifest(
         config,
         model=models_info if len(models_info) > 1 else next(iter(models_info.values())),

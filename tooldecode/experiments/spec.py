@@ -319,6 +319,11 @@ def _check_engines(spec: Spec, fail: Callable[[str], None]) -> None:
     from tooldecode.backends import BACKENDS
     from tooldecode.grammar import WS_POLICIES
 
+    engines = as_list(spec.engine)
+    if not engines:
+        fail("'engine' is empty; name at least one engine setting (e.g. \"xgrammar\")")
+    if any(e in engines[:i] for i, e in enumerate(engines)):
+        fail(f"'engine' lists {_duplicate(engines)!r} twice; each value once")
     if spec.backend not in BACKENDS:
         fail(f"unknown backend {spec.backend!r}; choose one of: {', '.join(BACKENDS)}")
     tool_modes = [m for m in spec.modes if m in TOOL_MODES]

@@ -1,0 +1,157 @@
+"""``run --fresh`` and the write lock: nothing of a live or a user's run is lost."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from tooldecode.errors import ModelError, RunError
+from tooldecode.experiments import SpecError, load_spec, run_spec
+from tooldecode.models import TEST_MODEL
+from tooldecode.runstore import RunLock, RunStore, build_manifest, clear_run, is_store_file
+
+SMALL = f"""
+name = "tiny"
+models = ["{TEST_MODEL}"]
+scenarios = ["c-config-trim-crlf"]
+n = 2
+max_new_tokens = 8
+modes = ["loose"]
+batch_size = 2
+"""
+
+
+def _spec(tmp_path: Path, body: str = SMALL):
+    path = tmp_path / "s.toml"
+    path.write_text(body)
+    return load_spec(path)
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory, smol_ref):
+    root = tmp_path_factory.mktemp("fresh")
+    spec = _spec(root)
+    run_spec(spec, root / "run", progress=False)
+    return spec, root / "run"
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+# ------------------------------------------------------------------------------------ store level
+
+
+def test_the_lock_is_on_the_folder_and_outlives_its_files(tmp_path):
+    store = RunStore.create(tmp_path / "r", build_manifest({"spec": "t"}), lock=True)
+    with pytest.raises(RunError, match="another process"):
+        RunStore.open(tmp_path / "r").lock()
+    (tmp_path / "r" / "samples.jsonl").unlink()  # a deleted file releases no lock
+    (tmp_path / "r" / "samples.jsonl").touch()
+    with pytest.raises(RunError, match="another process"):
+        RunLock(tmp_path / "r")
+    store.close()
+    RunLock(tmp_path / "r").release()
+
+
+def test_clear_run_deletes_only_what_tooldecode_wrote(tmp_path):
+    run = tmp_path / "r"
+    RunStore.create(run, build_manifest({"spec": "t"})).close()
+    for name in ("verdicts-s1.jsonl", "repaired-r1.jsonl", "summary.md", "timing.json", "probe.jsonl"):
+        (run / name).write_text("x")
+    (run / "notes.txt").write_text("mine")
+    (run / "verdicts-s1.jsonl.bak").write_text("mine too")
+    (run / "sub").mkdir()
+    lock = RunLock(run)
+    assert clear_run(run, lock) == ["notes.txt", "sub", "verdicts-s1.jsonl.bak"]
+    assert sorted(p.name for p in run.iterdir()) == ["notes.txt", "sub", "verdicts-s1.jsonl.bak"]
+    lock.release()
+    with pytest.raises(RunError, match="held write lock"):
+        clear_run(run, lock)
+    assert is_store_file("manifest.json.tmp-123") and not is_store_file("thesis.tex.tmp-1")
+
+
+# ------------------------------------------------------------------------------------- run --fresh
+
+
+def test_fresh_under_a_live_writer_is_refused_and_deletes_nothing(tmp_path, small_run):
+    spec, src = small_run
+    out = _copy(src, tmp_path / "run")
+    holder = RunStore.open(out)
+    holder.lock()
+    try:
+        t0 = time.perf_counter()
+        with pytest.raises(RunError, match="another process"):
+            run_spec(spec, out, fresh=True, progress=False)
+        assert time.perf_counter() - t0 < 30
+        assert (out / "manifest.json").exists()
+        assert len(RunStore.open(out)) == 2
+    finally:
+        holder.close()
+
+
+def test_fresh_with_a_model_id_that_does_not_resolve_keeps_the_run(tmp_path, small_run):
+    spec, src = small_run
+    out = _copy(src, tmp_path / "run")
+    spec = dataclasses.replace(spec, models=["no-such-model-typo"])
+    with pytest.raises(ModelError, match="deleted nothing"):
+        run_spec(spec, out, fresh=True, progress=False)
+    assert len(RunStore.open(out)) == 2
+
+
+def test_fresh_with_weights_that_do_not_load_keeps_the_run(tmp_path, small_run):
+    spec, src = small_run
+    out = _copy(src, tmp_path / "run")
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + struct.pack("<I", 3) + b"\0" * 64)
+    spec = dataclasses.replace(spec, models=[str(bad)])
+    with pytest.raises(ModelError):
+        run_spec(spec, out, fresh=True, progress=False)
+    assert len(RunStore.open(out)) == 2
+    assert (out / "manifest.json").exists()
+
+
+def test_fresh_keeps_and_names_a_users_file(tmp_path, small_run, capsys):
+    spec, src = small_run
+    out = _copy(src, tmp_path / "run")
+    (out / "notes.txt").write_text("keep me")
+    before = json.loads((out / "manifest.json").read_text())["created"]
+    run_spec(spec, out, fresh=True, progress=False)
+    assert (out / "notes.txt").read_text() == "keep me"
+    assert "notes.txt" in capsys.readouterr().err
+    assert len(RunStore.open(out)) == 2
+    assert json.loads((out / "manifest.json").read_text())["created"] >= before
+
+
+def test_fresh_on_a_symlink_is_refused(tmp_path, small_run):
+    spec, src = small_run
+    real = _copy(src, tmp_path / "real")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    with pytest.raises(SpecError, match="symlink"):
+        run_spec(spec, link, fresh=True, progress=False)
+    assert len(RunStore.open(real)) == 2
+
+
+# ------------------------------------------------------------------------- runs that would be empty
+
+
+def test_a_filter_selecting_no_scenario_is_an_error_before_any_model(tmp_path):
+    spec = _spec(tmp_path, SMALL.replace('scenarios = ["c-config-trim-crlf"]', 'tags = ["no-such-tag"]'))
+    spec.models = ["no-such-model"]  # never resolved: the filter is refused first
+    with pytest.raises(SpecError, match="selects no scenario"):
+        run_spec(spec, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_engine_list_is_an_error(tmp_path):
+    body = SMALL.replace('modes = ["loose"]', 'modes = ["loose", "strict"]\nengine = []')
+    with pytest.raises(SpecError, match="engine"):
+        _spec(tmp_path, body)
