@@ -14,9 +14,32 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tooldecode.grammar import FORMATS, WIRES, _render_cached, load_tool, render, tool_catalog  # noqa: E402
+import warnings  # noqa: E402
+
+from tooldecode.grammar import (  # noqa: E402
+    FORMATS,
+    WIRES,
+    GrammarWarning,
+    Tool,
+    _render_cached,
+    load_tool,
+    render,
+    tool_catalog,
+)
 
 REPEAT = 7
+# an ordinary user schema: strings with maxLength 256 (narrowed in the delimited wires, see docs/grammar.md)
+BOUNDED = Tool(
+    "post",
+    parameters={
+        "type": "object",
+        "properties": {
+            "title": {"type": "string", "maxLength": 256},
+            "body": {"type": "string", "minLength": 1, "maxLength": 256},
+        },
+        "required": ["title", "body"],
+    },
+)
 
 
 def ms(fn) -> float:
@@ -46,6 +69,12 @@ def main() -> int:
                 if wire == "json" or name == "edit":
                     print(f"render_ms.{name}.{fmt}.{wire}: {med:.2f}")
     print(f"render_ms.max_median_all_tools_formats_wires: {worst:.2f}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GrammarWarning)
+        for wire in ("hermes", "antml", "harmony"):
+            _render_cached.cache_clear()
+            t = ms(lambda w=wire: render(BOUNDED, format="gbnf", wire=w))
+            print(f"first_render_ms.maxlength256.gbnf.{wire}: {t:.2f}")
     for name, tool in cat.items():
         for fmt in FORMATS:
             text = render(tool, format=fmt)

@@ -9,7 +9,9 @@ import sys
 import pytest
 
 from tooldecode.errors import SchemaError
-from tooldecode.grammar import Tool, load_tool, load_tools, render, render_toolset
+from tooldecode.grammar import GrammarWarning, Tool, load_tool, load_tools, render, render_toolset
+
+pytestmark = pytest.mark.filterwarnings("ignore::tooldecode.grammar.GrammarWarning")
 
 SCHEMA = {
     "type": "object",
@@ -140,3 +142,104 @@ def test_load_tool_of_a_dict_and_a_long_string():
         load_tool(json.dumps(SCHEMA) * 200)  # not "File name too long"
     with pytest.raises(SchemaError, match="load_tools"):
         load_tool(_shapes("a", SCHEMA)["anthropic"] + _shapes("b", SCHEMA)["anthropic"])  # type: ignore[operator]
+
+
+# ---------------------------------------------------------------------------------------------
+# wire grammars on real schemas: length bounds and patterns inside delimited wires
+
+BOUNDED = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string", "maxLength": 256},
+        "body": {"type": "string", "minLength": 2, "maxLength": 256},
+        "tag": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 20},
+    },
+    "required": ["title", "body"],
+}
+
+
+def _cli_grammar(tmp_path, schema, *args):
+    f = tmp_path / "post.json"
+    f.write_text(json.dumps({"name": "post", "parameters": schema}))
+    return subprocess.run(
+        [sys.executable, "-m", "tooldecode", "grammar", str(f), *args], capture_output=True, text=True
+    )
+
+
+def test_hermes_on_max_length_256_renders_and_xgrammar_bounds_the_strings(tmp_path):
+    from tooldecode.grammar import check, serialize_call
+
+    out = _cli_grammar(tmp_path, BOUNDED, "--wire", "hermes")
+    assert out.returncode == 0, out.stderr
+    assert "/properties/title" in out.stderr and "/properties/body" in out.stderr  # the narrowing, named
+    g = out.stdout
+    tool = Tool("post", parameters=BOUNDED)
+    ok = serialize_call(tool, {"title": "a <b> " * 40, "body": "x</tool_call>", "tag": "abc"}, wire="hermes")
+    assert "\\u003c" in ok and check.accepts("xgrammar", g, ok)
+    full = serialize_call(tool, {"title": "t" * 256, "body": "é" * 256}, wire="hermes")
+    assert check.accepts("xgrammar", g, full)
+    for bad in (
+        {"title": "t" * 257, "body": "ok"},  # over-long
+        {"title": "t", "body": "é" * 257},
+        {"title": "t", "body": "x"},  # under minLength
+        {"title": "t", "body": "ok", "tag": "a" * 21},
+        {"title": "t", "body": "ok", "tag": "ABC"},  # not the pattern
+    ):
+        text = serialize_call(tool, bad, wire="hermes")
+        assert not check.accepts("xgrammar", g, text), bad
+    raw = '<tool_call>\n{"name":"post","arguments":{"title":"x</tool_call>","body":"ok"}}\n</tool_call>'
+    assert not check.accepts("xgrammar", g, raw)  # the delimiter never occurs raw inside a string
+
+
+@pytest.mark.parametrize("wire", ["antml", "harmony", "call-list"])
+def test_other_delimited_wires_render_bounded_strings(wire):
+    from tooldecode.grammar import check, serialize_call
+
+    tool = Tool("post", parameters=BOUNDED)
+    g = render(tool, wire=wire, format="gbnf")
+    ok = serialize_call(tool, {"title": "t" * 256, "body": "two", "tag": "z"}, wire=wire)
+    assert check.accepts("xgrammar", g, ok)
+    long = serialize_call(tool, {"title": "t" * 257, "body": "two"}, wire=wire)
+    assert not check.accepts("xgrammar", g, long)
+
+
+def test_the_narrowing_warns_with_the_pointers():
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "array", "items": {"type": "string", "maxLength": 99}}},
+    }
+    with pytest.warns(GrammarWarning, match="/properties/n/items"):
+        render(Tool("t", parameters=schema), wire="harmony")
+
+
+def test_a_raw_antml_value_the_narrowing_cannot_write_is_refused():
+    from tooldecode.grammar import serialize_call
+
+    tool = Tool("post", parameters=BOUNDED)
+    with pytest.raises(SchemaError, match="without '<'"):
+        serialize_call(tool, {"title": "a<b", "body": "ok"}, wire="antml")
+
+
+def test_small_bounds_stay_exact():
+    from tooldecode.grammar import check, serialize_call
+
+    small = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 4}}, "required": ["s"]}
+    tool = Tool("t", parameters=small)
+    g = render(tool, wire="hermes")
+    raw = '<tool_call>\n{"name":"t","arguments":{"s":"a<b"}}\n</tool_call>'
+    assert check.accepts("xgrammar", g, raw)  # a raw '<' is kept where the exact exclusion is small
+    assert serialize_call(tool, {"s": "a<b"}, wire="hermes") == raw
+
+
+def test_a_string_too_complex_names_its_pointer():
+    hard = {
+        "type": "object",
+        "properties": {
+            "x": {
+                "type": "object",
+                "properties": {"code": {"type": "string", "pattern": "^[<a]*a[<a]{14}$", "maxLength": 30}},
+            }
+        },
+    }
+    with pytest.raises(SchemaError, match="/properties/x/properties/code"):
+        render(Tool("t", parameters=hard), wire="hermes")

@@ -9,10 +9,11 @@ Imports nothing heavy (no torch, transformers or llama_cpp).
 from __future__ import annotations
 
 import json
+import warnings
 from functools import lru_cache
 from typing import Any
 
-from tooldecode.grammar.errors import GrammarError, InvalidSchemaError, UnsupportedSchemaError
+from tooldecode.grammar.errors import GrammarError, GrammarWarning, InvalidSchemaError, UnsupportedSchemaError
 from tooldecode.grammar.gbnf import emit_gbnf
 from tooldecode.grammar.gir import FAIL, Grammar, RuleBook, galt, sanitize
 from tooldecode.grammar.lark import emit_lark
@@ -43,6 +44,7 @@ __all__ = [
     "UnsupportedSchemaError",
     "InvalidSchemaError",
     "GrammarError",
+    "GrammarWarning",
     "WIRES",
     "FORMATS",
     "MODES",
@@ -96,6 +98,15 @@ def build_grammar(
         low.set_ir(sir, prefix)
         alts.append(frame(wire, name, low, sir, prefix))
     root = galt(*alts)
+    if low.narrowed:
+        first = FORBID[wire][0]  # type: ignore[index]
+        warnings.warn(
+            f"in the {wire} wire, the constrained string(s) at {', '.join(dict.fromkeys(low.narrowed))} "
+            f"never hold a raw {first!r}: JSON strings write it as \\u{ord(first):04x}, raw antml "
+            f"parameters go without it (the exact exclusion of {FORBID[wire]!r} is too large to render)",
+            GrammarWarning,
+            stacklevel=3,
+        )
     if root == FAIL and not allow_empty:
         raise GrammarError(
             "the schema admits no value (e.g. false, an empty enum, contradictory keywords), "

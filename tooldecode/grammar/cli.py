@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -77,26 +78,15 @@ def _load(source: str) -> tuple[list[Any], Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tooldecode.grammar import build_grammar, compile_schema, render, render_toolset
+    from tooldecode.grammar import GrammarWarning, build_grammar
     from tooldecode.grammar.regex import backtracking_safe
 
-    tools, schema = _load(args.source)
-    opts = dict(
-        format=args.format, wire=args.wire, mode=args.mode, order=args.order, ws=args.ws, ws_max=args.ws_max
-    )
-    if len(tools) > 1:
-        text = render_toolset(tools, lenient=args.lenient, **opts)
-        items = [(t.name, t.parameters) for t in tools]
-    else:
-        target = tools[0] if tools else schema
-        name = args.name
-        if tools:
-            name = tools[0].name
-        elif args.wire != "json" and not name:
-            name = Path(args.source).stem
-        text = render(target, lenient=args.lenient, name=name, **opts)
-        items = [(name or "", tools[0].parameters if tools else schema)]
-    sirs = [(n, compile_schema(s, mode=args.mode, order=args.order, lenient=args.lenient)) for n, s in items]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", GrammarWarning)
+        text, sirs = _render(args)
+    for w in caught:
+        if issubclass(w.category, GrammarWarning):
+            print(f"tooldecode: warning: {w.message}", file=sys.stderr)
     for tool_name, sir in sirs:
         where = f"{tool_name}: " if len(sirs) > 1 else ""
         if args.lenient or args.verbose:
@@ -116,3 +106,26 @@ def run(args: argparse.Namespace) -> int:
             )
     sys.stdout.write(text)
     return 0
+
+
+def _render(args: argparse.Namespace) -> tuple[str, list[Any]]:
+    """The grammar text and the compiled (tool name, schema IR) of each tool."""
+    from tooldecode.grammar import compile_schema, render, render_toolset
+
+    tools, schema = _load(args.source)
+    opts: dict[str, Any] = dict(
+        format=args.format, wire=args.wire, mode=args.mode, order=args.order, ws=args.ws, ws_max=args.ws_max
+    )
+    if len(tools) > 1:
+        text = render_toolset(tools, lenient=args.lenient, **opts)
+        items = [(t.name, t.parameters) for t in tools]
+    else:
+        name = args.name
+        if tools:
+            name = tools[0].name
+        elif args.wire != "json" and not name:
+            name = Path(args.source).stem
+        text = render(tools[0] if tools else schema, lenient=args.lenient, name=name, **opts)
+        items = [(name or "", tools[0].parameters if tools else schema)]
+    sirs = [(n, compile_schema(s, mode=args.mode, order=args.order, lenient=args.lenient)) for n, s in items]
+    return text, sirs

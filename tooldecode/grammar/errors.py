@@ -39,6 +39,11 @@ class GrammarError(SchemaError):
     """A schema that is fine but cannot be rendered with the requested options (format, wire, order, ...)."""
 
 
+class GrammarWarning(UserWarning):
+    """A schema rendered with a documented narrowing (e.g. a constrained string inside a delimited wire
+    that never holds the delimiter's first character raw; see ``tooldecode.grammar.textlang``)."""
+
+
 def pointer_join(pointer: str, *tokens: object) -> str:
     """Append reference tokens to a JSON pointer (RFC 6901 escaping)."""
     out = pointer

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from tooldecode.grammar import automata as A
 from tooldecode.grammar import numtext as N
 from tooldecode.grammar import textlang as T
-from tooldecode.grammar.errors import GrammarError
+from tooldecode.grammar.errors import GrammarError, pointer_join
 from tooldecode.grammar.gir import (
     EMPTY,
     FAIL,
@@ -44,6 +45,7 @@ from tooldecode.grammar.negation import difference
 from tooldecode.grammar.schema import SchemaIR
 from tooldecode.grammar.strlang import ALL_STRINGS, StrLang
 from tooldecode.grammar.terminals import (
+    delimiter_narrowed,
     json_str,
     make_punct,
     number_ast,
@@ -120,6 +122,17 @@ class Lowerer:
         self.defs: dict[str, Node] = {}
         self.def_rules: dict[str, str] = {}
         self.prefix = ""
+        self.ptr = ""  # JSON pointer of the schema being lowered (for errors and narrowing warnings)
+        self.narrowed: list[str] = []  # pointers of strings narrowed in a delimited wire (see textlang)
+
+    @contextmanager
+    def at(self, *tokens: object) -> Iterator[None]:
+        saved = self.ptr
+        self.ptr = pointer_join(saved, *tokens)
+        try:
+            yield
+        finally:
+            self.ptr = saved
 
     def set_ir(self, sir: SchemaIR, prefix: str = "") -> None:
         self.defs = sir.defs
@@ -129,7 +142,8 @@ class Lowerer:
         for name in sir.defs:
             self.def_rules[name] = self.book.fresh(self._hint(name))
         for name, n in sir.defs.items():
-            body = self.value(n, name, inline=True)
+            with self.at("$defs", name):
+                body = self.value(n, name, inline=True)
             self.book.define(self.def_rules[name], body)
 
     def _hint(self, h: str) -> str:
@@ -180,8 +194,18 @@ class Lowerer:
             return self.array(a, hint)
         raise TypeError(a)
 
+    def _content(self, lang: StrLang, mode: str, forbid: str | None) -> Any:
+        where = f"{self.prefix}: {self.ptr or '(root)'}" if self.prefix else (self.ptr or "(root)")
+        try:
+            content = string_content(lang, mode, forbid)
+        except GrammarError as e:
+            raise GrammarError(f"{e} (at {where})") from None
+        if forbid and delimiter_narrowed(lang, forbid):
+            self.narrowed.append(where)
+        return content
+
     def string(self, lang: StrLang, hint: str) -> GExpr:
-        content = string_content(lang, "json", self.forbid)
+        content = self._content(lang, "json", self.forbid)
         name = "string" if lang.is_all() else self._hint(f"{hint}-string")
         return tok(T.quoted(content), name)
 
@@ -274,11 +298,12 @@ class Lowerer:
             )
 
         def member(k: str, n: Node) -> GExpr:
-            if ctx == "antml":
-                if '"' in k:
-                    raise GrammarError(f"parameter name {k!r} cannot be written in the antml wire")
-                return gseq(GLit(f'<parameter name="{k}">'), self.antml_value(n, f"{hint}-{k}"))
-            return gseq(self.key_lit(k), p.colon, self.value(n, f"{hint}-{k}"))
+            with self.at("properties", k):
+                if ctx == "antml":
+                    if '"' in k:
+                        raise GrammarError(f"parameter name {k!r} cannot be written in the antml wire")
+                    return gseq(GLit(f'<parameter name="{k}">'), self.antml_value(n, f"{hint}-{k}"))
+                return gseq(self.key_lit(k), p.colon, self.value(n, f"{hint}-{k}"))
 
         extra = (
             galt(*(gseq(kt, p.colon, self.value(vn, f"{hint}-extra")) for kt, vn in regions))
@@ -457,7 +482,8 @@ class Lowerer:
         n = a.item(i)
         if n.is_never:
             return FAIL
-        return self.value(n, hint if i >= len(a.prefix) else f"{hint}-{i}")
+        with self.at(*(("items",) if i >= len(a.prefix) else ("prefixItems", i))):
+            return self.value(n, hint if i >= len(a.prefix) else f"{hint}-{i}")
 
     def _array_items(self, a: ArrA, i: int, hint: str) -> GExpr:
         """Items from position i (>= 1 item in total when i == 0)."""
@@ -557,7 +583,7 @@ class Lowerer:
             parts = []
             for x in n.alts:
                 if isinstance(x, StrA):
-                    content = string_content(x.lang, "raw", close)
+                    content = self._content(x.lang, "raw", close)
                     name = "raw-text" if x.lang.is_all() else self._hint(f"{hint}-raw")
                     parts.append(tok(A.cat(content, A.lit(close)), name))
                 elif close not in x.value:

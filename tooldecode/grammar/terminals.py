@@ -66,13 +66,17 @@ def number_text(v: Any) -> str:
 
 @lru_cache(maxsize=1024)
 def string_content(lang: StrLang, mode: str, forbid: str | None) -> A.RNode:
-    """Encoded text (without quotes) of the strings of ``lang``."""
+    """Encoded text (without quotes) of the strings of ``lang``; in a delimited wire a large
+    constrained language is narrowed (``delimiter_narrowed``; see ``textlang``)."""
     if lang.is_all():
         return T.any_string_content(mode, forbid)
     simple = lang.simple_ast()
     try:
-        if simple is not None and not forbid:
-            return T.encode(simple, mode)
+        if simple is not None and (not forbid or not T.ast_admits_char(simple, forbid[0])):
+            return T.encode(simple, mode)  # no raw delimiter can occur: its first character never does
+        if forbid and delimiter_narrowed(lang, forbid):
+            label = T.narrowed_label(mode, forbid)
+            return A.substitute(simple, label) if simple is not None else A.to_regex(lang.dfa, label)
         d = lang.dfa
         if forbid:
             return T.encoded_without(d, mode, forbid)
@@ -81,6 +85,22 @@ def string_content(lang: StrLang, mode: str, forbid: str | None) -> A.RNode:
         raise GrammarError(
             f"string constraint too complex to render ({e}); simplify the pattern or length bounds"
         ) from e
+
+
+@lru_cache(maxsize=1024)
+def delimiter_narrowed(lang: StrLang, forbid: str | None) -> bool:
+    """Whether strings of ``lang`` inside a wire delimited by ``forbid`` never hold ``forbid[0]`` raw
+    (see ``textlang``): a constrained language other than a set of values, too large to exclude the
+    delimiter exactly, whose strings may hold that character."""
+    if not forbid or lang.is_all() or lang.values is not None:
+        return False
+    simple = lang.simple_ast()
+    if simple is not None and not T.ast_admits_char(simple, forbid[0]):
+        return False
+    try:
+        return T.narrowing_needed(lang.dfa, forbid)
+    except A.TooComplex:
+        return True
 
 
 @lru_cache(maxsize=512)

@@ -7,10 +7,19 @@ encodings: the raw character (not ``"``, ``\\`` or U+0000..U+001F), a short esca
 ``\\uD8xx\\uDCxx`` surrogate pair for a character above U+FFFF. Lone surrogate escapes are never
 produced (they decode to strings that cannot be written as UTF-8). Since every encoded string
 decodes to exactly one string, length bounds count characters, not escape sequences.
+
+Inside a delimited wire the delimiter (``</tool_call>``, ``</parameter>``, ``<|call|>``) must never
+occur raw. For a constrained string (length bounds, a pattern, a format) the exact construction is
+the product of the string's automaton with a matcher of the delimiter, whose regex grows
+exponentially with the bounds (``maxLength: 16`` already blows up). Beyond ``EXACT_STATES`` states the
+builder narrows instead (``delimiter_narrowed``): the string's text never holds the delimiter's first
+character raw. In JSON strings that character is then written as an escape (``\u003c``) and the
+decoded strings are unchanged; in a raw antml parameter the values lose that character.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 
 from tooldecode.grammar.automata import (
@@ -242,6 +251,78 @@ def encoded_without(d: DFA, mode: str, forbid: str) -> RNode:
                     todo.append((t, 0))
         g[sid(q, k)] = {tgt: alt(*labs) for tgt, labs in out.items()}
     return eliminate(g, sid(d.start, 0), accept)
+
+
+# ---------------------------------------------------------------------------------------------
+# narrowing for constrained strings inside a delimited wire
+
+EXACT_STATES = 8  # decoded-string automata up to this size exclude the delimiter exactly
+
+
+def admits_char(d: DFA, ch: str) -> bool:
+    """Whether some string of ``d``'s language contains ``ch``."""
+    live = d.live_states()
+    reach, todo = {d.start}, [d.start]
+    while todo:
+        q = todo.pop()
+        for t in d.delta[q]:
+            if t in live and t not in reach:
+                reach.add(t)
+                todo.append(t)
+    cp = ord(ch)
+    return any(
+        t in live and cs_has(d.atoms[a], cp) for q in reach if q in live for a, t in enumerate(d.delta[q])
+    )
+
+
+def ast_admits_char(n: RNode, ch: str) -> bool:
+    """Whether a character class of the regex AST ``n`` holds ``ch`` (a cheap over-approximation of
+    "some string of ``n`` contains ``ch``")."""
+    cp, seen, todo = ord(ch), set(), [n]
+    while todo:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, Chars):
+            if cs_has(x.cs, cp):
+                return True
+        elif isinstance(x, Sym):
+            todo.append(x.node)
+        else:
+            todo.extend(getattr(x, "items", ()) or ((x.item,) if hasattr(x, "item") else ()))
+    return False
+
+
+def narrowing_needed(d: DFA, forbid: str | None) -> bool:
+    """Whether a constrained string with automaton ``d`` is narrowed in a wire with delimiter
+    ``forbid``: its automaton is past ``EXACT_STATES`` and its strings may hold the delimiter's first
+    character."""
+    return bool(forbid) and d.n > EXACT_STATES and admits_char(d, forbid[0])  # type: ignore[index]
+
+
+@lru_cache(maxsize=64)
+def _enc_json_without(ch: str) -> Callable[[Charset], RNode]:
+    blocked = cs_norm([*cs_union_specials(), (ord(ch), ord(ch))])
+
+    @lru_cache(maxsize=4096)
+    def label(cs: Charset) -> RNode:
+        return alt(chars(cs_diff(cs, blocked)), _escapes_only(cs))
+
+    return label
+
+
+@lru_cache(maxsize=64)
+def _enc_raw_without(ch: str) -> Callable[[Charset], RNode]:
+    def label(cs: Charset) -> RNode:
+        return chars(cs_diff(cs, ((ord(ch), ord(ch)),)))
+
+    return label
+
+
+def narrowed_label(mode: str, forbid: str) -> Callable[[Charset], RNode]:
+    """Atom encoder that never writes ``forbid[0]`` raw: escaped in JSON mode, left out in raw mode."""
+    return _enc_json_without(forbid[0]) if mode == "json" else _enc_raw_without(forbid[0])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from tooldecode.grammar.gir import EMPTY, FAIL, GExpr, GLit, galt, gseq
 from tooldecode.grammar.ir import AnyA, ArrA, BoolA, ConstA, Node, NullA, NumA, ObjA, RefA, StrA
 from tooldecode.grammar.lower import Lowerer
 from tooldecode.grammar.schema import SchemaIR
-from tooldecode.grammar.terminals import json_str, number_ast, number_text, ws_max_for
+from tooldecode.grammar.terminals import delimiter_narrowed, json_str, number_ast, number_text, ws_max_for
 
 WIRES = ("json", "call-json", "hermes", "antml", "harmony", "call-list")
 # the keys of the JSON envelope around the arguments (call-json, hermes, call-list)
@@ -187,6 +187,8 @@ class Canon:
                 return None
         except ir.Inexact:
             return None
+        if isinstance(a, StrA) and self.forbid and delimiter_narrowed(a.lang, self.forbid):
+            return json_str(v, self.forbid).replace(self.forbid[0], f"\\u{ord(self.forbid[0]):04x}")
         if isinstance(a, (NullA, BoolA, StrA)):
             return self.any_value(v, level)
         if isinstance(a, NumA):
@@ -275,6 +277,13 @@ class Canon:
                 raise GrammarError(
                     "a raw antml parameter cannot contain '</parameter>'; this value cannot be "
                     "written in the antml wire"
+                )
+            if "<" in v and any(
+                isinstance(x, StrA) and delimiter_narrowed(x.lang, ANTML_CLOSE) for x in n.alts
+            ):
+                raise GrammarError(
+                    "a raw antml parameter with length bounds or a pattern is written without '<' "
+                    "(see docs/grammar.md); this value cannot be written in the antml wire"
                 )
             return v
         s = self.value(n, v, 0)
