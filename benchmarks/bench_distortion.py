@@ -8,7 +8,13 @@ On an L2 prompt (gold call forced through newText's content) of Qwen2.5-Coder 0.
   aligned sample and its ratio to particles=1 (ideal: linear in the particle count, less where the
   particles of several samples share a batch), with the particles' mean ESS fraction beside it.
 
+With ``--adaptive`` instead: masked draws per accepted sample of plain exact rejection (rounds of 8
+masked particles, each accepted with probability w) against the adaptive exact sampler (walks of the
+model with the mass known to be invalid removed, learned from each rejection), same prompts, same cap,
+the ``complete`` target (a call completed within the cap), per scenario and pooled.
+
 Prints `name: value` lines. Usage: python benchmarks/bench_distortion.py [--quick] [--samples 16]
+       python benchmarks/bench_distortion.py --adaptive --model smollm2-135m-instruct --samples 4
 """
 
 from __future__ import annotations
@@ -33,7 +39,16 @@ def main() -> None:
     ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
     ap.add_argument("--scenario", default="py-pagination-off-by-one")
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--adaptive", action="store_true", help="plain vs adaptive exact rejection (see above)")
+    ap.add_argument(
+        "--scenarios",
+        default="py-pagination-off-by-one,c-config-trim-crlf,toml-entry-point-colon",
+        help="comma-separated scenario ids (--adaptive)",
+    )
     args = ap.parse_args()
+    if args.adaptive:
+        adaptive_vs_plain(args)
+        return
     n = 2 if args.quick else args.samples
     particle_counts = (1, 2, 4) if args.quick else (1, 2, 4, 8, 16)
     ref = resolve(args.model, fetch=True)
@@ -91,6 +106,47 @@ def main() -> None:
         print(f"aligned_s_per_sample_p{k}: {per:.3f}")
         print(f"aligned_cost_ratio_p{k}_over_p1: {per / base:.2f}")
         print(f"aligned_ess_fraction_p{k}: {ess:.3f}")
+    be.close()
+
+
+def adaptive_vs_plain(args: argparse.Namespace) -> None:
+    """Masked draws (plain rejection) and walks (adaptive) per accepted sample, per scenario and pooled."""
+    ref = resolve(args.model, fetch=True)
+    be = load_backend("llamacpp", ref, n_ctx=8192, max_seqs=max(args.batch, 16) + 1)
+    n = 2 if args.quick else args.samples
+    opts = TranscriptOptions(history="agentic", toolset="nested", conditioning="gold-prefix")
+    tot = {"plain": [0, 0, 0, 0.0], "adaptive": [0, 0, 0, 0.0]}  # draws, tokens, accepted, seconds
+    print(f"model: {args.model}")
+    print(f"max_new_tokens: {args.tokens}")
+    print(f"samples_per_scenario: {n}")
+    for sid in args.scenarios.split(","):
+        prompt = render_prompt(get_scenario(sid), ref, opts)
+        g = render_toolset(list(prompt.tools), format="gbnf", wire=prompt.wire, mode="strict", ws="bounded")
+        mask = compile_mask("xgrammar", g, be)
+        params = SamplingParams(max_new_tokens=args.tokens, stop=tuple(prompt.stop), seed=0, top_logprobs=0)
+        for method in ("plain", "adaptive"):
+            t0 = time.perf_counter()
+            out = sample_aligned(
+                be, prompt.text, n, params, mask=mask, prefill=prompt.prefill, particles=8,
+                method="rejection" if method == "plain" else "adaptive", max_rounds=8, target="complete",
+                batch_size=args.batch,
+            )  # fmt: skip
+            dt = time.perf_counter() - t0
+            ok = sum(1 for s in out if s.error is None)
+            draws = sum(s.particles["drawn"] for s in out)
+            tokens = sum(s.particles["tokens"] for s in out)
+            for k, v in zip(range(4), (draws, tokens, ok, dt), strict=True):
+                tot[method][k] += v
+            per = f"{draws / ok:.2f}" if ok else f"> {draws} (none accepted)"
+            print(f"{sid}.{method}_masked_draws_per_accepted_sample: {per}")
+            print(f"{sid}.{method}_accepted: {ok}/{n}")
+            print(f"{sid}.{method}_tokens_per_accepted_sample: {tokens / max(ok, 1):.1f}")
+            print(f"{sid}.{method}_s_per_accepted_sample: {dt / max(ok, 1):.2f}")
+    for method, (draws, tokens, ok, dt) in tot.items():
+        print(f"all.{method}_masked_draws_per_accepted_sample: {draws / max(ok, 1):.2f}")
+        print(f"all.{method}_accepted: {ok}")
+        print(f"all.{method}_tokens_per_accepted_sample: {tokens / max(ok, 1):.1f}")
+        print(f"all.{method}_s_per_accepted_sample: {dt / max(ok, 1):.2f}")
     be.close()
 
 

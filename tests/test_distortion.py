@@ -139,3 +139,20 @@ def test_mixture_weights_weight_each_scenario_by_its_p_valid():
     # a scenario whose particles all have weight 0 gets no mass
     dead = mixture_weights(np.log(np.array([0.5, 0.5, 1e-300, 1e-300])), w_clusters, clusters, names, counts)
     assert dead.self_normalised(f)[0] == pytest.approx(0.5, abs=1e-6)
+
+
+def test_cap_rule_and_length_profile():
+    from tooldecode.distortion.caps import cap_rule, length_profile
+
+    # the 99th percentile of 1..100 is 99.01; ×1.5 = 148.5 → 256 (the smallest power of two above)
+    assert cap_rule(list(range(1, 101))) == 256
+    assert cap_rule([10] * 50) == 16  # 15 → 16
+    assert cap_rule([64]) == 128 and cap_rule([1]) == 2
+    with pytest.raises(ValueError, match="pilot"):
+        cap_rule([])
+    recs = [{"token_ids": [0] * k, "finish_reason": "stop", "error": None} for k in (5, 7, 9)]
+    recs += [{"token_ids": [0] * 16, "finish_reason": "length", "error": None}]
+    recs += [{"token_ids": [], "finish_reason": "error", "error": "grammar dead end"}]
+    p = length_profile(recs, cap=16)
+    assert (p.n, p.n_cut, p.n_error, p.longest, p.cap) == (5, 1, 1, 9, 16)
+    assert p.ended == 0.75 and p.p50 == 7.0

@@ -636,10 +636,11 @@ def test_outcome_wrong_path_invented_key_and_no_call(crlf):
     o = outcome_of(CRLF_EDITS, crlf, extra={"dryRun": False})
     assert not o["valid"] and o["applies"] and o["correct"] and not o["works"] and not o["wrong_but_valid"]
     o = score("I would rather not.", scenario=crlf).outcome
-    assert o == {"valid": False, "applies": False, "correct": False, "exact": False,
+    assert o == {"valid": False, "applies": False, "correct": False, "exact": False, "cut": False,
                  "why": "verdict no_call", "works": False, "wrong_but_valid": False}  # fmt: skip
     truncated = call({"path": crlf.path, "edits": CRLF_EDITS})[:-12]
-    assert score(truncated, scenario=crlf, finish="length").outcome["why"] == "verdict truncated"
+    cut = score(truncated, scenario=crlf, finish="length").outcome
+    assert cut["why"] == "verdict truncated" and cut["cut"]
     assert score(call({"path": crlf.path, "edits": CRLF_EDITS})).outcome is None  # no scenario
 
 
@@ -660,4 +661,4 @@ def test_stored_outcome_recomputes_records_scored_before_it(scenario_dir, scenar
     out = score_record(record, {"config": {"scenario_dirs": [str(scenario_dir)]}})
     assert out["outcome"]["valid"] and out["outcome"]["applies"] and out["outcome"]["wrong_but_valid"]
     old = {k: v for k, v in out.items() if k != "outcome"}
-    assert stored_outcome(old, scenario, NESTED) == out["outcome"]
+    assert stored_outcome(old, scenario, NESTED, "stop") == out["outcome"]

@@ -10,7 +10,8 @@ Four outcomes per sample, the way a user of the harness feels them:
 - ``wrong_but_valid``: valid, and the edit does not yield the expected file.
 
 ``works`` (valid and correct) is what a harness that validates before running gets. ``correct`` does not
-need ``valid``: a lenient harness runs calls a validator rejects.
+need ``valid``: a lenient harness runs calls a validator rejects. A verdict's outcome also says whether
+the draw was ``cut`` at the token cap (``finish_reason == "length"``): cut draws are reported apart.
 """
 
 from __future__ import annotations
@@ -184,10 +185,14 @@ def verdict_outcome(
     return edit_outcome(arguments, tool, scenario, valid=valid)
 
 
-def stored_outcome(verdict: dict, scenario: Scenario, tools: Sequence[Tool]) -> dict[str, Any]:
+def stored_outcome(
+    verdict: dict, scenario: Scenario, tools: Sequence[Tool], finish_reason: str | None = None
+) -> dict[str, Any]:
     """The outcome of a stored verdict record (``score_record``'s dict), from its ``outcome`` field or, for
-    records scored before it existed, from its ``verdict``, ``arguments`` and ``tool``."""
+    records scored before it existed, from its ``verdict``, ``arguments`` and ``tool`` (``cut`` from the
+    raw record's ``finish_reason``)."""
     if isinstance(verdict.get("outcome"), dict):
         return verdict["outcome"]
     tool = next((t for t in tools if t.name == verdict.get("tool")), None)
-    return verdict_outcome(verdict.get("verdict"), verdict.get("arguments"), tool, scenario).to_dict()
+    out = verdict_outcome(verdict.get("verdict"), verdict.get("arguments"), tool, scenario).to_dict()
+    return {**out, "cut": finish_reason == "length"}

@@ -37,7 +37,8 @@ def score_text(
     verdict = _score_text(tools, text, wire, expected_tool, scenario, finish_reason)
     if scenario is not None:
         tool = next((t for t in tools if t.name == verdict.tool), None)
-        verdict.outcome = verdict_outcome(verdict.verdict, verdict.arguments, tool, scenario).to_dict()
+        outcome = verdict_outcome(verdict.verdict, verdict.arguments, tool, scenario).to_dict()
+        verdict.outcome = {**outcome, "cut": finish_reason == "length"}
     return verdict
 
 
