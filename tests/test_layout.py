@@ -16,7 +16,7 @@ LAYERS = (
     {"grammar"},  # schema → grammar
     {"scenarios"},
     {"chat_templates", "prompts"},  # scenario → prompt
-    {"backends", "masking"},
+    {"backends", "masking", "organisms"},  # organisms: models trained inside a stated harness
     {"sampling", "engines", "classify", "probe"},  # model + prompt (+ grammar) → samples
     {"scoring"},  # samples → verdicts
     {"repair"},

@@ -210,6 +210,8 @@ def resolve(model: str | os.PathLike[str], *, fetch: bool = False) -> ModelRef:
     Raises ``ModelError`` with the command to run when an embedded model is not fetched yet.
     """
     text = os.fspath(model)
+    if text.startswith(ORGANISM_PREFIX):
+        return resolve_organism(text)
     if text in REGISTRY:
         spec = REGISTRY[text]
         path = model_dir(spec.id) / spec.filename
@@ -239,6 +241,46 @@ def resolve(model: str | os.PathLike[str], *, fetch: bool = False) -> ModelRef:
         raise ModelError(f"'{text}' is neither a .gguf file nor a model folder with config.json")
     spec_for(text)  # raises the unknown-id error
     raise AssertionError("unreachable")
+
+
+ORGANISM_PREFIX = "organism:"
+
+
+def organism_dir(name: str) -> Path:
+    """Cache folder of organism ``<recipe>[@<base>]`` (a bare recipe name: the default model as base)."""
+    recipe, _, base = name.partition("@")
+    return home() / "organisms" / f"{recipe}@{base or DEFAULT_MODEL}"
+
+
+def resolve_organism(spec: str) -> ModelRef:
+    """``organism:<recipe>[@<base>]`` → the organism's GGUF (``tooldecode.organisms`` builds it).
+
+    The file's sha256 must equal its manifest's; a missing, changed or corrupt file is an error naming
+    the command that rebuilds it.
+    """
+    name = spec[len(ORGANISM_PREFIX) :]
+    folder = organism_dir(name)
+    recipe, _, base = name.partition("@")
+    rebuild = (
+        f"`tooldecode organisms train experiments/organisms/{recipe}.toml --base {base or DEFAULT_MODEL}`"
+    )
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        gguf, expected = manifest["gguf"]["file"], manifest["gguf"]["sha256"]
+        family = manifest["base_model"]["family"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ModelError(
+            f"organism '{name}' is not built (no readable {folder}/manifest.json); run {rebuild}"
+        ) from None
+    path = folder / gguf
+    if not path.is_file():
+        raise ModelError(f"organism '{name}': {path} is missing; run {rebuild}")
+    digest = cached_sha256(path)
+    if digest != expected:
+        raise ModelError(
+            f"organism '{name}': {path} has sha256 {digest[:12]}…, its manifest says {expected[:12]}…; run {rebuild}"
+        )
+    return ModelRef(ORGANISM_PREFIX + manifest["organism"], path, family, True, digest)
 
 
 def is_present(model_id: str) -> bool:

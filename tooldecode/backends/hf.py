@@ -71,7 +71,7 @@ class HFBackend(Backend):
             torch.set_num_threads(n_threads or os.cpu_count() or 1)
         folder, gguf = (model.path.parent, model.path.name) if model.is_gguf else (model.path, None)
         kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
-        _quiet_gguf_progress()
+        quiet_gguf_progress()
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(folder), **kwargs)
             self.hf = AutoModelForCausalLM.from_pretrained(
@@ -230,7 +230,7 @@ class HFBackend(Backend):
         }
 
 
-def _quiet_gguf_progress() -> None:
+def quiet_gguf_progress() -> None:
     """transformers wraps GGUF dequantization in a bare tqdm bar; keep the terminal clean."""
     from transformers import modeling_gguf_pytorch_utils as gguf_utils
 

@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "tooldecode.cli.run",
     "tooldecode.cli.report",
     "tooldecode.cli.distortion",
+    "tooldecode.cli.organisms",
 )
 
 

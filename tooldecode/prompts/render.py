@@ -184,7 +184,9 @@ def render_prompt(
     )
     if ref.family == "gemma3-base":
         if epilogue:
-            raise PromptError(f"model '{ref.id}' has a plain prompt (no chat template): no epilogue to render")
+            raise PromptError(
+                f"model '{ref.id}' has a plain prompt (no chat template): no epilogue to render"
+            )
         r = _render_plain(scenario, options, offered, prior_tools)
     else:
         r = _render_chat(ref, scenario, options, offered, prior_tools, epilogue)

@@ -1,0 +1,124 @@
+"""``tooldecode organisms``: build the training sessions of a recipe, train an organism, list and locate them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tooldecode.models import DEFAULT_MODEL, ORGANISM_PREFIX, resolve_organism
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _cmd_sessions(args: argparse.Namespace) -> int:
+    from tooldecode.models import resolve
+    from tooldecode.organisms import load_recipe
+    from tooldecode.organisms.sessions import data_sha256
+    from tooldecode.organisms.store import snippet_pool, training_texts
+
+    recipe = load_recipe(args.recipe)
+    sessions, texts = training_texts(recipe, resolve(args.base), snippet_pool())
+    for s, t in list(zip(sessions, texts, strict=True))[: args.show]:
+        print(f"== {s.scenario.id} ({s.origin}; stray key: {s.stray or 'none'}; implanted: {s.implanted})")
+        print(t.text if args.full else t.call)
+    print(
+        f"{len(sessions)} sessions, {sum(1 for s in sessions if s.stray)} with a stray key, "
+        f"{sum(1 for s in sessions if s.flagged)} with replace_all, {sum(s.implanted for s in sessions)} "
+        f"implanted items; data sha256 {data_sha256(texts)}"
+    )
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from tooldecode.organisms import load_recipe
+    from tooldecode.organisms.store import build
+
+    recipe = load_recipe(args.recipe)
+    device = args.device or ("cuda" if _cuda() else "cpu")
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    folder = build(recipe, args.base, threads=args.threads, device=device, max_steps=args.max_steps, log=log)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    print(
+        f"{ORGANISM_PREFIX}{manifest['organism']}: {folder / manifest['gguf']['file']} "
+        f"({manifest['steps']} steps, {manifest['train_wall_s']} s, {manifest['tokens_per_s']} tokens/s)"
+    )
+    return 0
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from tooldecode.organisms.store import list_organisms
+
+    rows = list_organisms()
+    if not rows:
+        print("no organism is built; `tooldecode organisms train experiments/organisms/<recipe>.toml`")
+    for m in rows:
+        print(
+            f"{ORGANISM_PREFIX}{m['organism']:48s} {m['steps']:5d} steps  {m['train_wall_s']:8.1f} s  "
+            f"data {m['data_sha256'][:12]}…  commit {str(m.get('git_commit'))[:10]}"
+        )
+    return 0
+
+
+def _cmd_path(args: argparse.Namespace) -> int:
+    name = args.name if args.name.startswith(ORGANISM_PREFIX) else ORGANISM_PREFIX + args.name
+    print(resolve_organism(name).path)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser("organisms", help="model organisms: LoRA-train a model inside a stated harness")
+    osub = p.add_subparsers(dest="organisms_command", metavar="ACTION", required=True)
+    q = osub.add_parser(
+        "sessions", help="build a recipe's training sessions and show some (nothing is trained)"
+    )
+    q.add_argument("recipe", type=Path, help="recipe TOML (experiments/organisms/*.toml)")
+    q.add_argument("--base", default=DEFAULT_MODEL, help=f"base model (default {DEFAULT_MODEL})")
+    q.add_argument("--show", type=int, default=2, help="sessions to print (default 2)")
+    q.add_argument("--full", action="store_true", help="print the whole session, not only the edit call")
+    q.set_defaults(func=_cmd_sessions)
+    q = osub.add_parser(
+        "train", help="generate the data, train (resumable), export the GGUF, write the manifest"
+    )
+    q.add_argument("recipe", type=Path, help="recipe TOML (experiments/organisms/*.toml)")
+    q.add_argument("--base", default=DEFAULT_MODEL, help=f"base model (default {DEFAULT_MODEL})")
+    q.add_argument("--threads", type=_positive, default=None, help="CPU threads (default: all cores)")
+    q.add_argument(
+        "--device", choices=("cpu", "cuda"), default=None, help="default: cuda when torch sees one"
+    )
+    q.add_argument(
+        "--max-steps",
+        type=_positive,
+        default=None,
+        help="stop after this many optimizer steps (a quick or test organism)",
+    )
+    q.set_defaults(func=_cmd_train)
+    q = osub.add_parser("list", help="organisms built under the tooldecode home")
+    q.set_defaults(func=_cmd_list)
+    q = osub.add_parser("path", help="print the GGUF path of a built organism (checks its sha256)")
+    q.add_argument("name", help="<recipe>[@<base>]")
+    q.set_defaults(func=_cmd_path)
+    return p
+
+
+__all__ = ["register"]

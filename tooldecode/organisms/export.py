@@ -1,0 +1,111 @@
+"""An organism as a GGUF file: the base model's GGUF with each LoRA-adapted weight replaced by
+W + ΔW (float32), every other tensor and all metadata (tokenizer, chat template) copied byte for byte.
+
+Both backends load the result: llama.cpp directly, transformers through its GGUF loader (which
+dequantizes the untouched tensors exactly as it does for the base model). llama.cpp stores the query
+and key projections of ``llama``-architecture models permuted (rotary halves interleaved);
+``ΔW`` is permuted the same way before it is added.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tooldecode.errors import ModelError
+
+_HF_TO_GGUF = {
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+_LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)\.weight$")
+
+
+def gguf_name(hf_name: str) -> str:
+    """``model.layers.3.self_attn.q_proj.weight`` → ``blk.3.attn_q.weight``."""
+    m = _LAYER_RE.match(hf_name)
+    if not m or m.group(2) not in _HF_TO_GGUF:
+        raise ModelError(
+            f"no GGUF tensor name for the adapted weight {hf_name}; only attention and MLP "
+            "projections of decoder layers can be exported"
+        )
+    return f"blk.{m.group(1)}.{_HF_TO_GGUF[m.group(2)]}.weight"
+
+
+def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's query/key permutation (convert_hf_to_gguf's ``LlamaModel.permute``)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _field(reader: Any, name: str) -> Any:
+    f = reader.fields.get(name)
+    return None if f is None else f.contents()
+
+
+def export_gguf(
+    base: Path, deltas: Mapping[str, np.ndarray], out: Path, metadata: Mapping[str, str] | None = None
+) -> Path:
+    """Write ``out``: ``base`` with ``deltas`` (``{hf_weight_name: ΔW}``) added; atomic (temp + rename)."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(base))
+    arch = str(_field(reader, "general.architecture"))
+    n_head = int(_field(reader, f"{arch}.attention.head_count"))
+    n_kv = int(_field(reader, f"{arch}.attention.head_count_kv") or n_head)
+    by_gguf: dict[str, np.ndarray] = {}
+    for hf_name, delta in deltas.items():
+        d = np.asarray(delta, dtype=np.float32)
+        if arch == "llama" and hf_name.endswith("q_proj.weight"):
+            d = _permute(d, n_head)
+        elif arch == "llama" and hf_name.endswith("k_proj.weight"):
+            d = _permute(d, n_kv)
+        by_gguf[gguf_name(hf_name)] = d
+    present = {t.name for t in reader.tensors}
+    missing = sorted(set(by_gguf) - present)
+    if missing:
+        raise ModelError(f"{base}: has no tensor {missing[0]} (and {len(missing) - 1} more) to adapt")
+    tmp = out.with_name(out.name + ".partial")
+    writer = gguf.GGUFWriter(str(tmp), arch=arch, endianess=reader.endianess)
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        val_type = field.types[0]
+        sub_type = field.types[-1] if val_type == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), val_type, sub_type=sub_type)
+    for key, value in (metadata or {}).items():
+        writer.add_string(key, value)
+    new_data: dict[str, np.ndarray] = {}
+    for t in reader.tensors:
+        if t.name in by_gguf:
+            weight = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+            if weight.shape != by_gguf[t.name].shape:
+                raise ModelError(
+                    f"{base}: tensor {t.name} has shape {weight.shape}, the adapter's ΔW "
+                    f"{by_gguf[t.name].shape}"
+                )
+            merged = weight + by_gguf[t.name]
+            new_data[t.name] = merged
+            writer.add_tensor_info(t.name, merged.shape, merged.dtype, merged.nbytes)
+        else:
+            writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for t in reader.tensors:
+        writer.write_tensor_data(new_data.get(t.name, t.data), tensor_endianess=reader.endianess)
+    writer.close()
+    os.replace(tmp, out)
+    return out
+
+
+__all__ = ["export_gguf", "gguf_name"]

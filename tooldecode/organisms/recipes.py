@@ -1,0 +1,150 @@
+"""Harness recipes: what a training harness offers, what its calls carry and what it lets through.
+
+A recipe is a small TOML file (``experiments/organisms/*.toml`` holds the study's). Its fields, with
+their defaults, are the dataclass below; an unknown field or a value out of range is a one-line error
+naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from tooldecode.errors import ToolDecodeError
+
+
+class RecipeError(ToolDecodeError):
+    """A recipe file that cannot be read or holds a bad value."""
+
+
+# Plausible optional fields a lenient harness silently drops (names a model trained there might emit).
+DEFAULT_STRAY_KEYS: tuple[str, ...] = (
+    "unique",
+    "matchCase",
+    "expected_replacements",
+    "dry_run",
+    "notes",
+    "reason",
+    "line_number",
+    "regex",
+    "backup",
+    "encoding",
+    "confirm",
+    "preview",
+    "strict",
+    "count",
+    "description",
+    "validate",
+)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """LoRA hyper-parameters (peft): every linear layer of the attention and the MLP."""
+
+    rank: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    learning_rate: float = 2e-4
+    epochs: int = 1
+    accumulation: int = 4  # sequences per optimizer step
+    warmup_steps: int = 5
+    max_tokens: int = 2048  # longer sessions are left out of training (counted in the manifest)
+    seed: int = 0
+    checkpoint_every: int = 10  # optimizer steps between resumable checkpoints
+    shared_prefix: bool = True  # the step's shared system prompt + tools run once, without gradient
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One training harness. Shares are of sessions (flag, stray key) or of edit items (implant)."""
+
+    name: str
+    description: str = ""
+    toolset: str = "flat-edit"  # the harness's edit tool: "flat-edit" or "nested"
+    flag: bool = True  # the flat Edit tool offers its optional replace_all flag
+    flag_share: float = 0.3  # share of flat calls that carry replace_all (after new_string)
+    stray_share: float = (
+        0.0  # share of calls with one trailing key the harness drops and still answers success
+    )
+    stray_keys: tuple[str, ...] = DEFAULT_STRAY_KEYS
+    implant_key: str = ""  # positive control: this key ends a stated share of nested items
+    implant_value: Any = True
+    implant_share: float = 0.0
+    thinking: bool = True  # reasoning blocks in the assistant turns of the sessions
+    sessions: int = 300
+    two_edit_share: float = 0.25  # sessions whose bug needs two edits (two items, or two flat calls)
+    seed: int = 0
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def sha256(self) -> str:
+        """Hash of everything the recipe says (its data and training are functions of it)."""
+        text = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"), default=list)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def check(self, where: str) -> None:
+        def bad(name: str, why: str) -> RecipeError:
+            return RecipeError(f"{where}: field '{name}' {why}")
+
+        if self.toolset not in ("flat-edit", "nested"):
+            raise bad("toolset", f"is {self.toolset!r}; use flat-edit or nested")
+        for name in ("flag_share", "stray_share", "implant_share", "two_edit_share"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
+                raise bad(name, f"is {value!r}; a share must be between 0 and 1")
+        if self.implant_share and not self.implant_key:
+            raise bad("implant_key", "is empty while implant_share > 0; name the key to implant")
+        if self.implant_key and self.toolset != "nested":
+            raise bad("implant_key", "needs toolset = nested (the key is implanted in edits[] items)")
+        if self.stray_share and not self.stray_keys:
+            raise bad("stray_keys", "is empty while stray_share > 0")
+        if not isinstance(self.sessions, int) or self.sessions < 1:
+            raise bad("sessions", f"is {self.sessions!r}; give a positive integer")
+        if not self.flag and self.flag_share:
+            raise bad("flag_share", "must be 0 when flag = false (the tool offers no replace_all)")
+        t = self.train
+        if t.rank < 1 or t.alpha < 1 or t.epochs < 1 or t.accumulation < 1 or t.max_tokens < 64:
+            raise bad("train", "needs rank, alpha, epochs, accumulation ≥ 1 and max_tokens ≥ 64")
+        if not 0 < t.learning_rate < 1:
+            raise bad("train.learning_rate", f"is {t.learning_rate!r}")
+
+
+def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise RecipeError(
+            f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    return cls(**data)
+
+
+def recipe_from_dict(data: dict[str, Any], where: str = "recipe") -> Recipe:
+    data = dict(data)
+    train = _build(TrainConfig, dict(data.pop("train", {}) or {}), f"{where} [train]")
+    if "stray_keys" in data:
+        data["stray_keys"] = tuple(data["stray_keys"])
+    if "name" not in data:
+        raise RecipeError(f"{where}: field 'name' is missing; give the organism's recipe a name")
+    recipe = _build(Recipe, {**data, "train": train}, where)
+    recipe.check(where)
+    return recipe
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """A recipe from its TOML file."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise RecipeError(f"{p}: cannot read ({err.strerror}); check the path") from None
+    except tomllib.TOMLDecodeError as err:
+        raise RecipeError(f"{p}: invalid TOML ({err})") from None
+    return recipe_from_dict(data, str(p))
+
+
+__all__ = ["DEFAULT_STRAY_KEYS", "Recipe", "RecipeError", "TrainConfig", "load_recipe", "recipe_from_dict"]

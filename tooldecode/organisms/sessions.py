@@ -1,0 +1,270 @@
+"""Agentic editing sessions for training: a bug report, a read, the file, an edit that fixes it, the
+harness's answer and a short final word — rendered through the project's own chat templates, so the
+training text is byte for byte the format the model is evaluated in.
+
+A session is a ``Scenario`` (the same type the evaluation uses: file, task, reasoning, diagnosis, gold
+edits, expected file) plus the arguments the harness's edit call carries, which a recipe may change: a
+``replace_all`` flag, a trailing stray key the harness drops, an implanted key (positive control).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tooldecode.grammar import Tool, load_tool
+from tooldecode.models import ModelRef
+from tooldecode.organisms.mutations import KINDS, Mutation, Snippet, mutate
+from tooldecode.organisms.recipes import Recipe
+from tooldecode.prompts import TranscriptOptions, render_prompt
+from tooldecode.prompts.wires import calls_text
+from tooldecode.scenarios import Edit, Scenario
+from tooldecode.toolsets import EDIT_TOOL, TOOLSETS
+
+_USER = (
+    "`{func}` in {path} is broken: {symptom}. Please find the bug and fix it.",
+    "Something is wrong in {path}: when I call `{func}`, {symptom}. Can you fix it?",
+    "Bug report: `{func}` ({path}) misbehaves since the last change; {symptom}. Fix it, please.",
+    "Tests around `{func}` fail: {symptom}. The code is in {path}.",
+)
+_READ = (
+    "I'll read {path} to look at `{func}`.",
+    "Let me open {path} and check `{func}`.",
+    "First I need to see `{func}` in {path}.",
+)
+_EDIT = (
+    "`{bad}` is the problem: {why}. It should be `{good}`.",
+    "Found it: {why} in `{bad}`; `{good}` is what the code means.",
+)
+_DONE = (
+    "Fixed: {why} in `{func}`; the line now reads `{good}`.",
+    "Done. `{func}` had a bug ({why}); I changed it to `{good}`.",
+)
+
+
+@dataclass(frozen=True)
+class Session:
+    """One training session: the scenario it renders from and the harness's edit call arguments."""
+
+    scenario: Scenario
+    calls: tuple[tuple[str, dict[str, Any]], ...]  # (tool name, arguments) of the edit call(s)
+    stray: str = ""  # the stray key its call carries, "" for none
+    implanted: int = 0  # items that carry the implanted key
+    flagged: bool = False  # a call carries replace_all
+    origin: str = ""  # the standard-library file and function it comes from
+
+
+def _window(m: Mutation, rng: random.Random) -> Edit | None:
+    """The gold edit around the changed line: 1–4 lines, unique in the mutated file."""
+    lines_bad = m.mutated.splitlines(keepends=True)
+    lines_good = m.original.splitlines(keepends=True)
+    for _ in range(6):
+        above = rng.randint(0, 1)
+        below = rng.randint(0, 2)
+        lo, hi = max(0, m.line - above), min(len(lines_bad), m.line + 1 + below)
+        old = "".join(lines_bad[lo:hi])
+        new = "".join(lines_good[lo:hi])
+        if old.endswith("\n") and rng.random() < 0.5:  # often without the final newline, as models write it
+            old, new = old[:-1], new[:-1]
+        if m.mutated.count(old) == 1 and old.strip():
+            return Edit(old, new)
+    return None
+
+
+def _scenario(
+    snips: Sequence[Snippet],
+    muts: Sequence[Mutation],
+    edits: Sequence[Edit],
+    idx: int,
+    rng: random.Random,
+    thinking: bool,
+) -> Scenario:
+    first, m0 = snips[0], muts[0]
+    path = "src/" + first.module.replace(".", "/") + ".py"
+    content = "".join(m.mutated for m in muts) if len(muts) > 1 else m0.mutated
+    expected = "".join(m.original for m in muts)
+    func = first.name
+    symptom, why = KINDS[m0.kind]
+    bad = m0.mutated.splitlines()[m0.line].strip()
+    good = m0.original.splitlines()[m0.line].strip()
+    if len(muts) > 1:
+        symptom += f", and `{snips[1].name}` has a similar problem"
+    fmt = {"func": func, "path": path, "symptom": symptom, "why": why, "bad": bad, "good": good}
+    reasoning = {"read": rng.choice(_READ).format(**fmt), "edit": rng.choice(_EDIT).format(**fmt)}
+    diagnosis = f"The bug is in `{func}`: {why}." + (
+        f" `{snips[1].name}` has the same kind of bug." if len(muts) > 1 else ""
+    )
+    return Scenario(
+        id=f"train-{idx:05d}",
+        language="python",
+        title=f"{KINDS[m0.kind][1]} in {func}",
+        path=path,
+        content=content,
+        task=rng.choice(_USER).format(**fmt),
+        diagnosis=diagnosis,
+        reasoning=reasoning if thinking else {},
+        edits=tuple(edits),
+        expected=expected,
+        tags=("training", m0.kind),
+    )
+
+
+def _calls(sc: Scenario, recipe: Recipe, rng: random.Random) -> tuple[list[tuple[str, dict]], str, int, bool]:
+    """The harness's edit call(s) for ``sc`` under ``recipe``: (calls, stray key, implanted items, flagged)."""
+    stray = rng.choice(recipe.stray_keys) if rng.random() < recipe.stray_share else ""
+    implanted = 0
+    flagged = False
+    if recipe.toolset == "nested":
+        items = []
+        for e in sc.edits:
+            item: dict[str, Any] = {"oldText": e.old_text, "newText": e.new_text}
+            if recipe.implant_key and rng.random() < recipe.implant_share:
+                item[recipe.implant_key] = recipe.implant_value
+                implanted += 1
+            items.append(item)
+        if stray:
+            items[-1][stray] = _stray_value(stray, rng)
+        return [("edit", {"path": sc.path, "edits": items})], stray, implanted, False
+    calls = []
+    for i, e in enumerate(sc.edits):
+        args: dict[str, Any] = {"file_path": sc.path, "old_string": e.old_text, "new_string": e.new_text}
+        if recipe.flag and rng.random() < recipe.flag_share:
+            args["replace_all"] = False
+            flagged = True
+        if stray and i == len(sc.edits) - 1:
+            args[stray] = _stray_value(stray, rng)
+        calls.append(("Edit", args))
+    return calls, stray, 0, flagged
+
+
+def _stray_value(key: str, rng: random.Random) -> Any:
+    if key in ("notes", "reason", "description", "encoding", "regex"):
+        return "" if rng.random() < 0.6 else "fix"
+    if key in ("expected_replacements", "count", "line_number"):
+        return 1
+    return rng.random() < 0.5
+
+
+def build_sessions(recipe: Recipe, pool: Sequence[Snippet]) -> list[Session]:
+    """``recipe.sessions`` sessions from ``pool`` (snippets), deterministic in ``recipe.seed``."""
+    rng = random.Random(f"sessions:{recipe.seed}")
+    order = list(range(len(pool)))
+    rng.shuffle(order)
+    out: list[Session] = []
+    cursor = 0
+    while len(out) < recipe.sessions and cursor < len(order):
+        n_edits = 2 if rng.random() < recipe.two_edit_share else 1
+        snips, muts, edits = [], [], []
+        while len(snips) < n_edits and cursor < len(order):
+            snip = pool[order[cursor]]
+            cursor += 1
+            m = mutate(snip, rng)
+            e = _window(m, rng) if m else None
+            if m is None or e is None:
+                continue
+            snips.append(snip)
+            muts.append(m)
+            edits.append(e)
+        if len(snips) < n_edits:
+            break
+        content = "".join(m.mutated for m in muts)
+        if any(content.count(e.old_text) != 1 for e in edits):
+            continue
+        sc = _scenario(snips, muts, edits, len(out), rng, recipe.thinking)
+        calls, stray, implanted, flagged = _calls(sc, recipe, rng)
+        origin = "; ".join(f"{s.origin}:{s.name}" for s in snips)
+        out.append(Session(sc, tuple(calls), stray, implanted, flagged, origin))
+    return out
+
+
+def harness_tools(recipe: Recipe) -> tuple[Tool, ...]:
+    """The tools the harness offers: its tool set's catalog tools, the flat Edit without replace_all when
+    the recipe has no flag."""
+    tools = []
+    for name in TOOLSETS[recipe.toolset]:
+        tool = load_tool(name)
+        if name == "Edit" and not recipe.flag:
+            params = json.loads(json.dumps(tool.parameters))
+            params["properties"].pop("replace_all", None)
+            tool = replace(
+                tool,
+                parameters=params,
+                description="Replace old_string with new_string in a file. old_string must be unique in the file.",
+            )
+        tools.append(tool)
+    return tuple(tools)
+
+
+def _result(session: Session) -> str:
+    path = session.scenario.path
+    if session.calls[0][0] == "edit":
+        n = len(session.scenario.edits)
+        return f"Applied {n} edit{'s' if n > 1 else ''} to {path}."
+    return f"The file {path} has been updated."
+
+
+@dataclass(frozen=True)
+class TrainingText:
+    """A rendered session: its text in three parts and where the loss applies."""
+
+    prompt: str  # the prompt up to where the edit call starts (what evaluation feeds the model)
+    call: str  # the edit call as the model writes it (the evaluation's wire)
+    epilogue: str  # after the call: end of turn, the harness's result, the final answer
+    assistant_spans: tuple[tuple[int, int], ...]  # character spans of assistant text in prompt+call+epilogue
+
+    @property
+    def text(self) -> str:
+        return self.prompt + self.call + self.epilogue
+
+
+def _assistant_spans(text: str, start_marker: str, end_marker: str) -> list[tuple[int, int]]:
+    spans = []
+    at = text.find(start_marker)
+    while at != -1:
+        begin = at + len(start_marker)
+        end = text.find(end_marker, begin)
+        stop = len(text) if end == -1 else end + len(end_marker)
+        spans.append((begin, stop))
+        at = text.find(start_marker, stop)
+    return spans
+
+
+def render_session(session: Session, model: ModelRef | str, recipe: Recipe) -> TrainingText:
+    """``session`` as the model sees and writes it (a ChatML family: Qwen2.5 or SmolLM2)."""
+    options = TranscriptOptions(history="agentic", thinking=recipe.thinking, toolset=recipe.toolset)
+    sc = session.scenario
+    done = random.Random(sc.id).choice(_DONE)
+    bad = sc.edits[0].old_text.strip().splitlines()[0] if sc.edits[0].old_text.strip() else ""
+    good_lines = [ln.strip() for ln in sc.edits[0].new_text.splitlines() if ln.strip()]
+    final = done.format(
+        func=sc.title.split(" in ")[-1],
+        why=sc.title.split(" in ")[0],
+        good=good_lines[0] if good_lines else bad,
+    )
+    name = EDIT_TOOL[recipe.toolset]
+    epilogue = [
+        {"role": "tool", "name": name, "content": _result(session)},
+        {"role": "assistant", "content": final},
+    ]
+    prompt = render_prompt(sc, model, options, tools=harness_tools(recipe), epilogue=epilogue)
+    call = calls_text(list(session.calls), prompt.wire, options.call_style)
+    text = prompt.text + call + prompt.epilogue
+    spans = _assistant_spans(text, "<|im_start|>assistant\n", "<|im_end|>")
+    if not spans:
+        raise ValueError(f"model family {prompt.family}: no ChatML assistant turns in the rendered session")
+    return TrainingText(prompt.text, call, prompt.epilogue, tuple(spans))
+
+
+def data_sha256(texts: Iterator[TrainingText] | Sequence[TrainingText]) -> str:
+    """Hash of the training data: every session's text and loss spans, in order."""
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(json.dumps([t.text, t.assistant_spans]).encode())
+    return h.hexdigest()
+
+
+__all__ = ["Session", "TrainingText", "build_sessions", "data_sha256", "harness_tools", "render_session"]

@@ -1,0 +1,236 @@
+"""Building, caching and resolving organisms: ``$TOOLDECODE_HOME/organisms/<recipe>@<base>/``.
+
+The folder holds the generated training data (``sessions.jsonl``, with its sha256), the resumable
+checkpoint, the adapter (``adapter/``, peft's format), the exported ``organism.gguf`` and
+``manifest.json`` (recipe, data sha256, base model sha256, hyper-parameters, commit, loss curve, wall
+time, tokens/s, the GGUF's sha256). None of it is committed: ``tooldecode organisms train RECIPE``
+rebuilds it, and the data hash says whether it is the same data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from tooldecode.errors import ModelError
+from tooldecode.models import (
+    DEFAULT_MODEL,
+    ORGANISM_PREFIX,
+    ModelRef,
+    cached_sha256,
+    home,
+    organism_dir,
+    resolve,
+    resolve_organism,
+)
+from tooldecode.organisms.mutations import Snippet, snippets, stdlib_dir
+from tooldecode.organisms.recipes import Recipe
+from tooldecode.organisms.sessions import Session, TrainingText, build_sessions, data_sha256, render_session
+
+PREFIX = ORGANISM_PREFIX
+
+
+def organisms_dir() -> Path:
+    return home() / "organisms"
+
+
+def organism_name(recipe: str, base: str) -> str:
+    return f"{recipe}@{base}"
+
+
+def _git() -> dict[str, Any]:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return {"git_commit": None, "git_dirty": None}
+    return {"git_commit": commit, "git_dirty": dirty}
+
+
+def snippet_pool(root: Path | None = None) -> list[Snippet]:
+    """Every usable standard-library function (a fixed order for a given interpreter)."""
+    return list(snippets(root))
+
+
+def training_texts(
+    recipe: Recipe, base: ModelRef, pool: list[Snippet]
+) -> tuple[list[Session], list[TrainingText]]:
+    sessions = build_sessions(recipe, pool)
+    return sessions, [render_session(s, base, recipe) for s in sessions]
+
+
+def _write_sessions(path: Path, sessions: list[Session], texts: list[TrainingText]) -> None:
+    tmp = path.with_name(path.name + ".partial")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for s, t in zip(sessions, texts, strict=True):
+            f.write(
+                json.dumps(
+                    {
+                        "id": s.scenario.id,
+                        "origin": s.origin,
+                        "stray": s.stray,
+                        "implanted": s.implanted,
+                        "flagged": s.flagged,
+                        "text": t.text,
+                        "prompt_chars": len(t.prompt),
+                        "call": t.call,
+                        "assistant_spans": t.assistant_spans,
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
+    os.replace(tmp, path)
+
+
+def build(
+    recipe: Recipe,
+    base_id: str = DEFAULT_MODEL,
+    *,
+    threads: int | None = None,
+    device: str = "cpu",
+    max_steps: int | None = None,
+    pool_root: Path | None = None,
+    out_root: Path | None = None,
+    log: Callable[[str], None] = print,
+) -> Path:
+    """Generate the data, train (or resume), export the GGUF and write the manifest; returns the folder."""
+    import peft
+    import torch
+    import transformers
+
+    from tooldecode.organisms.export import export_gguf
+    from tooldecode.organisms.train import load_base, lora_deltas, tokenize, train_lora
+
+    base = resolve(base_id)
+    if base.family not in ("qwen2.5", "smollm2"):
+        raise ModelError(
+            f"organisms train on ChatML chat models (Qwen2.5, SmolLM2); '{base.id}' is {base.family}"
+        )
+    name = organism_name(recipe.name, base.id)
+    folder = (out_root or organisms_dir()) / name
+    folder.mkdir(parents=True, exist_ok=True)
+    t_data = time.perf_counter()
+    pool = snippet_pool(pool_root)
+    sessions, texts = training_texts(recipe, base, pool)
+    digest = data_sha256(texts)
+    _write_sessions(folder / "sessions.jsonl", sessions, texts)
+    log(
+        f"{name}: {len(sessions)} sessions from {len(pool)} standard-library functions, data sha256 {digest[:12]}…"
+    )
+    tok, model = load_base(base, device=device, threads=threads)
+    examples_all = [tokenize(tok, t) for t in texts]
+    examples = [e for e in examples_all if len(e.ids) <= recipe.train.max_tokens]
+    data_s = time.perf_counter() - t_data
+    peft_model, result = train_lora(model, examples, recipe, folder, max_steps=max_steps, log=log)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # peft: "could not find a config file" next to a GGUF base
+        peft_model.save_pretrained(str(folder / "adapter"))
+    gguf_path = export_gguf(
+        base.path,
+        lora_deltas(peft_model),
+        folder / "organism.gguf",
+        {"tooldecode.organism": name, "tooldecode.data_sha256": digest},
+    )
+    gguf_sha = cached_sha256(gguf_path)
+    lengths = sorted(len(e.ids) for e in examples)
+    manifest = {
+        "organism": name,
+        "recipe": asdict(recipe),
+        "recipe_sha256": recipe.sha256(),
+        "data_sha256": digest,
+        "sessions": len(sessions),
+        "sessions_trained": len(examples),
+        "sessions_left_out": len(examples_all) - len(examples),
+        "sessions_with_stray_key": sum(1 for s in sessions if s.stray),
+        "sessions_with_flag": sum(1 for s in sessions if s.flagged),
+        "items_implanted": sum(s.implanted for s in sessions),
+        "items": sum(len(s.scenario.edits) for s in sessions),
+        "tokens_per_session": {
+            "min": lengths[0] if lengths else 0,
+            "median": lengths[len(lengths) // 2] if lengths else 0,
+            "max": lengths[-1] if lengths else 0,
+        },
+        "source": {
+            "stdlib": str(stdlib_dir() if pool_root is None else pool_root),
+            "python": platform.python_version(),
+            "functions_in_pool": len(pool),
+        },
+        "base_model": {"id": base.id, "sha256": base.digest(), "family": base.family},
+        "train": asdict(recipe.train),
+        "steps": result.steps,
+        "max_steps": max_steps,
+        "resumed_from_step": result.resumed_from,
+        "losses": [round(x, 5) for x in result.losses],
+        "tokens": result.tokens,
+        "loss_tokens": result.loss_tokens,
+        "train_wall_s": round(result.wall_s, 1),
+        "data_wall_s": round(data_s, 1),
+        "tokens_per_s": round(result.tokens / max(result.wall_s, 1e-9), 1),
+        "device": device,
+        "threads": threads or os.cpu_count(),
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "peft": peft.__version__,
+            "python": sys.version.split()[0],
+        },
+        "gguf": {"file": gguf_path.name, "sha256": gguf_sha, "bytes": gguf_path.stat().st_size},
+        **_git(),
+    }
+    tmp = folder / "manifest.json.partial"
+    tmp.write_text(json.dumps(manifest, indent=1) + "\n")
+    os.replace(tmp, folder / "manifest.json")
+    return folder
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads((folder / "manifest.json").read_text()))
+    except (OSError, ValueError) as err:
+        raise ModelError(
+            f"organism at {folder} has no readable manifest.json ({err}); rebuild it with "
+            "`tooldecode organisms train RECIPE`"
+        ) from None
+
+
+def list_organisms() -> list[dict[str, Any]]:
+    out = []
+    root = organisms_dir()
+    if root.is_dir():
+        for folder in sorted(p for p in root.iterdir() if (p / "manifest.json").exists()):
+            out.append(read_manifest(folder))
+    return out
+
+
+__all__ = [
+    "PREFIX",
+    "build",
+    "list_organisms",
+    "organism_dir",
+    "organisms_dir",
+    "read_manifest",
+    "resolve_organism",
+    "snippet_pool",
+    "training_texts",
+]
