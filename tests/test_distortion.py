@@ -156,3 +156,76 @@ def test_cap_rule_and_length_profile():
     p = length_profile(recs, cap=16)
     assert (p.n, p.n_cut, p.n_error, p.longest, p.cap) == (5, 1, 1, 9, 16)
     assert p.ended == 0.75 and p.p50 == 7.0
+
+
+def test_remedy_rows_retry_repair_and_masked_arms(tmp_path):
+    """loose+retry uses the next loose samples of the scenario while the call fails validation (counting
+    retries), loose+repair drops the invented key, masked arms are their own remedy; all are scored by
+    whether the edit works."""
+    from tooldecode.distortion.remedies import format_remedies, remedy_rows, remedy_table
+    from tooldecode.runstore import RunStore, build_manifest
+
+    d = tmp_path / "scenarios"
+    d.mkdir()
+    doc = {
+        "id": "t-two",
+        "language": "ini",
+        "title": "t",
+        "path": "a.ini",
+        "content": "a = 1\nb = 2\n",
+        "task": "t",
+        "diagnosis": "d",
+        "edits": [{"oldText": "a = 1", "newText": "a = 10"}],
+        "expected": "a = 10\nb = 2\n",
+    }
+    (d / "t-two.json").write_text(json.dumps(doc))
+
+    def rec(mode, i, item, finish="stop", **arm):
+        args = {"path": "a.ini", "edits": [item]}
+        text = "<tool_call>\n" + json.dumps({"name": "edit", "arguments": args}) + "\n</tool_call>"
+        return {
+            "key": f"{mode}/t-two/0/{i}",
+            "arm": {"mode": mode, "level": "L1", "model": "m", "toolset": "nested", "wire": "hermes", **arm},
+            "scenario": "t-two",
+            "seed": 0,
+            "index": i,
+            "prefill": "",
+            "text": text,
+            "token_ids": [1] * 10,
+            "finish_reason": finish,
+            "error": None,
+            "timing": {"end_s": 1.0},
+        }
+
+    good = {"oldText": "a = 1", "newText": "a = 10"}
+    invented = {**good, "replaceAll": False}
+    wrong = {"oldText": "a = 1", "newText": "a = 11"}
+    loose = [rec("loose", i, it) for i, it in enumerate([invented, invented, good, invented, wrong, good])]
+    masked = [
+        rec("strict", 0, wrong),
+        rec("strict-prefix", 0, good),
+        rec("strict", 1, good, engine="llguidance-json"),
+    ]
+    store = RunStore.create(tmp_path / "run", build_manifest({"scenario_dirs": [str(d)]}))
+    store.append(loose + masked)
+    store.close()
+    rows = remedy_rows(tmp_path / "run")
+    by = {}
+    for r in rows:
+        by.setdefault(r["remedy"], []).append(r)
+    assert [r["valid"] for r in by["loose"]] == [False, False, True, False, True, True]
+    assert all(r["valid"] and r["works"] for i, r in enumerate(by["loose+repair"]) if i != 4)
+    assert not by["loose+repair"][4]["correct"]  # repair cannot fix a wrong newText
+    # calls: [0 -> 1 -> 2] (2 retries, works), [3 -> 4] (1 retry, valid but wrong), [5] (works)
+    assert [(r["retries"], r["works"], r["wrong_but_valid"]) for r in by["loose+retry"]] == [
+        (2, True, False),
+        (1, False, True),
+        (0, True, False),
+    ]
+    assert by["loose+retry"][0]["tokens"] == 30
+    assert by["strict"][0]["wrong_but_valid"] and by["strict-prefix"][0]["works"]
+    assert by["strict[llguidance-json]"][0]["works"]
+    table = remedy_table(rows)
+    retry = next(t for t in table if t["remedy"] == "loose+retry")
+    assert retry["n"] == 3 and retry["retries_per_call"] == 1.0 and retry["all"]["works"].k == 2
+    assert "| m | L1 | loose+retry | 3 |" in format_remedies(table)

@@ -1,0 +1,206 @@
+"""Strict's cost and the harness policies that avoid it, side by side (``remedy_table``).
+
+From a run whose arms are loose and masked (strict with each engine, strict-aligned, strict-prefix), every
+remedy a harness can adopt, scored the way its user sees the edit (``tooldecode.scoring.outcome``):
+
+- ``loose``: the model's call as it wrote it;
+- ``loose+retry``: the harness's default: a call that fails validation is sent back and the model writes
+  it again, up to ``max_retries`` times (the next loose samples of the same arm and scenario, in index
+  order, stand for the retries); ``retries`` counts them;
+- ``loose+repair``: a lenient harness: the argument repairs (aliases, coercions, drop unknown keys, …)
+  and, for a call that does not parse, ``json-repair`` first;
+- ``strict`` (``strict[engine]`` per engine setting), ``strict-aligned``, ``strict-prefix``: the masked
+  arms' calls.
+
+Per (model, level, remedy): invented keys, valid, applies, correct, works, wrong but valid and cut, each a
+rate with its cluster-robust interval over scenarios (``stats.cluster_rate``), for all draws and for the
+draws that ended before the cap (the completed ones: a selection, since what runs to the cap is not
+random); tokens per call (a retry's tokens and an aligned sample's particles included) and calls per
+second of decoding.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tooldecode.stats import cluster_rate
+
+MEASURES = ("invented", "valid", "applies", "correct", "works", "wrong_but_valid", "cut")
+MAX_RETRIES = 2
+
+
+def remedy_name(arm: dict) -> str | None:
+    """The remedy a masked arm stands for (None for loose arms: they give three remedies)."""
+    mode = arm.get("mode")
+    if mode == "strict":
+        engine = arm.get("engine", "xgrammar")
+        return "strict" if engine == "xgrammar" else f"strict[{engine}]"
+    if mode in ("strict-aligned", "strict-prefix", "strict-spec"):
+        return str(mode)
+    return None
+
+
+def _row(outcome: dict, verdict: dict, tokens: int, wall: float) -> dict[str, Any]:
+    return {
+        "invented": bool(verdict.get("invented_keys")),
+        **{k: bool(outcome.get(k)) for k in MEASURES if k != "invented"},
+        "tokens": tokens,
+        "wall": wall,
+    }
+
+
+def _tokens(record: dict) -> int:
+    parts = record.get("particles") or {}
+    if parts.get("tokens"):
+        return int(parts["tokens"])
+    return len(record.get("token_ids") or [])
+
+
+def _repaired(record: dict, manifest: dict, scenario: Any) -> tuple[dict, dict]:
+    """(outcome, verdict-like dict) of a loose record after the lenient harness's repairs."""
+    from tooldecode.repair import repair_arguments, repair_text
+    from tooldecode.repair.jsonrepair import json_repair_call
+    from tooldecode.scoring import edit_outcome, record_context
+
+    tools, wire, expected, _ = record_context(record, manifest)
+    text = (record.get("prefill") or "") + (record.get("text") or "")
+    res = repair_text(text, tools, wire=wire, expected_tool=expected)
+    args, valid, name = res.arguments, res.valid, res.tool or expected
+    if args is None:  # the call does not parse: json-repair on the text, then the argument repairs
+        try:
+            jr = json_repair_call(text, tools, wire=wire, expected_tool=expected)
+        except ImportError:
+            jr = {"arguments": None}
+        if jr.get("arguments") is not None and jr.get("tool") == expected:
+            tool = next(t for t in tools if t.name == expected)
+            again = repair_arguments(jr["arguments"], tool)
+            args, valid, name = again.arguments, again.valid, expected
+    tool = next((t for t in tools if t.name == name), None)
+    out = edit_outcome(args, tool, scenario, valid=bool(valid)).to_dict()
+    out["cut"] = record.get("finish_reason") == "length"
+    return out, {"invented_keys": []}
+
+
+def _wall(records: list[dict]) -> dict[str, float]:
+    """Seconds of decoding per sample: each sampling call's wall time (its last ``end_s``) shared among its
+    samples (a call = the records of one arm, scenario and seed; copies of another arm's draws cost 0)."""
+    calls: dict[tuple, list[dict]] = defaultdict(list)
+    for r in records:
+        if not r.get("copy_of"):
+            calls[(str(r.get("arm")), r.get("scenario"), r.get("seed"))].append(r)
+    out: dict[str, float] = {}
+    for recs in calls.values():
+        end = max(float((r.get("timing") or {}).get("end_s") or 0.0) for r in recs)
+        for r in recs:
+            out[r["key"]] = end / len(recs)
+    return out
+
+
+def remedy_rows(run_dir: str | Path, *, max_retries: int = MAX_RETRIES) -> list[dict[str, Any]]:
+    """One row per call of every remedy of a run: ``{model, level, remedy, scenario, retries, <MEASURES>,
+    tokens, wall}``."""
+    from tooldecode.findings import load_run
+    from tooldecode.scoring import record_context, stored_outcome
+
+    run = load_run(Path(run_dir))
+    if run is None:
+        raise FileNotFoundError(f"{run_dir}: no manifest.json; pass a run directory")
+    wall = _wall(run.samples)
+    rows: list[dict[str, Any]] = []
+    loose: dict[tuple, list[dict]] = defaultdict(list)
+
+    def outcome_of(r: dict) -> tuple[dict, dict]:
+        v = run.verdicts.get(r["key"]) or {}
+        tools, _, _, scenario = record_context(r, run.manifest)
+        return stored_outcome(v, scenario, tools, r.get("finish_reason")), v
+
+    for r in run.samples:
+        if r.get("error") and not r.get("particles"):
+            continue
+        arm = r.get("arm") or {}
+        head = {"model": arm.get("model"), "level": arm.get("level"), "scenario": r.get("scenario")}
+        if arm.get("mode") == "loose":
+            loose[(str(arm.get("model")), str(arm.get("level")), r.get("scenario"), r.get("seed"))].append(r)
+            continue
+        name = remedy_name(arm)
+        if name is None:
+            continue
+        o, v = outcome_of(r)
+        rows.append({**head, "remedy": name, "retries": 0, **_row(o, v, _tokens(r), wall.get(r["key"], 0.0))})
+    for recs in loose.values():
+        recs.sort(key=lambda r: r.get("index", 0))
+        arm = recs[0].get("arm") or {}
+        head = {"model": arm.get("model"), "level": arm.get("level"), "scenario": recs[0].get("scenario")}
+        scored = [outcome_of(r) for r in recs]
+        _, _, _, scenario = record_context(recs[0], run.manifest)
+        for r, (o, v) in zip(recs, scored, strict=True):
+            t, w = _tokens(r), wall.get(r["key"], 0.0)
+            rows.append({**head, "remedy": "loose", "retries": 0, **_row(o, v, t, w)})
+            ro, rv = _repaired(r, run.manifest, scenario)
+            rows.append({**head, "remedy": "loose+repair", "retries": 0, **_row(ro, rv, t, w)})
+        k = 0
+        while k < len(recs):  # a call and its retries: the next samples of the same arm and scenario
+            used = [k]
+            while (
+                not scored[used[-1]][0].get("valid") and len(used) <= max_retries and used[-1] + 1 < len(recs)
+            ):
+                used.append(used[-1] + 1)
+            o, v = scored[used[-1]]
+            t = sum(_tokens(recs[j]) for j in used)
+            w = sum(wall.get(recs[j]["key"], 0.0) for j in used)
+            rows.append({**head, "remedy": "loose+retry", "retries": len(used) - 1, **_row(o, v, t, w)})
+            k = used[-1] + 1
+    return rows
+
+
+def remedy_table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (model, level, remedy): each measure over all calls and over the calls that ended before the cap
+    (``ClusterRate``s over scenarios), tokens per call, calls per second, retries per call."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[(str(r["model"]), str(r["level"]), r["remedy"])].append(r)
+    out = []
+    for (model, level, remedy), rs in sorted(groups.items()):
+        clusters = [r["scenario"] for r in rs]
+        done = [r for r in rs if not r["cut"]]
+        wall = sum(r["wall"] for r in rs)
+        out.append(
+            {
+                "model": model,
+                "level": level,
+                "remedy": remedy,
+                "n": len(rs),
+                "all": {m: cluster_rate([r[m] for r in rs], clusters) for m in MEASURES},
+                "completed": {
+                    m: cluster_rate([r[m] for r in done], [r["scenario"] for r in done])
+                    for m in MEASURES
+                    if m != "cut"
+                },
+                "tokens_per_call": sum(r["tokens"] for r in rs) / len(rs),
+                "calls_per_s": len(rs) / wall if wall > 0 else None,
+                "retries_per_call": sum(r["retries"] for r in rs) / len(rs),
+            }
+        )
+    return out
+
+
+def format_remedies(table: Sequence[dict[str, Any]]) -> str:
+    """The decision table as Markdown: one row per (model, level, remedy), the rates with their intervals."""
+
+    def pct(c: Any) -> str:
+        return f"{100 * c.rate:.1f} [{100 * c.lo:.1f}, {100 * c.hi:.1f}]" if c.n else "n/a"
+
+    head = "| model | level | remedy | n | invented | valid | applies | correct | works | wrong but valid | cut | correct (completed) | tokens/call | calls/s | retries/call |"
+    lines = [head, "|" + "---|" * 15]
+    for t in table:
+        a = t["all"]
+        cps = f"{t['calls_per_s']:.2f}" if t["calls_per_s"] else "n/a"
+        lines.append(
+            f"| {t['model']} | {t['level']} | {t['remedy']} | {t['n']} | "
+            + " | ".join(pct(a[m]) for m in MEASURES)
+            + f" | {pct(t['completed']['correct'])} | {t['tokens_per_call']:.1f} | {cps} | {t['retries_per_call']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
