@@ -69,12 +69,48 @@ def build_grammar(
     allow_empty: bool = False,
     duplicates: str = "forbid",
 ) -> Grammar:
-    """The grammar IR of one call of any of ``items`` (tool name, compiled arguments schema).
+    """The grammar IR of one call of any of ``items``, before it is printed in a format.
 
-    A schema that admits no value raises GrammarError, unless ``allow_empty`` (then the grammar
-    matches nothing). ``duplicates`` applies to open objects (mode "spec"): "forbid" keeps every
-    extra member's name off the declared keys (no key twice), "admit" lets an extra member reuse a
-    declared name, as JSON allows (its value then follows the extra members' schema)."""
+    ``render`` and ``render_toolset`` call it; use it directly to print one grammar in several formats
+    or to inspect its rules.
+
+    Parameters
+    ----------
+    items : list of (str, SchemaIR)
+        Tool name and compiled arguments schema (``compile_schema``) of each tool the call may name;
+        the compiled schemas share one key order (the first item's ``order``).
+    wire : str, default "json"
+        Wire format of the call (one of ``WIRES``); ``json`` carries no tool name, so it takes one item.
+    ws : str, default "compact"
+        Whitespace between JSON tokens (one of ``WS_POLICIES``): ``compact`` none, ``bounded`` up to
+        ``ws_max`` spaces, tabs or newlines, ``pretty`` one space or a newline and an indentation.
+    ws_max : int, optional
+        Bound of the whitespace policy, 0..64 (default per policy: compact 0, bounded 2, pretty 16).
+    allow_empty : bool, default False
+        Return a grammar that matches nothing where the schema admits no value, instead of raising.
+    duplicates : str, default "forbid"
+        For open objects (mode ``spec``, one of ``DUPLICATES``): ``forbid`` keeps every extra member's
+        name off the declared keys (no key twice); ``admit`` lets an extra member reuse a declared name,
+        as JSON allows (its value then follows the extra members' schema).
+
+    Returns
+    -------
+    Grammar
+        The rules, with start rule ``root``; print it with the format's emitter.
+
+    Raises
+    ------
+    GrammarError
+        An unknown wire or whitespace policy, several items on the ``json`` wire, a tool name the wire
+        cannot carry, or a schema that admits no value (unless ``allow_empty``).
+
+    Examples
+    --------
+    >>> from tooldecode.grammar import build_grammar, compile_schema
+    >>> g = build_grammar([("edit", compile_schema({"type": "object"}))], wire="hermes")
+    >>> g.root
+    'root'
+    """
     check_wire(wire)
     n = ws_max_for(ws, ws_max)
     if wire == "json" and len(items) != 1:
@@ -169,10 +205,63 @@ def render(
     lenient: bool = False,
     name: str | None = None,
 ) -> str:
-    """Grammar text of one call. ``schema_or_tool`` is a ``Tool``, a tool in any shape ``load_tools``
-    reads (OpenAI, Anthropic, MCP; a list of one tool), or a bare arguments schema (then ``name`` is
-    needed for every wire but ``json``). A dict that is neither a schema nor a tool raises
-    ``SchemaError`` (it would otherwise admit any JSON value)."""
+    """Grammar text of one call of one tool: what a constrained decoder (llama.cpp, xgrammar,
+    llguidance, a regex engine) reads to admit exactly the calls the schema allows.
+
+    Parameters
+    ----------
+    schema_or_tool : Tool, dict or bool
+        A ``Tool``, a tool in any shape ``load_tools`` reads (OpenAI, Anthropic, MCP; a list of one
+        tool), or a bare arguments JSON Schema (then ``name`` is needed for every wire but ``json``).
+    format : str, default "gbnf"
+        Grammar format (one of ``FORMATS``): ``gbnf`` (llama.cpp, xgrammar), ``lark`` (lark,
+        llguidance) or ``regex`` (no recursive schemas).
+    wire : str, default "json"
+        Wire format of the call (one of ``WIRES``): ``json`` the bare arguments, ``call-json``,
+        ``hermes``, ``antml``, ``harmony`` or ``call-list`` around them (``tooldecode.grammar.wire``).
+    mode : str, default "strict"
+        ``strict`` closes every object (no key the schema does not declare, whatever its
+        ``additionalProperties``); ``spec`` follows the schema as written (one of ``MODES``).
+    order : str, default "schema"
+        Key order of objects (one of ``ORDERS``): ``schema`` (as declared), ``required-first``, or
+        ``any`` (each key at most once, in any order).
+    ws : str, default "compact"
+        Whitespace between JSON tokens (one of ``WS_POLICIES``; see ``build_grammar``).
+    ws_max : int, optional
+        Bound of the whitespace policy, 0..64 (default per policy).
+    lenient : bool, default False
+        Skip keywords that have no exact rendering instead of raising ``UnsupportedSchemaError``
+        (the grammar then admits more than the schema).
+    name : str, optional
+        Tool name of a bare schema (ignored for a ``Tool``).
+
+    Returns
+    -------
+    str
+        The grammar text, start rule ``root`` (GBNF, Lark) or one anchored pattern (regex). Equal
+        arguments give equal text (rendered once per process and cached).
+
+    Raises
+    ------
+    GrammarError
+        An unknown format, wire, mode, order or whitespace policy, a wire that needs a name without
+        one, a tool list of more than one tool, or a schema that admits no value.
+    UnsupportedSchemaError
+        A keyword with no exact rendering (keyword and JSON pointer named), unless ``lenient``.
+    InvalidSchemaError
+        A schema that is not valid JSON Schema.
+    SchemaError
+        A dict that is neither a schema nor a tool (it would otherwise admit any JSON value).
+
+    Examples
+    --------
+    >>> from tooldecode.grammar import load_tool, render
+    >>> text = render(load_tool("edit"), format="gbnf", wire="hermes")
+    >>> text.startswith("root ::=")
+    True
+    >>> render({"type": "boolean"}, format="regex")
+    'true|false'
+    """
     _check(format, wire, ws, ws_max)
     tool_name, schema = _as_tool(schema_or_tool, name)
     if wire != "json" and not tool_name:
@@ -192,9 +281,41 @@ def render_toolset(
     lenient: bool = False,
     duplicates: str = "forbid",
 ) -> str:
-    """Grammar text of one call of any tool in ``tools`` (an alternation; the wire carries the name).
-    ``tools`` is a list of ``Tool`` or anything ``load_tools`` reads (an OpenAI, Anthropic or MCP tool
-    list, a path). ``duplicates`` ("forbid" / "admit"): see ``build_grammar``."""
+    """Grammar text of one call of any tool in ``tools``: an alternation of the tools' calls, the
+    wire carrying the tool's name.
+
+    Parameters
+    ----------
+    tools : list of Tool, list of dict, dict or str
+        A list of ``Tool``, or anything ``load_tools`` reads: an OpenAI, Anthropic or MCP tool list, a
+        path to a JSON file, a built-in tool name. Names must be distinct.
+    format, mode, order, ws, ws_max, lenient
+        As in ``render``.
+    wire : str, default "call-json"
+        Wire format of the call (one of ``WIRES`` but ``json``, which carries no name).
+    duplicates : str, default "forbid"
+        Whether an open object's extra member may reuse a declared key (``admit``) or not
+        (``forbid``); see ``build_grammar``.
+
+    Returns
+    -------
+    str
+        The grammar text (start rule ``root``).
+
+    Raises
+    ------
+    GrammarError
+        No tools, duplicate tool names, the ``json`` wire, or any error of ``render``.
+    UnsupportedSchemaError, InvalidSchemaError, SchemaError
+        As in ``render``, for any tool of the set.
+
+    Examples
+    --------
+    >>> from tooldecode.grammar import load_tool, render_toolset
+    >>> text = render_toolset([load_tool("edit"), load_tool("read")], wire="hermes")
+    >>> "read-read ::=" in text and text.startswith('root ::= "<tool_call>')
+    True
+    """
     _check(format, wire, ws, ws_max)
     if not tools:
         raise GrammarError("render_toolset needs at least one tool")
@@ -216,8 +337,38 @@ def serialize_call(
     order: str = "schema",
     mode: str = "strict",
 ) -> str:
-    """Canonical text of one call, accepted by the grammar rendered with the same options when ``args``
-    is valid for the tool's (strict) schema. A name not in the catalog keeps the key order of ``args``."""
+    """Canonical text of one call: the text a grammar rendered with the same options accepts when
+    ``args`` is valid for the tool's (strict) schema.
+
+    Parameters
+    ----------
+    tool_name : str or Tool
+        The tool: a ``Tool``, or the name of one in the built-in catalog. A name not in the catalog
+        keeps the key order of ``args`` (there is no schema to order them by).
+    args : Any
+        The arguments (a JSON value; an object for every tool in the catalog).
+    wire, ws, ws_max, order, mode
+        As in ``render``.
+
+    Returns
+    -------
+    str
+        The call in the wire format, its JSON in canonical form (keys in the schema's order, the
+        whitespace policy's first choice, strings with short escapes and ``<`` escaped where the wire
+        has a closing delimiter).
+
+    Raises
+    ------
+    GrammarError
+        An unknown wire or whitespace policy, or a value the wire cannot write (an antml raw
+        parameter holding ``</parameter>``).
+
+    Examples
+    --------
+    >>> from tooldecode.grammar import serialize_call
+    >>> serialize_call("read", {"path": "a.py"}, wire="call-json")
+    '{"name":"read","arguments":{"path":"a.py"}}'
+    """
     if isinstance(tool_name, Tool):
         tool: Tool | None = tool_name
     else:
