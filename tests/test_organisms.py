@@ -267,3 +267,19 @@ def test_training_resumes_from_its_checkpoint_to_the_same_adapter(smol_ref, tmp_
     for (name, p1), (_, p2) in zip(whole.named_parameters(), again.named_parameters(), strict=True):
         if "lora_" in name:
             assert torch.allclose(p1, p2, atol=1e-6), name
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_the_organisms_notebook_trains_a_tiny_organism(smol_ref, monkeypatch, tmp_path):
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb_dir = Path(__file__).resolve().parents[1] / "notebooks"
+    book = nbformat.read(nb_dir / "04_organisms.ipynb", as_version=4)
+    monkeypatch.setenv("TOOLDECODE_NOTEBOOK_MODEL", smol_ref.id)
+    NotebookClient(
+        book, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(nb_dir)}}
+    ).execute()
+    text = "\n".join(o.get("text", "") for c in book.cells for o in c.get("outputs", []))
+    assert "tiny-lenient@" in text and "with a stray key" in text
