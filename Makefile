@@ -12,10 +12,11 @@ setup:
 test: setup
 	$(PY) -m tooldecode models fetch smollm2-135m-instruct
 	$(PY) -m ruff check tooldecode tests benchmarks experiments scripts
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --durations=20
 
+# no model weights (tests/model_guard.py fails a test that loads any) and nothing slow: under 2 minutes
 test-fast: setup
-	$(PY) -m pytest -q -ra -m "not model and not slow"
+	TOOLDECODE_TEST_FAST=1 $(PY) -m pytest -q -ra --durations=10 -m "not model and not slow"
 
 lint: setup
 	$(PY) -m ruff check tooldecode tests benchmarks experiments scripts

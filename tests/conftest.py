@@ -1,10 +1,59 @@
-"""Shared fixtures: real models only (the smallest one wherever any model will do)."""
+"""Shared fixtures: real models only (the smallest one wherever any model will do), loaded once per
+session; the guard that keeps model loads to tests marked ``model``; the sample record factory."""
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import model_guard
 import pytest
 
 from tooldecode.models import DEFAULT_MODEL, TEST_MODEL, resolve
+
+# --- the model guard (tests/model_guard.py) ---------------------------------------------------------
+# Every model load, in this process or a Python subprocess a test starts, is appended to one file; a test
+# that loaded one without a `model` mark fails, and under `make test-fast` (TOOLDECODE_TEST_FAST=1) the
+# load itself raises, so the fast suite loads no weights.
+
+_GUARD_DIR = Path(tempfile.mkdtemp(prefix="tooldecode-guard-"))
+(_GUARD_DIR / "sitecustomize.py").write_text("import model_guard\nmodel_guard.install()\n")
+_LOADS = _GUARD_DIR / "loads.txt"
+_LOADS.touch()
+os.environ[model_guard.LOADS_ENV] = str(_LOADS)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(_GUARD_DIR), str(Path(__file__).parent), *filter(None, [os.environ.get("PYTHONPATH")])]
+)
+model_guard.install()
+_START = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_START] = _LOADS.stat().st_size
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if call.when != "teardown" or _START not in item.stash or item.get_closest_marker("model"):
+        return
+    with open(_LOADS, encoding="utf-8") as f:
+        f.seek(item.stash[_START])
+        loads = [line.split(" ", 1)[1].strip() for line in f if line.strip()]
+    if loads:
+        rep.outcome = "failed"
+        rep.longrepr = f"{item.nodeid} loaded {'; '.join(sorted(set(loads)))} without @pytest.mark.model"
+
+
+def pytest_sessionfinish(session):
+    import shutil
+
+    shutil.rmtree(_GUARD_DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -61,8 +110,8 @@ class LlamaServer:
 
     def __init__(self, model_path, log_path, *, port: int | None = None, flash_attn: bool = True) -> None:
         import subprocess
-        import sys
 
+        model_guard.record(f"llama_cpp.server with {model_path}")
         self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.log_path = log_path
@@ -130,3 +179,49 @@ def openai_smol(smol_ref, llama_server):
     be = load_backend("openai", smol_ref, base_url=llama_server.base_url)
     yield be
     be.close()
+
+
+# --- sample records -----------------------------------------------------------------------------------
+
+RECORD_ARM = {"model": TEST_MODEL, "backend": "llamacpp", "mode": "loose", "temperature": 1.0}
+
+
+def make_sample(text: str = "", *, arm: dict | None = None, **fields) -> dict:
+    """One raw sample record (a line of ``samples.jsonl``) as the runner writes it, checked by
+    ``tooldecode.records.SampleRecord``: ``arm`` fields and record fields given override the defaults
+    (SmolLM2, loose, scenario ``c-config-trim-crlf``, seed 0, index 0, no prefill); the key is built
+    from the arm's label unless given; ``omit=(...)`` drops fields (a record from an older writer)."""
+    from tooldecode.records import SampleRecord, label
+
+    omit = fields.pop("omit", ())
+    a = {**RECORD_ARM, **(arm or {})}
+    rec = {
+        "key": None,
+        "arm": a,
+        "scenario": "c-config-trim-crlf",
+        "seed": 0,
+        "index": 0,
+        "prompt_sha256": "0" * 64,
+        "prefill": "",
+        "text": text,
+        "token_ids": None,
+        "logprobs": None,
+        "top": None,
+        "entropy": None,
+        "entropy_masked": None,
+        "mask_removed": None,
+        "finish_reason": "stop",
+        "error": None,
+        "timing": {},
+    }
+    rec.update(fields)
+    if rec["key"] is None:
+        rec["key"] = f"{label(a)}/{rec['scenario']}/{rec['seed']}/{rec['index']}"
+    rec = SampleRecord.from_json(rec).to_json()
+    return {k: v for k, v in rec.items() if k not in omit}
+
+
+@pytest.fixture
+def sample_record():
+    """``make_sample``: build a raw sample record (see there)."""
+    return make_sample

@@ -14,6 +14,8 @@ from tooldecode.distortion import ExactDistribution, exact_masked_distribution
 from tooldecode.masking import compile_mask
 from tooldecode.sampling import SamplingParams, log_weight, sample, sample_aligned
 
+pytestmark = pytest.mark.model  # every test reads the enumeration of SmolLM2's masked distribution
+
 PROMPT = "<|im_start|>user\nIs the sky blue? Answer in one word.<|im_end|>\n<|im_start|>assistant\n"
 GRAMMAR = 'root ::= "Yes" | "No" | "Yes." | "No."'
 N_STRICT = 240

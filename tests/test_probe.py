@@ -221,6 +221,7 @@ def test_classification_of_keys_is_one_definition_for_samples_and_probe():
     assert classify_continuation(whole, context=ctx).kind == "schema_word"
 
 
+@pytest.mark.model
 def test_branches_from_a_cached_text_match_the_prefix_evaluated_again(llama_smol):
     """llama.cpp's ``branch_logits`` shares sequence 0's cache when it already holds the prefix (the probe's
     pass over the whole call, over several 512-token chunks here); its logits equal those of the cold path

@@ -150,6 +150,7 @@ def test_run_validates_before_any_model_loads(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.model
 def test_llguidance_in_a_spec_gets_a_grammar_it_reads(tmp_path, smol_ref):
     body = SMALL.replace('modes = ["loose"]', 'modes = ["strict"]\nengine = "llguidance"')
     body += '[variant]\nconditioning = ["forced-tool"]\n'
@@ -169,6 +170,7 @@ def small_run(tmp_path_factory, smol_ref):
     return spec, root / "run"
 
 
+@pytest.mark.model
 def test_lock_is_taken_before_the_model_loads(tmp_path, small_run):
     spec, src = small_run
     out = tmp_path / "run"
@@ -236,6 +238,7 @@ def test_model_corrupted_in_place_is_refused(tmp_path, monkeypatch):
     assert "corrupt" in line
 
 
+@pytest.mark.model
 def test_resume_with_other_weights_is_refused(tmp_path, small_run, smol_ref):
     spec, src = small_run
     out = tmp_path / "run"
