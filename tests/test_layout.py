@@ -101,3 +101,101 @@ def test_modules_fit_in_one_head():
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert not long, long
+
+
+# --- experiments/ and scripts/: the study and the tools around the library ------------------------------
+
+ROOT = PACKAGE.parent
+STUDY_DIRS = ("experiments", "scripts")
+# Known debts: files over MAX_LINES today (split them, then remove them here); a new one fails.
+LONG_KNOWN = {"experiments/study.py"}
+
+
+def _py_files(*dirs: str) -> list[Path]:
+    return sorted(p for d in dirs for p in (ROOT / d).rglob("*.py"))
+
+
+def test_experiments_and_scripts_fit_in_one_head():
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in _py_files(*STUDY_DIRS)
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    new = {k: n for k, n in long.items() if k not in LONG_KNOWN}
+    assert not new, f"over {MAX_LINES} lines: {new}"
+
+
+# argparse belongs to tooldecode/cli/. Known debts: modules outside it that build parsers today (their
+# commands are registered beside their stage, or they hold argparse helpers); a new one fails.
+ARGPARSE_KNOWN = {
+    "tooldecode/models.py",  # the `models` command group
+    "tooldecode/grammar/cli.py",  # the `grammar` command group
+    "tooldecode/scenarios/cli.py",  # the `scenarios` command group
+    "tooldecode/backends/openai.py",  # add_server_arguments: the --base-url/--api-key-env/--server-kind flags
+}
+_PARSER_CALLS = {
+    "add_argument",
+    "add_parser",
+    "add_subparsers",
+    "add_argument_group",
+    "add_mutually_exclusive_group",
+}
+
+
+def _uses_argparse(tree: ast.AST) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "argparse" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "argparse":
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in _PARSER_CALLS:
+                return True
+    return False
+
+
+def test_argparse_only_in_the_cli_package():
+    users = {
+        str(p.relative_to(ROOT))
+        for p in PACKAGE.rglob("*.py")
+        if p.parent.name != "cli" or p.parent.parent != PACKAGE
+        if _uses_argparse(ast.parse(p.read_text(encoding="utf-8")))
+    }
+    new = sorted(users - ARGPARSE_KNOWN)
+    assert not new, f"argparse outside tooldecode/cli/: {new} (put the command in tooldecode/cli/)"
+
+
+def _imported_names(tree: ast.AST) -> set[str]:
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {
+        n.module.split(".")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and n.module and not n.level
+    }
+    return names
+
+
+def test_the_library_does_not_import_the_study():
+    """No module of tooldecode/ imports a module of experiments/ or scripts/ (nor puts them on sys.path):
+    the study builds on the library, never the other way round."""
+    study = {p.stem for p in _py_files(*STUDY_DIRS)} | set(STUDY_DIRS)
+    bad = []
+    for p in PACKAGE.rglob("*.py"):
+        tree = ast.parse(p.read_text(encoding="utf-8"))
+        hits = _imported_names(tree) & study
+        for node in ast.walk(tree):  # sys.path.insert(…, "…/experiments") and the like
+            if isinstance(node, ast.Call) and "sys.path" in ast.unparse(node.func):
+                hits |= {d for d in STUDY_DIRS if d in ast.unparse(node)}
+        if hits:
+            bad.append(f"{p.relative_to(ROOT)}: {sorted(hits)}")
+    assert not bad, bad
+
+
+def test_the_study_checks_see_what_they_check():
+    """The checks above parse real files: the study's folders hold Python, and the known debts exist."""
+    assert _py_files("experiments") and _py_files("scripts")
+    assert _uses_argparse(ast.parse((ROOT / "tooldecode/grammar/cli.py").read_text(encoding="utf-8")))
+    assert _imported_names(ast.parse("import study\nfrom e15_table import x\nfrom . import y")) >= {
+        "study",
+        "e15_table",
+    }
