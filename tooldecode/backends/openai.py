@@ -58,6 +58,9 @@ from tooldecode.backends.openai_http import (
     HttpClient,
     ServerError,
     ServerHTTPError,
+    check_completion,
+    check_models,
+    check_tokens,
 )
 from tooldecode.backends.openai_probe import ServerProbe
 from tooldecode.backends.openai_records import (
@@ -145,11 +148,8 @@ class OpenAIBackend(ServerProbe, Backend):
         self.n_vocab = self._vocab.n_vocab
         self.eog_ids = self._vocab.eog_ids
         self.UNSEEN = self.n_vocab  # the extra column of forward/branch_logits
-        listed = self.http.request("GET", "/models")
-        data = listed.get("data") if isinstance(listed, dict) else None
-        if not data:
-            raise ServerError(f"{self.http.base}/models lists no model; is this an OpenAI-compatible server?")
-        self.server_model = str(data[0].get("id"))
+        data = check_models(self.http.request("GET", "/models"), self.http.url("/models"))
+        self.server_model = data[0]["id"]
         self.kind = self._detect(data[0]) if kind == "auto" else kind
         self.caps = CAPS[self.kind]
         self.honours_n = self.caps.honours_n
@@ -198,15 +198,13 @@ class OpenAIBackend(ServerProbe, Backend):
     def server_tokenize(self, text: str) -> list[int]:
         """The server's own tokenization of ``text`` (special-token text parsed, as in its Completions)."""
         if self.kind == "llama-cpp-python":
-            out = self.http.request("POST", "/extras/tokenize", {"input": text}, root=True)
+            path, body = "/extras/tokenize", {"input": text}
         else:
-            out = self.http.request(
-                "POST",
+            path, body = (
                 "/tokenize",
                 {"model": self.server_model, "prompt": text, "add_special_tokens": False},
-                root=True,
             )
-        return [int(t) for t in out["tokens"]]
+        return check_tokens(self.http.request("POST", path, body, root=True), self.http.url(path, root=True))
 
     def check_tokenization(self, text: str, ids: Sequence[int]) -> None:
         """``ChannelError`` unless the server tokenizes ``text`` to exactly ``ids`` (cached per text)."""
@@ -324,6 +322,7 @@ class OpenAIBackend(ServerProbe, Backend):
         """One Completions request for the prompt ``ids`` (= ``text``); checks the prompt length it evaluated."""
         out = self.http.request("POST", "/completions", self._body(ids, text, **kw))
         self.count_request()
+        check_completion(out, self.http.url("/completions"))
         used = (out.get("usage") or {}).get("prompt_tokens")
         if check_length and used is not None and int(used) != len(ids):
             raise ChannelError(
@@ -413,21 +412,24 @@ class OpenAIBackend(ServerProbe, Backend):
         out = self.complete(ids, text, **kw)
         end = time.perf_counter()
         masked = grammar is not None and self.caps.masked_logprobs
-        choices = sorted(out.get("choices") or [], key=lambda c: int(c.get("index", 0)))
-        if len(choices) < len(group):
-            # the server ignored n: take what came back, ask for the rest one by one
-            with self.lock:
-                self.honours_n = False
-            done = [
-                self._parse(c, group[k], params, masked, start - t0, end - t0) for k, c in enumerate(choices)
-            ]
-            for i in group[len(choices) :]:
-                done.extend(self._draw(ids, text, [i], params, grammar, logprobs, t0))
-            return done
-        return [
+        choices = sorted(out["choices"], key=lambda c: c.get("index") or 0)
+        if not choices and len(group) == 1:
+            raise ServerError(
+                f"POST {self.http.url('/completions')} answered an empty choices list for a request of one sample; "
+                "is --base-url an OpenAI-compatible server of the --server-kind given?"
+            )
+        done = [
             self._parse(c, group[k], params, masked, start - t0, end - t0)
             for k, c in enumerate(choices[: len(group)])
         ]
+        if len(choices) < len(group):
+            # the server ignored n: take what came back, ask for the rest one by one (each a single
+            # request, which answers a choice or is an error: no deeper than this)
+            with self.lock:
+                self.honours_n = False
+            for i in group[len(choices) :]:
+                done.extend(self._draw(ids, text, [i], params, grammar, logprobs, t0))
+        return done
 
     def _parse(
         self, choice: dict, index: int, params: Any, masked: bool, start_s: float, end_s: float
@@ -450,7 +452,7 @@ class OpenAIBackend(ServerProbe, Backend):
                 if not alts or not params.top_logprobs:
                     top.append(None)
                     continue
-                row = [[self.token_id(k), float(v)] for k, v in alts.items()]
+                row = [[self.token_id(k), float(v)] for k, v in alts.items() if v is not None]
                 row = [r for r in row if r[0] is not None]
                 row.sort(key=lambda r: -r[1])
                 top.append([[int(r[0]), round(r[1], 5)] for r in row[: params.top_logprobs]])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -64,8 +65,47 @@ def _detail(raw: bytes) -> str:
     return " ".join(str(err).split())[:300]
 
 
+class _Redirected(Exception):
+    """A 3xx answer (never followed: the API key stays with the server named)."""
+
+    def __init__(self, code: int, target: str) -> None:
+        super().__init__(code, target)
+        self.code, self.target = code, target
+
+
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        raise _Redirected(code, newurl)
+
+
+# status codes worth asking again (a server restarting or overloaded); others are answers
+_RETRY_STATUS = frozenset({500, 502, 503, 504})
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if value == [] or value == {}:
+        return "empty"
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), "a number" if isinstance(value, int | float) else type(value).__name__
+    )
+
+
+def malformed(url: str, field: str, value: Any, expected: str) -> ServerError:
+    """The one-line error for a response whose ``field`` is not what an OpenAI-compatible server sends."""
+    return ServerError(
+        f"{url} answered a malformed response: {field} is {_kind(value)}, expected {expected}; "
+        "is --base-url an OpenAI-compatible server of the --server-kind given?"
+    )
+
+
 class HttpClient:
     """JSON over HTTP to one server.
+
+    Redirects are never followed (a redirect is an error naming its target, so the API key goes to
+    no other host); an HTTP 500/502/503/504 or a body cut short is asked again up to ``retries`` times
+    with a doubling pause from ``backoff`` seconds.
 
     Parameters
     ----------
@@ -75,9 +115,15 @@ class HttpClient:
         Sent as a Bearer token.
     timeout : float
         Seconds to wait for one response.
+    retries : int
+        Further tries after a transient failure.
+    backoff : float
+        Seconds before the first retry (doubled for each further one).
     """
 
-    def __init__(self, base_url: str, api_key: str | None, timeout: float) -> None:
+    def __init__(
+        self, base_url: str, api_key: str | None, timeout: float, *, retries: int = 2, backoff: float = 0.5
+    ) -> None:
         base = base_url.rstrip("/")
         parts = urllib.parse.urlsplit(base)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -87,29 +133,198 @@ class HttpClient:
         self.root = urllib.parse.urlunsplit((parts.scheme, parts.netloc, root_path, "", ""))
         self.api_key = api_key
         self.timeout = timeout
+        self.retries = max(0, int(retries))
+        self.backoff = float(backoff)
+        self._opener = urllib.request.build_opener(_RefuseRedirects)
+
+    def url(self, path: str, *, root: bool = False) -> str:
+        """The full URL of ``path`` under the server root or the API root."""
+        return (self.root if root else self.base) + path
 
     def request(self, method: str, path: str, body: Any = None, *, root: bool = False) -> Any:
         """The decoded JSON answer to ``method path`` (under ``root`` or the API root); ``ServerError``
-        (one line) when the server cannot be reached, ``ServerHTTPError`` on an error status."""
-        url = (self.root if root else self.base) + path
+        (one line) when the server cannot be reached, redirects, or answers with a body that is not
+        JSON, ``ServerHTTPError`` on an error status (after the bounded retries for 5xx)."""
+        url = self.url(path, root=root)
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            try:
+                raw = self._once(method, url, body)
+            except ServerHTTPError as err:
+                if last or err.status not in _RETRY_STATUS:
+                    raise
+            except _CutShort as err:
+                if last:
+                    raise ServerError(
+                        f"{method} {url}: the server's answer was cut short ({err}) after "
+                        f"{self.retries + 1} tries; check the server (completed samples are kept)"
+                    ) from None
+            else:
+                try:
+                    return json.loads(raw)
+                except ValueError:
+                    raise ServerError(
+                        f"{method} {url}: the server answered with non-JSON ({raw[:80]!r}); "
+                        "is --base-url an OpenAI-compatible server?"
+                    ) from None
+            time.sleep(self.backoff * (2**attempt))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _once(self, method: str, url: str, body: Any) -> bytes:
         data = None if body is None else json.dumps(body).encode("utf-8")
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         req = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                raw = resp.read()
+            with self._opener.open(req, timeout=self.timeout) as resp:
+                return resp.read()
+        except _Redirected as err:
+            raise ServerError(
+                f"{method} {url}: the server redirects (HTTP {err.code}) to {err.target}; tooldecode does not "
+                "follow redirects (the API key would go along): pass the final URL as --base-url"
+            ) from None
         except urllib.error.HTTPError as err:
-            detail = _detail(err.read())
+            try:
+                detail = _detail(err.read())
+            except (OSError, http.client.HTTPException):
+                detail = err.reason if isinstance(err.reason, str) else ""
             raise ServerHTTPError(f"{method} {url}: HTTP {err.code}: {detail}", err.code, detail) from None
+        except (http.client.IncompleteRead, ConnectionResetError, http.client.RemoteDisconnected) as err:
+            raise _CutShort(type(err).__name__) from None
+        except TimeoutError as err:
+            raise ServerError(
+                f"{method} {url}: no complete answer within {self.timeout:g} s ({err}); the server is slow "
+                "or stuck: check it (completed samples are kept; rerun to resume)"
+            ) from None
         except (urllib.error.URLError, ConnectionError, http.client.HTTPException, OSError) as err:
             reason = getattr(err, "reason", None) or err
+            if isinstance(reason, TimeoutError):
+                raise ServerError(
+                    f"{method} {url}: no answer within {self.timeout:g} s; the server is slow or stuck: "
+                    "check it (completed samples are kept; rerun to resume)"
+                ) from None
             raise ServerError(
                 f"cannot reach the server at {url} ({type(reason).__name__}: {reason}); "
                 "start it or fix --base-url (completed samples are kept; rerun to resume)"
             ) from None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            raise ServerError(f"{method} {url}: the server answered with non-JSON ({raw[:80]!r})") from None
+
+
+class _CutShort(Exception):
+    """The connection closed before the whole answer came (retried)."""
+
+
+# --- the shape of each answer: checked before it is read (a malformed one is a one-line error) -------
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _need(ok: bool, url: str, field: str, value: Any, expected: str) -> None:
+    if not ok:
+        raise malformed(url, field, value, expected)
+
+
+def _obj(out: Any, url: str, what: str) -> dict:
+    _need(isinstance(out, dict), url, "the body", out, f"an object ({what})")
+    return out
+
+
+def check_models(out: Any, url: str) -> list[dict]:
+    """The ``data`` entries of a ``GET /models`` answer (each an object with a string ``id``)."""
+    data = _obj(out, url, "with a 'data' list").get("data")
+    _need(isinstance(data, list) and bool(data), url, "data", data, "a non-empty list of models")
+    for i, entry in enumerate(data):
+        _need(isinstance(entry, dict), url, f"data[{i}]", entry, "an object")
+        _need(isinstance(entry.get("id"), str), url, f"data[{i}].id", entry.get("id"), "a string")
+    return data
+
+
+def check_tokens(out: Any, url: str) -> list[int]:
+    """The ``tokens`` of a tokenize answer (a list of whole numbers ≥ 0)."""
+    tokens = _obj(out, url, "with a 'tokens' list").get("tokens")
+    _need(isinstance(tokens, list), url, "tokens", tokens, "a list of token ids")
+    for i, t in enumerate(tokens):
+        _need(_int(t) and t >= 0, url, f"tokens[{i}]", t, "a token id (a whole number ≥ 0)")
+    return tokens
+
+
+def _check_usage(out: dict, url: str) -> None:
+    usage = out.get("usage")
+    _need(usage is None or isinstance(usage, dict), url, "usage", usage, "an object or null")
+    for k in ("prompt_tokens", "completion_tokens"):
+        v = (usage or {}).get(k)
+        _need(v is None or (_int(v) and v >= 0), url, f"usage.{k}", v, "a whole number ≥ 0")
+
+
+def _check_logprobs(lp: Any, url: str, at: str) -> None:
+    _need(lp is None or isinstance(lp, dict), url, at, lp, "an object or null")
+    if not lp:
+        return
+    tokens = lp.get("tokens")
+    _need(tokens is None or isinstance(tokens, list), url, f"{at}.tokens", tokens, "a list")
+    for j, t in enumerate(tokens or []):
+        _need(isinstance(t, str), url, f"{at}.tokens[{j}]", t, "a string")
+    values = lp.get("token_logprobs")
+    _need(values is None or isinstance(values, list), url, f"{at}.token_logprobs", values, "a list")
+    for j, v in enumerate(values or []):
+        _need(v is None or _num(v), url, f"{at}.token_logprobs[{j}]", v, "a number or null")
+    top = lp.get("top_logprobs")
+    _need(top is None or isinstance(top, list), url, f"{at}.top_logprobs", top, "a list")
+    for j, alts in enumerate(top or []):
+        _need(alts is None or isinstance(alts, dict), url, f"{at}.top_logprobs[{j}]", alts, "an object")
+        for k, v in (alts or {}).items():
+            _need(v is None or _num(v), url, f"{at}.top_logprobs[{j}][{k!r}]", v, "a number or null")
+
+
+def check_completion(out: Any, url: str) -> list[dict]:
+    """The ``choices`` of a Completions answer, each checked (``index``, ``text``, ``finish_reason``,
+    ``logprobs``), and its ``usage``."""
+    out = _obj(out, url, "with a 'choices' list")
+    choices = out.get("choices")
+    _need(isinstance(choices, list), url, "choices", choices, "a list")
+    for i, c in enumerate(choices):
+        at = f"choices[{i}]"
+        _need(isinstance(c, dict), url, at, c, "an object")
+        _need(
+            c.get("index") is None or _int(c["index"]), url, f"{at}.index", c.get("index"), "a whole number"
+        )
+        _need(
+            c.get("text") is None or isinstance(c["text"], str), url, f"{at}.text", c.get("text"), "a string"
+        )
+        fin = c.get("finish_reason")
+        _need(fin is None or isinstance(fin, str), url, f"{at}.finish_reason", fin, "a string or null")
+        _check_logprobs(c.get("logprobs"), url, f"{at}.logprobs")
+    _check_usage(out, url)
+    return choices
+
+
+def check_chat(out: Any, url: str) -> dict:
+    """The first choice of a chat-completions answer (with its ``message`` and ``tool_calls`` checked)."""
+    out = _obj(out, url, "with a 'choices' list")
+    choices = out.get("choices")
+    _need(isinstance(choices, list) and bool(choices), url, "choices", choices, "a non-empty list")
+    c = choices[0]
+    _need(isinstance(c, dict), url, "choices[0]", c, "an object")
+    msg = c.get("message")
+    _need(msg is None or isinstance(msg, dict), url, "choices[0].message", msg, "an object")
+    content = (msg or {}).get("content")
+    _need(content is None or isinstance(content, str), url, "choices[0].message.content", content, "a string")
+    calls = (msg or {}).get("tool_calls")
+    _need(calls is None or isinstance(calls, list), url, "choices[0].message.tool_calls", calls, "a list")
+    for j, call in enumerate(calls or []):
+        at = f"choices[0].message.tool_calls[{j}]"
+        _need(isinstance(call, dict), url, at, call, "an object")
+        fn = call.get("function")
+        _need(fn is None or isinstance(fn, dict), url, f"{at}.function", fn, "an object")
+        name = (fn or {}).get("name")
+        _need(name is None or isinstance(name, str), url, f"{at}.function.name", name, "a string")
+    fin = c.get("finish_reason")
+    _need(fin is None or isinstance(fin, str), url, "choices[0].finish_reason", fin, "a string or null")
+    _check_usage(out, url)
+    return c

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tooldecode.backends.openai_http import ChannelError, ServerHTTPError
+from tooldecode.backends.openai_http import ChannelError, ServerHTTPError, malformed
 
 
 def logprobs_limit(err: ServerHTTPError) -> int | None:
@@ -75,6 +75,8 @@ class ServerProbe:
                 if limit is None or limit >= self.probe_logprobs:
                     raise
                 self.probe_logprobs = limit
+        if not out["choices"]:  # the rest of the shape is checked by complete()
+            raise malformed(self.http.url("/completions"), "choices", out["choices"], "one choice")  # type: ignore[attr-defined]
         alts = ((out["choices"][0].get("logprobs") or {}).get("top_logprobs") or [None])[0] or {}
         seen = 0.0
         for key, value in alts.items():

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
-from tooldecode.backends.openai_http import ServerError
+from tooldecode.backends.openai_http import ServerError, check_chat
 from tooldecode.backends.openai_records import PARSED_CALL, ServerSample, request_seed
 
 TOOL_MODES = ("tools-strict", "tools-loose")
@@ -96,7 +96,7 @@ def _one(
     t = time.perf_counter()
     got = backend.http.request("POST", "/chat/completions", body)
     backend.count_request()
-    choice0 = (got.get("choices") or [{}])[0]
+    choice0 = check_chat(got, backend.http.url("/chat/completions"))
     msg = choice0.get("message") or {}
     calls = [c for c in msg.get("tool_calls") or [] if isinstance(c, dict)]
     usage = got.get("usage") or {}
