@@ -39,6 +39,11 @@ def _partner(arm: dict) -> dict:
     return {k: v for k, v in arm.items() if k not in ("mode", "engine")}
 
 
+def is_adaptive(good: list[dict], weights: list[float]) -> bool:
+    """Whether an aligned arm's samples came from the adaptive sampler (exact, no particle weights)."""
+    return not weights and any((s.get("particles") or {}).get("method") == "adaptive" for s in good)
+
+
 def check_sampling(manifest: dict, arm: dict) -> str | None:
     """Why an arm's weights cannot be derived from its stored mask data (None when they can)."""
     cfg = manifest.get("config", {})
@@ -159,8 +164,17 @@ def _analyse_arm(
             notes.append("this arm's sampler kept particles by prefix weight (cut particles included)")
         log_w = np.array(lw_list)
         n_cens = 0
+        adaptive = is_adaptive(good, lw_list)
+        if adaptive:
+            # the adaptive sampler's draws are exact and carry no weights: equal weights stand in, so the
+            # P_L rates weight scenarios by their sample counts, not by their P(valid)
+            log_w, w_clusters = np.zeros(len(good)), clusters
+            notes.append(
+                "strict-aligned (adaptive): exact draws without importance weights: no p_valid, KL or ESS; "
+                "the P_L rates weight scenarios by their sample counts, not by P(valid)"
+            )
     else:
-        mixed = False
+        mixed = adaptive = False
         lw_c = [sample_log_weight(s) for s in good]
         log_w = np.array(
             [
@@ -188,6 +202,10 @@ def _analyse_arm(
         notes.append(
             "KL(Q‖P_L) is infinite under the complete target (Q samples cut calls); KL(P_L‖Q) is finite"
         )
+    if adaptive:  # no weights: nothing to estimate P(valid) or the KLs from
+        pv, pv_r = math.nan, nan_r
+        kq = kp = ksm = math.nan
+        kq_r = kp_r = ksm_r = nan_r
     res = ArmDistortion(
         arm=label,
         mode=arm["mode"],

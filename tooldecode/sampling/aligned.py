@@ -101,8 +101,8 @@ def sample_aligned(
       acceptance the sample is an error record (it is never replaced by an unweighted one).
 
     - ``method="adaptive"``: exact like rejection, with a proposal that learns where the invalid mass is
-      (``tooldecode.sampling.adaptive``, as CARS does); ``particles`` is unused and ``max_rounds`` × 64
-      bounds the walks per output.
+      (``tooldecode.sampling.adaptive``, as CARS does); ``particles`` × ``max_rounds`` bounds the walks
+      per output (a walk is a partial draw: most rejected ones stop within a few tokens).
 
     Output ``i`` depends only on ``(params.seed, i)``: resumable like ``sample`` (``adaptive``: and on the
     outputs before it in the call, which share what was learned).
@@ -110,12 +110,12 @@ def sample_aligned(
     if method == "adaptive":
         from tooldecode.sampling.adaptive import sample_adaptive
 
-        _particle_count(params, method, target, particles)
+        k = _particle_count(params, method, target, particles)
         return [
             _adaptive_record(s)
             for s in sample_adaptive(
                 backend, prompt, n, params, mask=mask, prefill=prefill, target=target,
-                max_attempts=64 * max_rounds, start_index=start_index,
+                max_attempts=k * max_rounds, start_index=start_index,
                 on_batch=(lambda b: on_batch([_adaptive_record(x) for x in b])) if on_batch else None,
             )
         ]  # fmt: skip
