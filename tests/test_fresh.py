@@ -82,6 +82,7 @@ def test_clear_run_deletes_only_what_tooldecode_wrote(tmp_path):
 
 
 @pytest.mark.model
+@pytest.mark.model
 def test_fresh_under_a_live_writer_is_refused_and_deletes_nothing(tmp_path, small_run):
     spec, src = small_run
     out = _copy(src, tmp_path / "run")
@@ -99,6 +100,7 @@ def test_fresh_under_a_live_writer_is_refused_and_deletes_nothing(tmp_path, smal
 
 
 @pytest.mark.model
+@pytest.mark.model
 def test_fresh_with_a_model_id_that_does_not_resolve_keeps_the_run(tmp_path, small_run):
     spec, src = small_run
     out = _copy(src, tmp_path / "run")
@@ -108,6 +110,7 @@ def test_fresh_with_a_model_id_that_does_not_resolve_keeps_the_run(tmp_path, sma
     assert len(RunStore.open(out)) == 2
 
 
+@pytest.mark.model
 @pytest.mark.model
 def test_fresh_with_weights_that_do_not_load_keeps_the_run(tmp_path, small_run):
     spec, src = small_run
@@ -122,6 +125,7 @@ def test_fresh_with_weights_that_do_not_load_keeps_the_run(tmp_path, small_run):
 
 
 @pytest.mark.model
+@pytest.mark.model
 def test_fresh_keeps_and_names_a_users_file(tmp_path, small_run, capsys):
     spec, src = small_run
     out = _copy(src, tmp_path / "run")
@@ -134,6 +138,7 @@ def test_fresh_keeps_and_names_a_users_file(tmp_path, small_run, capsys):
     assert json.loads((out / "manifest.json").read_text())["created"] >= before
 
 
+@pytest.mark.model
 @pytest.mark.model
 def test_fresh_on_a_symlink_is_refused(tmp_path, small_run):
     spec, src = small_run

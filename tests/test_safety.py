@@ -489,3 +489,60 @@ def test_scenarios_show_refuses_a_scenario_check_rejects(tmp_path):
     assert check.returncode == 1
     line = _one_line_error(_cli("scenarios", "show", sid, "--dir", str(tmp_path), "--model", TEST_MODEL))
     assert "scenarios check" in line
+
+
+# ------------------------------------------------------------------ model identity is its content
+
+
+def _flip_keeping_stat(path: Path) -> None:
+    """Change one byte in place with size, inode and mtime as they were (what a stat memo cannot see)."""
+    st = path.stat()
+    with open(path, "r+b") as f:
+        f.seek(st.st_size // 2)
+        byte = f.read(1)
+        f.seek(st.st_size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_size == st.st_size
+
+
+@pytest.mark.model
+def test_verify_finding_corrupt_invalidates_the_stamp(tmp_path, monkeypatch):
+    from tooldecode.models import verify_model
+
+    home = _copy_home_with_model(tmp_path)
+    monkeypatch.setenv("TOOLDECODE_HOME", str(home))
+    ref = resolve(TEST_MODEL)  # writes the memo
+    _flip_keeping_stat(ref.path)
+    assert verify_model(TEST_MODEL).status == "corrupt"
+    with pytest.raises(ModelError, match="corrupt"):
+        resolve(TEST_MODEL)  # `sample` resolves the same way: it will not load it
+
+
+@pytest.mark.model
+def test_a_run_records_the_bytes_it_loads(tmp_path, monkeypatch):
+    home = _copy_home_with_model(tmp_path)
+    monkeypatch.setenv("TOOLDECODE_HOME", str(home))
+    ref = resolve(TEST_MODEL)  # memo of the good bytes
+    _flip_keeping_stat(ref.path)
+    out = tmp_path / "out"
+    with pytest.raises(ModelError, match="corrupt"):
+        run_spec(load_spec(_spec(tmp_path, SMALL)), out, progress=False)
+    assert not (out / "samples.jsonl").exists()
+
+
+@pytest.mark.model
+def test_a_user_file_is_recorded_by_content_and_a_resume_on_other_bytes_refused(tmp_path, smol_ref):
+    from tooldecode.models import sha256_file
+
+    mine = tmp_path / "mine.gguf"
+    shutil.copyfile(smol_ref.path, mine)
+    body = SMALL.replace(f'models = ["{TEST_MODEL}"]', f"models = [{json.dumps(str(mine))}]")
+    spec = load_spec(_spec(tmp_path, body))
+    out = tmp_path / "run"
+    run_spec(spec, out, progress=False)
+    assert json.loads((out / "manifest.json").read_text())["model"]["sha256"] == sha256_file(mine)
+    _flip_keeping_stat(mine)
+    with pytest.raises(SpecError, match="mix two models"):
+        run_spec(spec, out, progress=False)
+    assert len(RunStore.open(out)) == 2

@@ -193,6 +193,40 @@ def cached_sha256(path: Path) -> str:
     return digest
 
 
+def invalidate_stamp(path: Path) -> None:
+    """Forget the memoized hash of ``path``: the next ``cached_sha256`` hashes its bytes again."""
+    try:
+        _stamp_path(path).unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def loaded_digest(ref: ModelRef) -> str:
+    """sha256 of the bytes of ``ref`` as they are now (a full re-hash, never the memo): what a run records.
+
+    Raises
+    ------
+    ModelError
+        When an embedded model's bytes differ from its pinned hash (its memo is dropped, so nothing
+        loads it until it is fetched again).
+    """
+    if ref.path.is_dir():
+        return ModelRef(ref.id, ref.path, ref.family, ref.chat).digest()
+    digest = sha256_file(ref.path)
+    spec = REGISTRY.get(ref.id)
+    if spec is not None and ref.path == model_dir(spec.id) / spec.filename and digest != spec.sha256:
+        invalidate_stamp(ref.path)
+        raise ModelError(
+            f"model '{spec.id}' at {ref.path} is corrupt (sha256 {digest[:12]}… differs from the pinned "
+            f"{spec.sha256[:12]}…); run `tooldecode models fetch {spec.id}` to fetch it again"
+        )
+    try:
+        _stamp_path(ref.path).write_text(json.dumps({"stat": _stat_key(ref.path), "sha256": digest}))
+    except OSError:
+        pass
+    return digest
+
+
 def infer_family(path: Path) -> tuple[str, bool]:
     name = path.name.lower()
     if "qwen" in name:
@@ -425,9 +459,11 @@ def verify_model(model_id: str) -> VerifyResult:
         return VerifyResult(spec.id, path, "missing", "not fetched")
     size = path.stat().st_size
     if size != spec.size:
+        invalidate_stamp(path)  # `sample` and `run` hash it again, and refuse it
         return VerifyResult(spec.id, path, "corrupt", f"size {size} != {spec.size}")
     digest = sha256_file(path)
     if digest != spec.sha256:
+        invalidate_stamp(path)
         return VerifyResult(spec.id, path, "corrupt", f"sha256 {digest[:16]}… != {spec.sha256[:16]}…")
     _stamp_path(path).write_text(json.dumps({"stat": _stat_key(path), "sha256": digest}))
     return VerifyResult(spec.id, path, "ok")

@@ -165,7 +165,7 @@ def _run_manifest(
 ) -> dict[str, Any]:
     """The manifest of a run of ``spec`` into ``out`` (refusing to resume one sampled from other weights;
     ``fresh``: the run there is to be replaced, so its weights do not matter)."""
-    from tooldecode.models import resolve
+    from tooldecode.models import loaded_digest, resolve
     from tooldecode.runstore import build_manifest
 
     config = {
@@ -189,7 +189,8 @@ def _run_manifest(
     models_info = {}
     for m in spec.models:
         ref = resolve(m, fetch=True)
-        models_info[m] = {"id": ref.id, "sha256": ref.digest(), "path": str(ref.path)}
+        # the bytes as they are now, not a memo keyed by size and mtime (a file changed in place)
+        models_info[m] = {"id": ref.id, "sha256": loaded_digest(ref), "path": str(ref.path)}
     if not fresh:
         check_models_match(out, models_info)
     manifest = build_manifest(
