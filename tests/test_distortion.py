@@ -84,6 +84,7 @@ def test_refuses_other_temperatures(e13_copy: Path):
 
 
 @pytest.mark.slow
+@pytest.mark.model
 def test_reference_replay_and_instrument_check(e13_copy: Path, llama_qwen):
     """Loose samples replayed through each masked arm's grammar; E_Q[w] of the strict arm agrees with
     the loose grammar-valid rate (the first instrument check)."""
