@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import make_sample
 
 from tooldecode.findings import (
     Run,
@@ -27,18 +28,16 @@ ARM = {"model": "qwen2.5-coder-0.5b-instruct", "mode": "loose", "level": "L2", "
 
 
 def sample(text: str, scenario: str = "s0", i: int = 0, arm: dict | None = None, **kw) -> dict:
-    return {
-        "key": f"{scenario}/{i}/{(arm or ARM).get('mode')}/{json.dumps(arm or ARM, sort_keys=True)}",
-        "arm": dict(arm or ARM),
-        "scenario": scenario,
-        "seed": 0,
-        "index": i,
-        "prompt_sha256": kw.get("sha", scenario),
-        "prefill": PREFILL,
-        "text": text,
-        "token_ids": kw.get("tokens", [i]),
-        "error": None,
-    }
+    return make_sample(
+        text,
+        arm=dict(arm or ARM),
+        key=f"{scenario}/{i}/{(arm or ARM).get('mode')}/{json.dumps(arm or ARM, sort_keys=True)}",
+        scenario=scenario,
+        index=i,
+        prompt_sha256=kw.get("sha", scenario),
+        prefill=PREFILL,
+        token_ids=kw.get("tokens", [i]),
+    )
 
 
 def test_l2_kinds_use_the_prefill_and_the_tools():

@@ -25,6 +25,8 @@ def test_scoring_uses_the_tools_the_prompt_offered(toolset, smol_ref):
 def test_a_report_scores_each_sample_once(tmp_path, monkeypatch):
     import json
 
+    from conftest import make_sample
+
     import tooldecode.repair.rescue as repair_rescue
     import tooldecode.scoring as scoring
     from tooldecode.report import load_run
@@ -37,14 +39,12 @@ def test_a_report_scores_each_sample_once(tmp_path, monkeypatch):
     texts = [gold, gold.replace('"newText"', '"newText": "b", "note"'), "no call here", gold[:40]]
     store.append(
         [
-            {
-                "key": f"loose/c-config-trim-crlf/0/{i}",
-                "arm": {"mode": "loose", "wire": "call-json", "expected_tool": "edit", "toolset": "nested"},
-                "scenario": "c-config-trim-crlf",
-                "text": t,
-                "finish_reason": "stop",
-                "error": None,
-            }
+            make_sample(
+                t,
+                arm={"mode": "loose", "wire": "call-json", "expected_tool": "edit", "toolset": "nested"},
+                key=f"loose/c-config-trim-crlf/0/{i}",
+                index=i,
+            )
             for i, t in enumerate(texts)
         ]
     )

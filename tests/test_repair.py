@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import make_sample
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -433,17 +434,14 @@ def scenario_dir(tmp_path_factory):
 
 
 def record(arm, index, text, finish="stop"):
-    return {
-        "key": f"{arm['mode']}/t-number-regex/0/{index}",
-        "arm": arm,
-        "scenario": "t-number-regex",
-        "seed": 0,
-        "index": index,
-        "prefill": "",
-        "text": text,
-        "finish_reason": finish,
-        "error": None,
-    }
+    return make_sample(
+        text,
+        arm=arm,
+        key=f"{arm['mode']}/t-number-regex/0/{index}",
+        scenario="t-number-regex",
+        index=index,
+        finish_reason=finish,
+    )
 
 
 def run_records():

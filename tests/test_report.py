@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import make_sample
 
 from tooldecode import report as rp
 from tooldecode.cli import main
@@ -75,22 +76,20 @@ def _record(mode: str, level: str, scenario, i: int, kind: str) -> dict:
     if mode == "strict":
         arm["engine"] = "xgrammar"  # derived fields, as the experiment runner writes them
     seed = i % 2
-    return {
-        "key": f"{mode}-{level}/{scenario.id}/{seed}/{i}",
-        "arm": arm,
-        "scenario": scenario.id,
-        "seed": seed,
-        "index": i,
-        "prompt_sha256": "0" * 64,
-        "prefill": prefill,
-        "text": full[len(prefill) :],
-        "token_ids": [1, 2, 3],
-        "logprobs": [-0.1, -0.2, -0.3],
-        "top": [None, None, None],
-        "finish_reason": "length" if kind == "truncated" else "stop",
-        "error": None,
-        "timing": {"prefill_s": 0.1, "decode_s": 0.2, "tokens": 3},
-    }
+    return make_sample(
+        full[len(prefill) :],
+        arm=arm,
+        key=f"{mode}-{level}/{scenario.id}/{seed}/{i}",
+        scenario=scenario.id,
+        seed=seed,
+        index=i,
+        prefill=prefill,
+        token_ids=[1, 2, 3],
+        logprobs=[-0.1, -0.2, -0.3],
+        top=[None, None, None],
+        finish_reason="length" if kind == "truncated" else "stop",
+        timing={"prefill_s": 0.1, "decode_s": 0.2, "tokens": 3},
+    )
 
 
 def _build(path: Path, arms: dict = ARMS, *, with_error: bool = True) -> tuple[RunStore, dict[str, str]]:

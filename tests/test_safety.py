@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import make_sample
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -264,15 +265,9 @@ def _store_with(tmp_path: Path, lines: list[str]) -> RunStore:
 
 
 def _sample(key: str) -> dict:
-    return {
-        "key": key,
-        "arm": {"mode": "loose", "wire": "json", "expected_tool": "edit"},
-        "scenario": "c-config-trim-crlf",
-        "text": "{}",
-        "token_ids": [1],
-        "finish_reason": "stop",
-        "error": None,
-    }
+    return make_sample(
+        "{}", arm={"mode": "loose", "wire": "json", "expected_tool": "edit"}, key=key, token_ids=[1]
+    )
 
 
 def test_duplicate_line_stops_every_reader(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import make_sample
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -449,17 +450,13 @@ def test_payload_correct_but_old_text_key_misspelled_is_not_payload_correct(scen
 def test_score_record_uses_arm_and_prefill(scenario_dir):
     prefill = '<tool_call>\n{"name": "edit", "arguments": {'
     body = json.dumps(GOLD_ARGS)[1:] + "}\n</tool_call>"
-    record = {
-        "key": "a/t-join-path/0/0",
-        "arm": {"mode": "loose", "toolset": "nested", "wire": "hermes"},
-        "scenario": "t-join-path",
-        "seed": 0,
-        "index": 0,
-        "prefill": prefill,
-        "text": body,
-        "finish_reason": "stop",
-        "error": None,
-    }
+    record = make_sample(
+        body,
+        arm={"mode": "loose", "toolset": "nested", "wire": "hermes"},
+        key="a/t-join-path/0/0",
+        scenario="t-join-path",
+        prefill=prefill,
+    )
     out = score_record(record, {"config": {"scenario_dirs": [str(scenario_dir)]}})
     assert out["key"] == "a/t-join-path/0/0" and out["scorer"] == SCORER_VERSION
     assert out["verdict"] == "valid" and out["payload"]["file_correct"]
@@ -467,15 +464,12 @@ def test_score_record_uses_arm_and_prefill(scenario_dir):
 
 
 def test_score_record_flat_toolset_expects_edit_and_skips_errors(scenario_dir):
-    record = {
-        "key": "k",
-        "arm": {"toolset": "flat-edit", "wire": "call-json"},
-        "scenario": "t-join-path",
-        "prefill": "",
-        "text": call({"path": "x"}, name="Read"),
-        "finish_reason": "stop",
-        "error": None,
-    }
+    record = make_sample(
+        call({"path": "x"}, name="Read"),
+        arm={"toolset": "flat-edit", "wire": "call-json"},
+        key="k",
+        scenario="t-join-path",
+    )
     manifest = {"scenario_dirs": [str(scenario_dir)]}
     assert score_record(record, manifest)["verdict"] == "wrong_tool"
     skipped = score_record({**record, "error": "mask failed"}, manifest)
@@ -649,15 +643,14 @@ def test_stored_outcome_recomputes_records_scored_before_it(scenario_dir, scenar
 
     prefill = '<tool_call>\n{"name": "edit", "arguments": {'
     args = {"path": "src/paths.py", "edits": [{"oldText": OLD, "newText": NEW + "x\n"}]}
-    record = {
-        "key": "a/t-join-path/0/1",
-        "arm": {"mode": "loose", "toolset": "nested", "wire": "hermes"},
-        "scenario": "t-join-path",
-        "prefill": prefill,
-        "text": json.dumps(args)[1:] + "}\n</tool_call>",
-        "finish_reason": "stop",
-        "error": None,
-    }
+    record = make_sample(
+        json.dumps(args)[1:] + "}\n</tool_call>",
+        arm={"mode": "loose", "toolset": "nested", "wire": "hermes"},
+        key="a/t-join-path/0/1",
+        scenario="t-join-path",
+        index=1,
+        prefill=prefill,
+    )
     out = score_record(record, {"config": {"scenario_dirs": [str(scenario_dir)]}})
     assert out["outcome"]["valid"] and out["outcome"]["applies"] and out["outcome"]["wrong_but_valid"]
     old = {k: v for k, v in out.items() if k != "outcome"}
