@@ -84,6 +84,7 @@ __all__ = [
     "ServerHTTPError",
     "ServerSample",
     "add_server_arguments",
+    "check_server_flags",
     "draw",
     "request_seed",
     "server_kwargs",
@@ -556,6 +557,20 @@ def add_server_arguments(parser: Any) -> None:
         choices=KINDS,
         help="with --backend openai: the server (default: detect)",
     )
+
+
+def check_server_flags(args: Any, backend: str | None = None) -> None:
+    """``ServerError`` (one line) when a server flag is given without ``--backend openai`` (it would be ignored)."""
+    backend = backend if backend is not None else getattr(args, "backend", None)
+    if backend == "openai":
+        return
+    for flag, attr in (("--base-url", "base_url"), ("--api-key-env", "api_key_env")):
+        if getattr(args, attr, None):
+            raise ServerError(
+                f"{flag} is used only with --backend openai (the backend is {backend}); add it or drop {flag}"
+            )
+    if getattr(args, "server_kind", "auto") != "auto":
+        raise ServerError(f"--server-kind is used only with --backend openai (the backend is {backend})")
 
 
 def server_kwargs(args: Any) -> dict[str, Any]:

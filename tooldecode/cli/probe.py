@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 
@@ -20,6 +21,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     opts = TranscriptOptions(**{**opts.__dict__, "conditioning": "free"})
     prompt = render_prompt(sc, ref, opts)
     call = gold_call_text(sc, opts, ref.family)
+    _check_flags(args, call, sc.id)  # before the model loads
     kw = {"n_ctx": 8192, "max_seqs": 32} if args.backend == "llamacpp" else {}
     if args.backend == "openai":
         from tooldecode.backends.openai import server_kwargs
@@ -56,6 +58,22 @@ def _cmd_probe(args: argparse.Namespace) -> int:
             if p.continuations:
                 print(f"{p.path}.{p.after}: {p.continuations}")
     return 0
+
+
+def _check_flags(args: argparse.Namespace, call: str, scenario: str) -> None:
+    """The probe's bounds by the rules specs follow, the server flags, and ``--select`` naming a key of ``call``."""
+    from tooldecode.backends.openai import check_server_flags
+    from tooldecode.experiments.spec import PROBE_RULES, check_options
+    from tooldecode.prompts import PromptError
+
+    check_server_flags(args)
+    flags = {f"--{b.replace('_', '-')}": (getattr(args, b), rule) for b, rule in PROBE_RULES.items()}
+    check_options({**flags, "--samples": (args.samples, "count0")}, "probe: ")
+    if args.select and not re.search(re.escape(json.dumps(args.select)) + r"\s*:", call):
+        raise PromptError(
+            f"probe: --select {args.select!r} is not a key of scenario {scenario}'s gold call; "
+            "pass a key it has (e.g. newText) or leave --select out"
+        )
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -18,6 +18,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.backend:
         spec.backend = args.backend
         validate_spec(spec)
+    from tooldecode.backends.openai import check_server_flags
+
+    check_server_flags(args, spec.backend)
     if spec.backend == "openai":
         from tooldecode.backends.openai import server_kwargs
 

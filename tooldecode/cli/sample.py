@@ -9,13 +9,28 @@ from pathlib import Path
 
 def _cmd_sample(args: argparse.Namespace) -> int:
     from tooldecode.backends import load_backend
+    from tooldecode.backends.openai import check_server_flags
     from tooldecode.engines import build_strict, check_engine, draw
+    from tooldecode.experiments.spec import check_options
     from tooldecode.models import resolve
     from tooldecode.prompts import TranscriptOptions, parse_variant, render_prompt
     from tooldecode.sampling import SamplingParams
     from tooldecode.scenarios import get_scenario
     from tooldecode.scoring import score_text
 
+    check_server_flags(args)
+    check_options(
+        {
+            "-n": (args.n, "count"),
+            "--temperature": (args.temperature, "temperature"),
+            "--top-p": (args.top_p, "top_p"),
+            "--max-new-tokens": (args.max_new_tokens, "count"),
+            "--seed": (args.seed, "seed"),
+            "--top-logprobs": (args.top_logprobs, "count0"),
+            "--batch-size": (args.batch_size, "count"),
+        },
+        "sample: ",
+    )
     strict = args.mode in ("strict", "strict-prefix")
     if args.mode == "strict-prefix" and args.backend == "openai":
         from tooldecode.errors import MaskError

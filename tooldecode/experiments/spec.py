@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 import tomllib
@@ -35,10 +36,65 @@ VARIANT_FIELDS = (
 )
 # bounds of the exact probe a [probe] table may set (tooldecode.probe.ProbeConfig's fields)
 PROBE_BOUNDS = ("depth", "key_depth", "min_mass", "max_branches", "tail")
+# the rule of OPTION_RULES each bound follows (the same for `tooldecode probe`'s flags)
+PROBE_RULES = {
+    "depth": "count0",
+    "key_depth": "count0",
+    "min_mass": "mass",
+    "max_branches": "count",
+    "tail": "mass",
+}
 
 
 class SpecError(ToolDecodeError):
     """An experiment spec that is malformed."""
+
+
+# --- one validator for every numeric option, shared by spec fields and command-line flags ----------
+
+SEED_MAX = 2**63 - 1
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# rule -> (test, what a value must be)
+OPTION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "count": (lambda v: _is_int(v) and v >= 1, "a whole number ≥ 1"),
+    "count0": (lambda v: _is_int(v) and v >= 0, "a whole number ≥ 0"),
+    "seed": (lambda v: _is_int(v) and 0 <= v <= SEED_MAX, "a whole number in [0, 2**63 - 1]"),
+    "temperature": (lambda v: _is_num(v) and v >= 0, "a finite number ≥ 0"),
+    "top_p": (lambda v: _is_num(v) and 0 < v <= 1, "a number in (0, 1]"),
+    "mass": (lambda v: _is_num(v) and 0 <= v < 1, "a probability mass in [0, 1)"),
+    "number0": (lambda v: _is_num(v) and v >= 0, "a finite number ≥ 0"),
+}
+
+
+def option_problem(value: Any, rule: str) -> str | None:
+    """What is wrong with ``value`` under ``rule`` (a key of ``OPTION_RULES``), or None when it is fine."""
+    test, what = OPTION_RULES[rule]
+    return None if test(value) else f"must be {what}, got {value!r}"
+
+
+def check_options(values: dict[str, tuple[Any, str]], where: str = "") -> None:
+    """Check command-line values: ``{"--flag": (value, rule)}`` (a ``None`` value is an unset option).
+
+    Raises
+    ------
+    SpecError
+        One line naming the first flag whose value breaks its rule, and what it must be.
+    """
+    for flag, (value, rule) in values.items():
+        if value is None:
+            continue
+        problem = option_problem(value, rule)
+        if problem is not None:
+            raise SpecError(f"{where}{flag} {problem}")
 
 
 @dataclass
@@ -285,20 +341,24 @@ def _check_n_by_mode(spec: Spec, fail: Callable[[str], None]) -> None:
 
 
 def _check_sizes(spec: Spec, fail: Callable[[str], None]) -> None:
-    """Counts, ranges, empty and duplicated lists."""
+    """Counts, ranges, empty and duplicated lists (the rules of ``OPTION_RULES``)."""
     probe_only = bool(spec.probe.get("only"))
-    if spec.n < (0 if probe_only else 1):
-        fail(f"'n' must be ≥ 1 (0 only with [probe] only = true), got {spec.n}")
+    if option_problem(spec.n, "count0" if probe_only else "count"):
+        fail(f"'n' must be ≥ 1 (0 only with [probe] only = true), got {spec.n!r}")
     _check_n_by_mode(spec, fail)
     if spec.streams not in ("scenario", "shared"):
         fail(f"'streams' must be 'scenario' or 'shared', got {spec.streams!r}")
-    for key in ("max_new_tokens", "batch_size"):
-        if getattr(spec, key) < 1:
-            fail(f"'{key}' must be ≥ 1, got {getattr(spec, key)}")
-    if spec.max_scenarios is not None and spec.max_scenarios < 1:
-        fail(f"'max_scenarios' must be ≥ 1, got {spec.max_scenarios}")
-    if not 0 < spec.top_p <= 1:
-        fail(f"'top_p' must be in (0, 1], got {spec.top_p}")
+    for key, rule in (("max_new_tokens", "count"), ("batch_size", "count"), ("top_p", "top_p")):
+        problem = option_problem(getattr(spec, key), rule)
+        if problem:
+            fail(f"'{key}' {problem}")
+    if spec.max_scenarios is not None and option_problem(spec.max_scenarios, "count"):
+        fail(f"'max_scenarios' must be ≥ 1, got {spec.max_scenarios!r}")
+    _check_lists(spec, fail)
+
+
+def _check_lists(spec: Spec, fail: Callable[[str], None]) -> None:
+    """The list fields: none empty, each value by its rule, none twice."""
     if not spec.temperatures:
         fail("'temperatures' is empty; give at least one (e.g. [1.0])")
     if not spec.seeds:
@@ -306,8 +366,13 @@ def _check_sizes(spec: Spec, fail: Callable[[str], None]) -> None:
     if not spec.modes:
         fail("'modes' is empty; use 'loose', 'strict' or 'strict-spec'")
     for t in spec.temperatures:
-        if t < 0:
+        if _is_num(t) and t < 0:
             fail(f"temperature {t} is negative; temperatures must be ≥ 0")
+        if option_problem(t, "temperature"):
+            fail(f"temperature {t!r} {option_problem(t, 'temperature')}")
+    for seed in spec.seeds:
+        if option_problem(seed, "seed"):
+            fail(f"seed {seed!r} {option_problem(seed, 'seed')}")
     for key in ("models", "seeds", "temperatures", "modes"):
         values = getattr(spec, key)
         if any(v in values[:i] for i, v in enumerate(values)):
@@ -395,8 +460,10 @@ def _check_probe(probe: dict[str, Any], fail: Callable[[str], None]) -> None:
         fail(f"unknown [probe] field(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
     for b in PROBE_BOUNDS:
         v = probe.get(b)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or v < 0):
-            fail(f"[probe] {b} = {v!r}: give a number ≥ 0")
+        if v is not None and option_problem(v, PROBE_RULES[b]):
+            fail(f"[probe] {b} = {v!r}: {option_problem(v, PROBE_RULES[b])}")
+    if probe.get("samples") is not None and option_problem(probe["samples"], "count0"):
+        fail(f"[probe] samples = {probe['samples']!r}: {option_problem(probe['samples'], 'count0')}")
     sel = probe.get("select")
     if sel is not None and not (
         isinstance(sel, str) or (isinstance(sel, list) and sel and all(isinstance(s, str) for s in sel))
