@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "tooldecode.scenarios.cli",
     "tooldecode.cli.sample",
     "tooldecode.cli.probe",
+    "tooldecode.cli.replay",
     "tooldecode.cli.runs",
     "tooldecode.cli.repair",
     "tooldecode.cli.run",

@@ -14,7 +14,13 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     from tooldecode.probe import ProbeConfig, probe_call, summarize
     from tooldecode.prompts import TranscriptOptions, gold_call_text, parse_variant, render_prompt
     from tooldecode.scenarios import get_scenario
+    from tooldecode.scenarios.importers import read_if_session
 
+    session = read_if_session(Path(args.scenario)) if Path(args.scenario).is_file() else None
+    if session is not None:  # a session scenario file (docs/scenarios.md)
+        from tooldecode.cli.replay import probe_session_file
+
+        return probe_session_file(args, session)
     ref = resolve(args.model, fetch=True)
     sc = get_scenario(args.scenario, args.dir)
     opts = parse_variant(args.variant) if args.variant else TranscriptOptions()

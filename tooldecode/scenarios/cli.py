@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -14,6 +15,14 @@ from tooldecode.scenarios import (
     load_scenario,
     load_scenarios,
     scenario_files,
+)
+from tooldecode.scenarios.importers import (
+    FORMATS,
+    check_session_scenario,
+    load_session,
+    read_if_session,
+    session_scenario,
+    write_session_scenario,
 )
 
 
@@ -46,6 +55,10 @@ def check_paths(dirs: list[Path] | None) -> tuple[list[Scenario], list[str]]:
     scenarios: list[Scenario] = []
     first_file: dict[str, Path] = {}
     for file in files:
+        session = read_if_session(file)
+        if session is not None:  # a session scenario (docs/scenarios.md): checked on its own terms
+            problems.extend(check_session_scenario(session, str(file)))
+            continue
         try:
             scenario = load_scenario(file)
         except ScenarioError as err:
@@ -69,7 +82,35 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if problems:
         print(f"{len(problems)} problem(s) in {len(scenarios)} loaded scenario(s)", file=sys.stderr)
         return 1
-    print(f"{len(scenarios)} scenarios OK")
+    try:
+        sessions = sum(1 for f in scenario_files(args.dirs or None) if read_if_session(f) is not None)
+    except ScenarioError:
+        sessions = 0
+    print(f"{len(scenarios)} scenarios OK" + (f", {sessions} session scenario(s) OK" if sessions else ""))
+    return 0
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    session = load_session(args.file, args.format, args.tools)
+    calls = session.calls()
+    if args.call is None:
+        for n, (_, _, c) in enumerate(calls, 1):
+            print(f"{n}\t{c['name']}\t{json.dumps(c['arguments'], ensure_ascii=False)[:100]}")
+        print(f"{len(calls)} calls ({session.format}); pick one with --call N", file=sys.stderr)
+        return 0
+    data = session_scenario(session, args.call, id=args.id)
+    out = args.out or Path(f"{data['id']}.json")
+    if out.is_dir():
+        out = out / f"{data['id']}.json"
+    if out.stem != data["id"]:
+        data["id"] = out.stem
+    problems = check_session_scenario(data, str(out))
+    for line in problems:
+        print(line, file=sys.stderr)
+    if problems:
+        return 1
+    write_session_scenario(data, out)
+    print(f"wrote {out}: call {args.call} of {len(calls)} ({data['call']['name']})", file=sys.stderr)
     return 0
 
 
@@ -91,5 +132,19 @@ def register(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
         "dirs", nargs="*", type=Path, metavar="DIR", help="scenario folders or files (default: built-in)"
     )
     q.set_defaults(func=_cmd_check)
+
+    q = scenarios_subparsers.add_parser(
+        "import",
+        help="a session scenario from a session file (OpenAI chat, Anthropic messages, Claude Code or Pi JSONL)",
+        description="Without --call, list the session's tool calls; with --call N, write the session "
+        "scenario of call N (the history before it, the tool set, the call as gold; docs/scenarios.md).",
+    )
+    q.add_argument("file", type=Path, metavar="SESSION")
+    q.add_argument("--call", type=int, help="which tool call (1-based, in session order)")
+    q.add_argument("--format", choices=FORMATS, help="the session's format (default: detected)")
+    q.add_argument("--tools", help="tool definitions to use (any shape `tooldecode grammar` reads)")
+    q.add_argument("--id", help="scenario id (default: <file stem>-call-N)")
+    q.add_argument("--out", "-o", type=Path, help="output file or folder (default: <id>.json here)")
+    q.set_defaults(func=_cmd_import)
 
     return scenarios_subparsers  # `tooldecode.cli` adds `scenarios show` (it renders prompts: a later stage)
