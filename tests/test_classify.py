@@ -150,3 +150,94 @@ def test_spec_grammar_duplicate_option_and_the_repeat_kind(duplicates, accepted)
     assert classify_continuation(dup[cut:], context=ctx, final=True).kind == "repeat"
     with pytest.raises(Exception, match="duplicates"):
         render_toolset(TOOLS[:1], mode="spec", duplicates="sometimes")
+
+
+# ------------------------------------------------------------------------------- outcomes of extra keys
+
+L2_ARM = {"model": "m", "mode": "loose", "level": "L2", "temperature": 1.0, "history": "agentic",
+          "toolset": "nested", "wire": "call-json", "expected_tool": "edit"}  # fmt: skip
+
+
+def l2_sample(text: str, **arm) -> dict:
+    return {"key": text, "arm": {**L2_ARM, **arm}, "scenario": "s0", "prefill": PREFIX, "text": text,
+            "finish_reason": "stop", "error": None}  # fmt: skip
+
+
+def test_source_shaped_failure_parses_and_only_adds_a_key_inside_an_item():
+    from tooldecode.findings import sample_outcome, sample_verdict
+
+    s = l2_sample('", "required": ["oldText", "newText"]}]}}')
+    assert sample_verdict(s)["verdict"] == "invented_key"
+    assert sample_outcome(s) == "source_shaped"
+    wrong_level = l2_sample('", "path": "b.py"}]}}')  # a key of another level, inside the item
+    assert sample_outcome(wrong_level) == "source_shaped"
+
+
+def test_duplicate_key_is_json_legal_and_never_a_validation_failure():
+    from tooldecode.findings import sample_outcome, sample_verdict
+
+    s = l2_sample('", "newText": "z"}]}}')
+    v = sample_verdict(s)
+    assert v["verdict"] == "valid" and v["duplicate_keys"]  # json.loads keeps the last value
+    assert sample_outcome(s) == "duplicate"
+    # a repeat that runs on until the token budget is still a duplicate, not a derailment
+    cut = dict(l2_sample('", "newText": "z", "oldText": "x", "newText": "'), finish_reason="length")
+    assert sample_outcome(cut) == "duplicate"
+
+
+def test_derailment_is_an_extra_key_after_which_the_call_does_not_parse():
+    from tooldecode.findings import sample_outcome, sample_verdict
+
+    s = l2_sample('", "size": 8}\\n ceramic"}')
+    assert sample_verdict(s)["verdict"] == "json_syntax"
+    assert sample_outcome(s) == "derailment"
+
+
+def test_run_on_string_and_close_keep_their_kind():
+    from tooldecode.findings import sample_outcome
+
+    assert sample_outcome(l2_sample("z = 2\\n    return x")) == "string_goes_on"
+    assert sample_outcome(l2_sample('"}]}}')) == "close"
+
+
+def test_prior_arm_schema_words_include_the_earlier_tools():
+    from tooldecode.findings import sample_continuation
+
+    for text, key in (
+        ('", "replace_all": true}]}}', "replace_all"),
+        ('", "oldString": "x"}]}}', "oldString"),
+    ):
+        prior = sample_continuation(l2_sample(text, prior=True))
+        assert (prior.kind, prior.key) == ("schema_word", key)
+        assert sample_continuation(l2_sample(text)).kind == "invented"  # the flat Edit tool is not shown
+
+
+@pytest.mark.parametrize("key", ["newTextDoc", "newTextArgs", "oldTextModifier", "myNewText", "new_text"])
+def test_mangled_spellings_of_a_present_key_are_repeats(ctx, key):
+    c = classify_continuation(f'", "{key}": 1', context=ctx, final=True)
+    assert (c.kind, c.key) == ("repeat", key)
+    assert classify_continuation('", "newTextual": 1', context=ctx, final=True).kind == "invented"
+
+
+def test_a_mangled_repeat_in_a_call_that_parses_is_the_source_failure_not_a_duplicate():
+    from tooldecode.findings import sample_outcome
+
+    assert sample_outcome(l2_sample('", "newTextDoc": "z"}]}}')) == "source_shaped"
+
+
+def test_call_outcome_other_failures():
+    from tooldecode.classify import Continuation, call_outcome
+
+    extra = Continuation(CONTINUE, "invented", "notes")
+    missing = {"verdict": "invented_key", "flags": [], "invented_keys": [{"path": "edits[0].notes"}],
+               "errors": ["edits[0]: Additional properties are not allowed ('notes' was unexpected)",
+                          "$: 'path' is a required property"]}  # fmt: skip
+    assert call_outcome(extra, missing) == "extra_other"
+    top = {"verdict": "invented_key", "flags": [], "invented_keys": [{"path": "notes"}],
+           "errors": ["$: Additional properties are not allowed ('notes' was unexpected)"]}  # fmt: skip
+    assert call_outcome(extra, top) == "extra_other"
+    assert call_outcome(extra, {**missing, "errors": missing["errors"][:1]}) == "source_shaped"
+    assert call_outcome(extra, {"verdict": "truncated"}) == "derailment"
+    assert call_outcome(Continuation(CLOSE, "close"), None) == "close"
+    with pytest.raises(ValueError, match="verdict"):
+        call_outcome(extra, None)

@@ -91,7 +91,9 @@ def _l2_run(n_sc: int, rate_a: float, rate_b: float) -> Run:
                 hit = i < round(rate * 8) if k % 4 else i < round(rate * 8) + (1 if rate else 0)
                 text = '", "matchCase": true}' if hit else '"}]}}'
                 samples.append(sample(text, f"s{k}", i, arm={**ARM, "mode": mode}))
-    return Run("r", Path("r"), {"config": {"spec": "x"}, "created": "t"}, samples, {}, [])
+    return Run(
+        "r", Path("r"), {"config": {"spec": "x", "streams": "scenario"}, "created": "t"}, samples, {}, []
+    )
 
 
 def test_evaluate_effect_on_sampled_arms():
@@ -170,7 +172,7 @@ def test_zoo_row_reads_kinds_not_a_word_list():
 
     def runs(texts: list[str]) -> dict:
         ss = [sample(t, f"s{i % 4}", i) for i, t in enumerate(texts)]
-        return {"r": Run("r", Path("r"), {"config": {"spec": "x"}}, ss, {}, [])}
+        return {"r": Run("r", Path("r"), {"config": {"spec": "x", "streams": "scenario"}}, ss, {}, [])}
 
     echo = row_zoo(runs(['", "required": ["x"]}'] * 8 + ['", "newText": "y"}'] * 4 + ['", "matchCase": 1}']))
     assert echo is not None and echo["verdict"].startswith("does not reproduce")
@@ -247,7 +249,14 @@ def test_an_incomplete_run_is_listed_with_how_to_resume_it(tmp_path):
     from study import reruns
 
     arms = [{**ARM}, {**ARM, "mode": "strict", "engine": "xgrammar"}]
-    config = {"spec": "x", "arms": arms, "scenarios": ["s0", "s1", "s2"], "n": 2, "n_by_mode": {"loose": 4}}
+    config = {
+        "spec": "x",
+        "streams": "scenario",
+        "arms": arms,
+        "scenarios": ["s0", "s1", "s2"],
+        "n": 2,
+        "n_by_mode": {"loose": 4},
+    }
     manifest = {"config": config, "tooldecode": {"git_sha": "abcdef0123456789", "git_dirty": False}}
     manifest["command"] = "tooldecode run experiments/x.toml --out runs/r"
     full = Run(
@@ -388,3 +397,77 @@ def test_a_probe_scenario_counts_as_done_only_when_every_variant_has_rows():
     assert _probed_in_full(rows, m, 3) == 1
     assert _probed_in_full(rows, m, 1) == 2
     assert _probed_in_full(rows, "other", 3) == 1
+
+
+def _recount_outcome(prefill: str, text: str) -> str | None:
+    """An independent recount of what an L2 draw does after the forced newText of an ``edit`` call:
+    None when no clean extra key follows (a key string closed and followed by ':'), else
+    duplicate / derailment / source_shaped / extra_other, from ``json.JSONDecoder.raw_decode``."""
+    import re
+
+    m = re.match(r'"\s*,\s*"((?:[^"\\]|\\.)*)"\s*:', text)
+    if not m:
+        return None
+    try:
+        key = json.loads('"' + m.group(1) + '"')
+    except ValueError:
+        return None
+    if key in ("oldText", "newText"):
+        return "duplicate"
+    whole = prefill + text
+    start = min(i for i in (whole.find("{"), whole.find("[")) if i >= 0)
+    try:
+        call, _ = json.JSONDecoder().raw_decode(whole[start:])
+    except ValueError:
+        return "derailment"
+    if isinstance(call, list):
+        call = call[0] if call and isinstance(call[0], dict) else {}
+    args = call.get("arguments") if isinstance(call, dict) else None
+    items = args.get("edits") if isinstance(args, dict) else None
+    ok = (
+        isinstance(call, dict)
+        and call.get("name") == "edit"
+        and set(call) == {"name", "arguments"}
+        and isinstance(args, dict)
+        and set(args) == {"path", "edits"}
+        and isinstance(args["path"], str)
+        and isinstance(items, list)
+        and bool(items)
+        and all(
+            isinstance(it, dict) and isinstance(it.get("oldText"), str) and isinstance(it.get("newText"), str)
+            for it in items
+        )
+        and any(set(it) - {"oldText", "newText"} for it in items)
+    )
+    return "source_shaped" if ok else "extra_other"
+
+
+def test_outcome_counts_on_the_committed_runs_match_an_independent_recount():
+    """Every L2 draw of the committed runs: the classifier's outcome of a clean extra key (source-shaped,
+    duplicate, derailment, other) equals the recount above, draw by draw; the classifier's other extra
+    keys are mangled repeats whose key string never closes cleanly."""
+    from collections import Counter
+
+    from tooldecode.findings import load_run, sample_context, sample_continuation, sample_outcome
+
+    mine, theirs, mangled = Counter(), Counter(), 0
+    for manifest in sorted((ROOT / "runs").glob("*/manifest.json")):
+        run = load_run(manifest.parent)
+        assert run is not None
+        for s in run.samples:
+            if s["arm"].get("level") != "L2" or s.get("error"):
+                continue
+            got = sample_outcome(s)
+            want = _recount_outcome(s["prefill"], s.get("text") or "")
+            if want is None:
+                if got in ("source_shaped", "duplicate", "derailment", "extra_other"):
+                    c = sample_continuation(s)
+                    assert c.kind == "repeat" and c.key not in sample_context(s).present, (run.name, s["key"])
+                    mangled += 1
+                continue
+            model = s["arm"]["model"]
+            mine[(model, got)] += 1
+            theirs[(model, want)] += 1
+            assert got == want, (run.name, s["key"], got, want)
+    assert mine == theirs and mine[("qwen2.5-coder-0.5b-instruct", "source_shaped")] > 0
+    assert mangled > 0

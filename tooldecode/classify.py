@@ -9,11 +9,14 @@ close
 continue (a ``,`` after the pending bytes), split by what follows the comma:
     ``repeat`` — a key the object already has, including mangled spellings of it: the key followed by
     junk inside the key string (``newText\\": ``, ``newText': ``, ``newText proof``), an
-    unterminated key string that starts with it, or a numbered copy (``newText1``, ``oldText_2``);
+    unterminated key string that starts with it, a numbered copy (``newText1``, ``oldText_2``), the
+    key plus a camel-case suffix or prefix (``newTextDoc``, ``oldTextModifier``, ``myNewText``), or
+    the key spelled another way (``new_text``: the same letters once case, ``_`` and ``-`` are dropped);
     ``declared`` — a key the schema declares for this object that it does not have yet (legitimate);
     ``wrong_level`` — a key the tool declares at another level (``path`` or ``edits`` inside an item);
     ``schema_word`` — a word of the tool definitions shown in the prompt (``required``,
-    ``properties``, ``additionalProperties``, ``type``, another tool's property, …);
+    ``properties``, ``additionalProperties``, ``type``, another tool's property, the tools of an
+    earlier turn the prompt shows, …), or one spelled another way (``oldString`` for ``old_string``);
     ``invented`` — any other name;
     ``next_item`` — an object or array opened where a key belongs (the next item started inside the
     object; in an array every next element is a next item);
@@ -25,6 +28,23 @@ other
     ``string_goes_on`` — the value was a string and the model did not write its closing quote;
     ``wrong_closer`` — the pending bytes, then the other container's closer (``]`` in an object);
     ``stray`` — the pending bytes, then anything else.
+
+An **extra key** is a ``repeat``, ``wrong_level``, ``schema_word`` or ``invented`` key. What the
+whole call does after it is its **outcome** (``call_outcome``, from the scorer's verdict of the call):
+
+``source_shaped``
+    the source's failure: the call parses under its wire format, every declared key is present, and
+    its only schema violations are additional properties inside ``edits[]`` items;
+``duplicate``
+    an exact repeat of a key the object has: JSON-legal as written (``JSON.parse`` and ``json.loads``
+    keep one value), so never counted as a validation failure, whether or not the call closes later
+    (most such draws repeat ``newText``/``oldText`` until the token budget ends them); reported apart;
+``derailment``
+    any other extra key after which the call does not parse (cut by the token budget included);
+``extra_other``
+    the call parses but fails otherwise (a missing key, a wrong type, a key outside the items, …).
+
+Every other continuation's outcome is its kind; ``string_goes_on`` reads as a *run-on string*.
 
 While the text is too short to decide, the kind is ``undetermined`` (the group may already be
 known: ``",`` is a continue whose kind is not). With ``final=True`` the text is taken as complete
@@ -47,6 +67,14 @@ from tooldecode.grammar.wire import ENVELOPE_KEYS
 __all__ = [
     "CLOSE",
     "CONTINUE",
+    "DERAILMENT",
+    "DUPLICATE",
+    "EXTRA_KEY_KINDS",
+    "EXTRA_OTHER",
+    "EXTRA_OUTCOMES",
+    "OUTCOMES",
+    "SOURCE_SHAPED",
+    "UNPARSED_VERDICTS",
     "CONTINUE_KINDS",
     "DECLARED",
     "GROUPS",
@@ -64,7 +92,9 @@ __all__ = [
     "WRONG_LEVEL",
     "Continuation",
     "KeyContext",
+    "call_outcome",
     "classify_continuation",
+    "source_shaped",
     "key_context",
     "open_object_keys",
     "tool_words",
@@ -91,6 +121,27 @@ WRONG_CLOSER = "wrong_closer"
 STRAY = "stray"
 OTHER_KINDS = (STRING_GOES_ON, WRONG_CLOSER, STRAY)
 KINDS = (CLOSE, *CONTINUE_KINDS, *OTHER_KINDS)
+# a key the object must not get
+EXTRA_KEY_KINDS = (REPEAT, WRONG_LEVEL, SCHEMA_WORD, INVENTED)
+# outcomes of an extra key (what the whole call does after it)
+SOURCE_SHAPED = "source_shaped"
+DUPLICATE = "duplicate"
+DERAILMENT = "derailment"
+EXTRA_OTHER = "extra_other"
+EXTRA_OUTCOMES = (SOURCE_SHAPED, DUPLICATE, DERAILMENT, EXTRA_OTHER)
+OUTCOMES = (CLOSE, *EXTRA_OUTCOMES, DECLARED, NEXT_ITEM, OTHER, *OTHER_KINDS)
+# scorer verdicts of a call that did not parse
+UNPARSED_VERDICTS = ("no_call", "too_deep", "truncated", "json_syntax")
+# scorer flags of a call that parsed only outside its wire format's envelope
+_ENVELOPE_FLAGS = (
+    "unnamed_call",
+    "name_key_variant",
+    "arguments_key_variant",
+    "arguments_as_string",
+    "flat_envelope",
+)
+_ITEM_KEY = re.compile(r"^edits\[\d+\](\.[^.\[]+|\[\".*\"\])$")  # the scorer's path of a key in an item
+_ITEM_ERROR = re.compile(r"^edits\[\d+\]: (Additional|Unevaluated) properties ")
 
 _WS = b" \t\r\n"
 _IDENT = re.compile(rb"[A-Za-z0-9_]")
@@ -122,14 +173,16 @@ class KeyContext:
         """The continue kind of a clean key ``key`` (its string closed and a ``:`` followed)."""
         if key in self.present:
             return REPEAT
-        for k in self.present:
-            if re.fullmatch(re.escape(k) + r"_?\d+", key):
-                return REPEAT
         if key in self.declared:
             return DECLARED
+        if any(_spelling_of(key, k) for k in self.present):
+            return REPEAT
         if key in self.elsewhere:
             return WRONG_LEVEL
         if key in self.schema_words:
+            return SCHEMA_WORD
+        norm = _norm(key)
+        if norm and any(_norm(w) == norm for w in self.schema_words):
             return SCHEMA_WORD
         return INVENTED
 
@@ -140,6 +193,25 @@ class KeyContext:
             if len(raw) > len(kb) and raw.startswith(kb) and not _IDENT.match(raw[len(kb) : len(kb) + 1]):
                 return True
         return False
+
+
+def _norm(key: str) -> str:
+    return re.sub(r"[_\-]", "", key).lower()
+
+
+def _spelling_of(key: str, present: str) -> bool:
+    """``key`` is a mangled spelling of the present key ``present``: a numbered copy (``newText1``,
+    ``oldText_2``), a camel-case suffix (``newTextDoc``) or prefix (``myNewText``), or the same letters
+    once case, ``_`` and ``-`` are dropped (``new_text``). ``newTextual`` (a lowercase run-on: another
+    word) is not one."""
+    if not present or key == present:
+        return False
+    if re.fullmatch(re.escape(present) + r"(_?\d+|_\w+|[A-Z]\w*)", key):
+        return True
+    cap = present[:1].upper() + present[1:]
+    if re.fullmatch(r"[a-z][A-Za-z0-9]*" + re.escape(cap), key):
+        return True
+    return _norm(key) == _norm(present)
 
 
 @dataclass(frozen=True)
@@ -256,6 +328,47 @@ def classify_continuation(
     if after[:1] != b":":
         return Continuation(CONTINUE, OTHER, key)
     return Continuation(CONTINUE, ctx.key_kind(key), key)
+
+
+def source_shaped(verdict: Mapping[str, Any]) -> bool:
+    """Whether a scorer verdict (a ``verdicts-*.jsonl`` line) is the source's failure: the call parsed
+    under its wire format, to the tool expected, with every declared key present, and its only schema
+    violations are additional properties directly inside ``edits[]`` items."""
+    if verdict.get("verdict") != "invented_key":
+        return False
+    if any(f in _ENVELOPE_FLAGS for f in verdict.get("flags") or ()):
+        return False
+    keys = verdict.get("invented_keys") or []
+    errors = verdict.get("errors") or []
+    return (
+        bool(keys)
+        and all(_ITEM_KEY.match(str(k.get("path", ""))) for k in keys)
+        and all(_ITEM_ERROR.match(str(e)) for e in errors)
+    )
+
+
+def call_outcome(
+    c: Continuation, verdict: Mapping[str, Any] | None, present: Iterable[str] = (), tool: str | None = None
+) -> str:
+    """The outcome (``OUTCOMES``) of a continuation ``c`` in a call whose scorer verdict is ``verdict``.
+
+    ``present`` holds the keys the object had before the decision point (an exact repeat of one is a
+    ``duplicate``). ``tool`` names the call the decision point sits in: a verdict of another tool's
+    call (the scorer fell back to a later call that parsed) means this one did not parse. A
+    continuation that is no extra key has its kind as outcome; an extra key's outcome needs
+    ``verdict`` (the precedence: duplicate, derailment, source-shaped, other).
+    """
+    if c.kind not in EXTRA_KEY_KINDS:
+        return c.kind
+    if verdict is None:
+        raise ValueError("call_outcome: an extra key's outcome needs the call's scorer verdict")
+    if c.kind == REPEAT and c.key in set(present):
+        return DUPLICATE
+    if verdict.get("verdict") in UNPARSED_VERDICTS or (tool is not None and verdict.get("tool") != tool):
+        return DERAILMENT
+    if source_shaped(verdict):
+        return SOURCE_SHAPED
+    return EXTRA_OTHER
 
 
 # --------------------------------------------------------------------------------------------- context

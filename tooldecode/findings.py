@@ -16,7 +16,11 @@ and are assembled by ``scripts/findings.py``.
 
 Measures (``measure`` strings): ``p_continue``, ``p_close`` (probe rows) or ``continue``, ``close``
 (samples); ``extra_key`` (repeat + wrong_level + schema_word + invented: a key the object must not
-get); ``kind:K[+K...]`` (continue kinds, or ``string_goes_on`` etc.); ``key:NAME`` (that key string).
+get); ``kind:K[+K...]`` (continue kinds, or ``string_goes_on`` etc.); ``outcome:O[+O...]`` (L2 only:
+``tooldecode.classify.OUTCOMES``, e.g. ``outcome:source_shaped``); ``key:NAME`` (that key string).
+
+Samples of a run whose manifest lacks per-scenario random streams are refused by every function that
+builds a cluster interval from samples (``require_scenario_streams``): their scenarios share one stream.
 """
 
 from __future__ import annotations
@@ -35,12 +39,10 @@ import numpy as np
 
 from tooldecode.classify import (
     CONTINUE,
-    INVENTED,
-    REPEAT,
-    SCHEMA_WORD,
-    WRONG_LEVEL,
+    EXTRA_KEY_KINDS,
     Continuation,
     KeyContext,
+    call_outcome,
     classify_continuation,
     key_context,
 )
@@ -56,12 +58,13 @@ from tooldecode.stats import (
     paired_clusters,
 )
 
-EXTRA_KEY_KINDS = (REPEAT, WRONG_LEVEL, SCHEMA_WORD, INVENTED)
-L3_EVENT_FLOOR = 0.01  # a scenario counts as an L3 "event" when the measure reaches this in either arm
-
 
 class FindingsError(ToolDecodeError):
     """A findings spec (claimed effect) or run that cannot be evaluated as asked."""
+
+
+class SharedStreamsError(FindingsError):
+    """A cluster interval asked of samples drawn with one random stream shared by every scenario."""
 
 
 @dataclass
@@ -72,6 +75,18 @@ class Run:
     samples: list[dict]
     verdicts: dict[str, dict]
     probe: list[dict]
+
+    def __post_init__(self) -> None:
+        if self.shared_streams:
+            for smp in self.samples:
+                smp["_run_streams"] = f"shared:{self.name}"
+
+    @property
+    def shared_streams(self) -> bool:
+        """Whether the run sampled at all and its manifest lacks per-scenario streams (``"streams":
+        "scenario"`` in its config): every scenario then drew from the same random stream, so its
+        scenarios are not independent clusters."""
+        return bool(self.samples) and self.manifest.get("config", {}).get("streams") != "scenario"
 
     def command(self) -> str:
         spec = self.manifest.get("config", {}).get("spec", self.name)
@@ -133,6 +148,9 @@ def load_run(path: Path, *, score: bool = True) -> Run | None:
                 except json.JSONDecodeError:
                     continue  # a torn last line of a run still being written
     store.close()
+    for smp in samples:
+        if smp["key"] in verdicts:
+            smp["_verdict"] = verdicts[smp["key"]]
     return Run(path.name, path, store.manifest, samples, verdicts, probe)
 
 
@@ -214,11 +232,16 @@ def identical_arms(samples: Sequence[dict]) -> list[list[str]]:
 
 
 def _arm_tools(arm: dict) -> tuple[list[Any], str | None, frozenset[str]]:
+    """The tools an arm's prompt shows (an earlier turn's tools included: the prior episode's flat
+    Edit set), the tool it is expected to call, and schema keywords the arm adds to the view."""
     from tooldecode.grammar import load_tool
     from tooldecode.prompts import EDIT_TOOL, TOOLSETS
 
     toolset = arm.get("toolset", "nested")
-    tools = [load_tool(n) for n in TOOLSETS.get(toolset, TOOLSETS["nested"])]
+    names = list(TOOLSETS.get(toolset, TOOLSETS["nested"]))
+    if arm.get("prior") and toolset != "flat-edit":
+        names += [n for n in TOOLSETS["flat-edit"] if n not in names]
+    tools = [load_tool(n) for n in names]
     extra: set[str] = set()
     if arm.get("schema_view") in ("closed", "strictified"):
         extra.add("additionalProperties")
@@ -238,6 +261,7 @@ def sample_context(s: dict) -> KeyContext:
     key = (
         s.get("prefill"),
         arm.get("toolset"),
+        bool(arm.get("prior")),
         arm.get("schema_view"),
         json.dumps(arm.get("schema_extra"), sort_keys=True),
     )
@@ -255,6 +279,52 @@ def sample_continuation(s: dict) -> Continuation:
     """Kind of what an L2 sample wrote after the forced content of the gold value (its closing quote
     is pending); the text is taken as complete."""
     return classify_continuation(s.get("text") or "", context=sample_context(s), pending='"', final=True)
+
+
+def sample_verdict(s: dict) -> dict:
+    """The scorer's verdict of an L2 sample's call (prefill + text): the stored one when the run was
+    loaded with its verdicts, else scored here (without a scenario: no payload check)."""
+    v = s.get("_verdict")
+    if v is not None:
+        return v
+    from dataclasses import asdict
+
+    from tooldecode.prompts import EDIT_TOOL
+    from tooldecode.scoring import score_text, toolset_tools
+
+    toolset = s["arm"].get("toolset") or "nested"
+    tools, edit = toolset_tools(toolset), s["arm"].get("expected_tool") or EDIT_TOOL.get(toolset)
+    text = (s.get("prefill") or "") + (s.get("text") or "")
+    v = asdict(
+        score_text(
+            text, tools, wire=s["arm"].get("wire"), expected_tool=edit, finish_reason=s.get("finish_reason")
+        )
+    )
+    s["_verdict"] = v
+    return v
+
+
+def sample_outcome(s: dict) -> str:
+    """The outcome (``tooldecode.classify.OUTCOMES``) of an L2 sample: its kind, or for an extra key what
+    the whole call does (source-shaped failure, duplicate key, derailment, other failure)."""
+    c = sample_continuation(s)
+    if c.kind not in EXTRA_KEY_KINDS:
+        return c.kind
+    edit = _arm_tools(s["arm"])[1] if not s["arm"].get("expected_tool") else s["arm"]["expected_tool"]
+    return call_outcome(c, sample_verdict(s), sample_context(s).present, tool=edit)
+
+
+def require_scenario_streams(samples: Iterable[dict], what: str = "a cluster interval") -> None:
+    """Refuse (``SharedStreamsError``) samples of a run whose manifest lacks per-scenario streams."""
+    for s in samples:
+        tag = s.get("_run_streams")
+        if tag:
+            name = tag.split(":", 1)[1]
+            raise SharedStreamsError(
+                f'{what} over run {name}: its manifest has no "streams": "scenario", so every scenario '
+                "drew from the same random stream and scenarios are not independent clusters; rerun it "
+                f"with per-scenario streams (tooldecode run SPEC --out runs/{name}-streams) or report counts only"
+            )
 
 
 def continuation_class(text: str) -> tuple[str, str | None]:
@@ -285,22 +355,28 @@ def sample_event(s: dict, measure: str) -> bool:
         return c.group == measure
     if measure.startswith("key:"):
         return c.group == CONTINUE and c.key == measure[4:]
+    if measure.startswith("outcome:"):
+        return sample_outcome(s) in measure[8:].split("+")
     kinds = _kinds_of(measure)
     if kinds is None:
         raise FindingsError(
-            f"unknown L2 measure {measure!r}; use continue, close, extra_key, kind:K or key:NAME"
+            f"unknown L2 measure {measure!r}; use continue, close, extra_key, kind:K, outcome:O or key:NAME"
         )
     return c.kind in kinds
 
 
 def crate(samples: Sequence[dict], pred) -> ClusterRate:
-    """Cluster-robust rate of ``pred`` over the distinct draws of ``samples`` (clusters: scenarios)."""
+    """Cluster-robust rate of ``pred`` over the distinct draws of ``samples`` (clusters: scenarios);
+    refused (``SharedStreamsError``) for samples of a run with shared random streams."""
+    require_scenario_streams(samples)
     ss = distinct_draws(samples)
     return cluster_rate([bool(pred(s)) for s in ss], [s["scenario"] for s in ss])
 
 
 def l2_values(samples: Sequence[dict], measure: str) -> tuple[dict[str, float], int, int, int]:
-    """Per scenario: the share of distinct draws showing ``measure``; plus events, event scenarios, draws."""
+    """Per scenario: the share of distinct draws showing ``measure``; plus events, event scenarios, draws.
+    Refused (``SharedStreamsError``) for samples of a run with shared random streams."""
+    require_scenario_streams(samples, "a paired comparison over scenarios")
     ss = distinct_draws(samples)
     by: dict[str, list[bool]] = defaultdict(list)
     for s in ss:
@@ -470,7 +546,8 @@ def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") 
             va = l3_values(rows, measure, model=model, **{**common, **effect["a"]})
             vb = l3_values(rows, measure, model=model, **{**common, **effect["b"]})
             shared = set(va) & set(vb)
-            ev_sc = [s for s in shared if max(va[s], vb[s]) >= L3_EVENT_FLOOR]
+            # exact probabilities: a scenario is an L3 event when either arm's probability is above 0
+            ev_sc = [s for s in shared if max(va[s], vb[s]) > 0]
             events, ev_clusters = len(ev_sc), len(ev_sc)
             draws = sum(
                 1
@@ -483,6 +560,8 @@ def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") 
                 and row_measure(r, measure) is not None
             )
         elif level == "L2":
+            if run.shared_streams:
+                continue  # its scenarios share one random stream: no cluster interval (counts only elsewhere)
             base = [s for s in run.samples if not s.get("error") and s["arm"].get("level") == "L2"]
             if model:
                 base = [s for s in base if s["arm"].get("model") == model]
