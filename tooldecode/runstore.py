@@ -27,6 +27,7 @@ import os
 import platform
 import re
 import subprocess
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from tooldecode.errors import RunError
 __all__ = [
     "MANIFEST",
     "SAMPLE_FIELDS",
+    "DerivedWriteError",
     "SAMPLES",
     "RunLock",
     "RunStore",
@@ -175,11 +177,48 @@ def _line_error(path: Path, lineno: int, why: str) -> RunError:
 def _parse_line(raw: bytes, path: Path, lineno: int) -> dict:
     try:
         record = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise _line_error(path, lineno, f"not valid JSON ({err})") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:  # ValueError: also over-long integers
+        raise _line_error(path, lineno, f"not valid JSON ({' '.join(str(err).split())[:120]})") from None
     if not isinstance(record, dict) or not isinstance(record.get("key"), str):
         raise _line_error(path, lineno, 'not a JSON object with a string "key"')
     return record
+
+
+class DerivedWriteError(RunError):
+    """A derived file (verdicts, report, repair, timing) that could not be written (disk full, read-only)."""
+
+
+def _sample_problem(record: dict, required: tuple[str, ...]) -> str | None:
+    """What makes ``record`` unusable as a sampled call (its required fields and their types), or None."""
+    missing = [f for f in required if f not in record]
+    if missing:
+        return f"lacks field(s) {', '.join(missing)}"
+    if "text" in required and not isinstance(record["text"], str):
+        return f"text is {type(record['text']).__name__}, not a string"
+    if "scenario" in required and not isinstance(record["scenario"], str):
+        return f"scenario is {type(record['scenario']).__name__}, not a string"
+    if "text" in required and not isinstance(record.get("prefill", ""), str | None):
+        return f"prefill is {type(record['prefill']).__name__}, not a string"
+    if "arm" in required:
+        arm = record["arm"]
+        if not isinstance(arm, dict):
+            return f"arm is {type(arm).__name__}, not an object"
+        if not isinstance(arm.get("mode"), str):
+            return "arm has no mode"
+    return None
+
+
+def _warn_skipped(path: Path, skipped: list[tuple[int, str]]) -> None:
+    """One stderr line counting the records a reader skipped, naming the first few lines."""
+    if not skipped:
+        return
+    shown = "; ".join(f"line {n}: {why}" for n, why in skipped[:3])
+    more = f"; and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+    print(
+        f"tooldecode: warning: {path}: skipped {len(skipped)} unreadable record(s) ({shown}{more}); "
+        "the other records are used",
+        file=sys.stderr,
+    )
 
 
 def is_store_file(name: str) -> bool:
@@ -287,6 +326,8 @@ class RunStore:
         self._keys: set[str] = set()
         self._scanned = 0  # byte offset up to which complete lines have been read into _keys
         self._scanned_lines = 0
+        self._unterminated = False  # the last line scanned is a whole record without its newline
+        self.skipped: list[tuple[int, str]] = []  # (line, why) of the records the last read skipped
         self._fd: int | None = None  # append descriptor
         self._lock: RunLock | None = None  # the folder's write lock, from lock() or the first append
 
@@ -409,19 +450,28 @@ class RunStore:
         return self.path.name
 
     def _scan(self) -> None:
-        """Read complete lines past ``_scanned`` into the key set (a torn last line is left alone)."""
+        """Read complete lines past ``_scanned`` into the key set. A torn last line is left alone (the
+        next append cuts it); a last line that is a whole record without its newline counts (the next
+        append ends it first); a line in the middle that does not parse is skipped (its sample is
+        redone on resume)."""
         with open(self._samples, "rb") as f:
             f.seek(self._scanned)
             for raw in f:
-                if not raw.endswith(b"\n"):
-                    break
+                complete = raw.endswith(b"\n")
+                try:
+                    record = _parse_line(raw, self._samples, self._scanned_lines + 1) if raw.strip() else None
+                except RunError:
+                    if not complete:
+                        break  # torn tail of an interrupted append
+                    record = None
                 self._scanned_lines += 1
-                if raw.strip():
-                    key = _parse_line(raw, self._samples, self._scanned_lines)["key"]
+                if record is not None:
+                    key = record["key"]
                     if key in self._keys:
                         raise _line_error(self._samples, self._scanned_lines, f"duplicate key {key!r}")
                     self._keys.add(key)
                 self._scanned += len(raw)
+                self._unterminated = not complete
 
     def completed_keys(self) -> set[str]:
         """Keys of all complete records in samples.jsonl (a torn last line does not count)."""
@@ -444,28 +494,36 @@ class RunStore:
         Raises
         ------
         RunError
-            On a line that does not parse, a duplicated key or a record lacking a required field
-            (naming the file and line). A torn last line (interrupted append) is skipped.
+            On a duplicated key (naming the file and line). A line that does not parse, or a record
+            lacking a required field (or with ``text``, ``scenario``, ``arm`` or ``arm.mode`` of the
+            wrong type), is skipped and counted in ``skipped`` with one warning on stderr; a torn
+            last line (interrupted append) is skipped silently, a whole last record without its
+            newline is read.
         """
         required = tuple(require)
         seen: set[str] = set()
+        skipped: list[tuple[int, str]] = []
+        self.skipped = skipped
         with open(self._samples, "rb") as f:
             for lineno, raw in enumerate(f, start=1):
-                if not raw.endswith(b"\n"):
-                    return  # torn tail of an interrupted append
                 if not raw.strip():
                     continue
-                record = _parse_line(raw, self._samples, lineno)
+                try:
+                    record = _parse_line(raw, self._samples, lineno)
+                except RunError as err:
+                    if raw.endswith(b"\n"):
+                        skipped.append((lineno, str(err).split(": ", 1)[-1].split(";")[0]))
+                    continue  # else the torn tail of an interrupted append
                 key = record["key"]
                 if key in seen:
                     raise _line_error(self._samples, lineno, f"duplicate key {key!r}")
                 seen.add(key)
-                missing = [f for f in required if f not in record]
-                if missing:
-                    raise _line_error(
-                        self._samples, lineno, f"record {key!r} lacks field(s) {', '.join(missing)}"
-                    )
+                problem = _sample_problem(record, required)
+                if problem is not None:
+                    skipped.append((lineno, f"record {key!r} {problem}"))
+                    continue
                 yield record
+        _warn_skipped(self._samples, skipped)
 
     def sample_records(self) -> Iterator[dict]:
         """The run's sampled calls: :meth:`iter_samples` requiring :data:`SAMPLE_FIELDS`."""
@@ -550,7 +608,8 @@ class RunStore:
             if os.fstat(fd).st_size > self._scanned:
                 os.ftruncate(fd, self._scanned)  # cut the torn tail of an interrupted append
             if lines:
-                _write_all(fd, b"".join(lines))
+                _write_all(fd, (b"\n" if self._unterminated else b"") + b"".join(lines))
+                self._unterminated = False
             os.fsync(fd)
         except OSError as err:
             # a partial batch is a torn tail: never counted, cut off by the next append
@@ -604,12 +663,18 @@ class RunStore:
     def write_derived(self, name: str, records: Iterable[dict] | str) -> Path:
         """Write a derived file atomically: JSON lines for records, UTF-8 text for a string."""
         target = self.derived_path(name)
-        target.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(records, str):
             chunks: Iterable[bytes] = [records.encode("utf-8")]
         else:
             chunks = (_json_line(r) for r in records)
-        _atomic_write(target, chunks)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_write(target, chunks)
+        except OSError as err:
+            raise DerivedWriteError(
+                f"cannot write {target} ({_os_reason(err)}); the run's raw files are untouched: "
+                "free space or fix the folder's permissions and run the command again"
+            ) from None
         return target
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tooldecode.errors import ToolDecodeError
-from tooldecode.runstore import RunStore, rescore
+from tooldecode.runstore import SAMPLE_FIELDS, DerivedWriteError, RunStore, rescore
 
 # Fields of a record's arm dict that do not define the arm (they vary within it).
 NOT_ARM_FIELDS = ("seed", "index")
@@ -97,10 +97,10 @@ def _read_jsonl(path: Path) -> list[dict]:
                 continue
             try:
                 rec = json.loads(line)
-            except json.JSONDecodeError as err:
+            except (ValueError, RecursionError) as err:  # ValueError: also an over-long integer
+                msg = getattr(err, "msg", None) or " ".join(str(err).split())[:120]
                 raise ReportError(
-                    f"{path} line {lineno}: not valid JSON ({err.msg}); delete the file "
-                    "and run the report again"
+                    f"{path} line {lineno}: not valid JSON ({msg}); delete the file and run the report again"
                 ) from None
             if not isinstance(rec, dict):
                 raise ReportError(f"{path} line {lineno}: not a JSON object; delete the file and run again")
@@ -121,8 +121,8 @@ def _verdicts_of(store: RunStore, keys: set[str]) -> tuple[dict[str, dict], Path
         if len(by_key) == len(records) and set(by_key) == keys and all("key" in r for r in records):
             return by_key, path, False
     try:
-        written = rescore(store, score_record, version)
-    except OSError:  # read-only run directory: score in memory only
+        written = rescore(store, score_record, version, require=SAMPLE_FIELDS)
+    except (OSError, DerivedWriteError):  # read-only run directory: score in memory only
         scored = {
             r["key"]: {"key": r["key"], **score_record(r, store.manifest)} for r in store.sample_records()
         }
