@@ -9,7 +9,10 @@ arms are copies) read every run. No run directory name appears here.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
+import sys
 import tomllib
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -18,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from tooldecode.classify import CONTINUE_KINDS
+from tooldecode.classify import CONTINUE_KINDS, EXTRA_OUTCOMES
 from tooldecode.experiments.spec import as_list
 from tooldecode.findings import (
+    FindingsError,
     Run,
     arm_filter,
     crate,
@@ -31,6 +35,7 @@ from tooldecode.findings import (
     l3_values,
     row_measure,
     sample_continuation,
+    sample_outcome,
 )
 from tooldecode.probe import decision_entropy
 from tooldecode.stats import cluster_rate, interval_text, mean_ci, paired_clusters
@@ -75,10 +80,28 @@ def l2(run: Run, **want: Any) -> list[dict]:
     return [s for s in arm_filter(run.samples, **want) if s["arm"].get("level") == "L2"]
 
 
+def shared_note(run: Run) -> str:
+    """Why a run's figures carry no interval, and the command that reruns it with per-scenario streams."""
+    cmd = (
+        re.sub(rf"\s--out\s+\S*{re.escape(run.name)}\b/?", "", run.command())
+        + f" --out runs/{run.name}-streams"
+    )
+    return (
+        f"No interval: {run.name} was drawn before per-scenario random streams (its manifest has no "
+        '"streams": "scenario"), so every scenario shares one stream and scenarios are not independent '
+        f"clusters; rerun with per-scenario streams: `{cmd}`."
+    )
+
+
 def kinds_text(samples: list[dict], kinds: tuple[str, ...] = KIND_ORDER) -> str:
     ss = distinct_draws(samples)
     if not ss:
         return "no samples"
+    if any(s.get("_run_streams") for s in ss):
+        cs = Counter(sample_continuation(s).kind for s in ss)
+        g = len({s["scenario"] for s in ss})
+        body = ", ".join(f"{k} {cs[k]}/{len(ss)}" for k in kinds if cs[k])
+        return f"{len(ss)} distinct draws, {few(g)}: {body} (counts only)"
     cs = [sample_continuation(s) for s in ss]
     parts = []
     for k in kinds:
@@ -87,6 +110,27 @@ def kinds_text(samples: list[dict], kinds: tuple[str, ...] = KIND_ORDER) -> str:
             parts.append(f"{k} {int(r.k)}/{r.n} = {100 * r.rate:.1f}% [{100 * r.lo:.1f}, {100 * r.hi:.1f}]")
     g = len({s["scenario"] for s in ss})
     return f"{len(ss)} distinct draws, {few(g)}: " + ", ".join(parts)
+
+
+OUTCOME_WORDS = {
+    "source_shaped": "source-shaped failure",
+    "duplicate": "duplicate key",
+    "derailment": "derailment",
+    "extra_other": "other failure",
+}
+
+
+def outcomes_text(extra: list[dict]) -> str:
+    """The outcomes of extra-key draws (``tooldecode.classify.EXTRA_OUTCOMES``) with cluster intervals."""
+    if not extra:
+        return "no extra key"
+    outs = [sample_outcome(s) for s in extra]
+    parts = []
+    for o in EXTRA_OUTCOMES:
+        if o in outs:
+            r = crate(extra, lambda s, o=o: sample_outcome(s) == o)
+            parts.append(f"{OUTCOME_WORDS[o]} {r}")
+    return ", ".join(parts)
 
 
 def keys_of(samples: list[dict], kinds: tuple[str, ...]) -> Counter:
@@ -159,6 +203,20 @@ def row_strict_cost(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
         def goes_on(s: dict) -> bool:
             return sample_continuation(s).kind == "string_goes_on"
 
+        if run.shared_streams:
+            k_s, k_l = sum(map(goes_on, st)), sum(map(goes_on, lo))
+            out.append(
+                {
+                    "observation": "Strict's cost: with the ',' branch masked, the newText string goes on (payload corrupted)",
+                    "claim": "Grammar masking removes the ',' branch when the object is closed; the mass that wanted "
+                    "to continue must go somewhere (docs/background.md).",
+                    "measured": f"{_short(DEFAULT_MODEL)} L2 after the gold newText, string goes on: strict "
+                    f"{k_s}/{len(st)} vs loose {k_l}/{len(lo)} distinct draws (counts only). {shared_note(run)}",
+                    "verdict": "descriptive (counts only: shared random streams)",
+                    "source": source([run]),
+                }
+            )
+            continue
         rs_, rl_ = crate(st, goes_on), crate(lo, goes_on)
         cmp = paired_clusters(per_scenario(st, goes_on), per_scenario(lo, goes_on))
         masks = [m for m in (_mask_at_decision(s) for s in st) if m is not None]
@@ -309,7 +367,11 @@ def row_open_grammar(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[di
             if ss:
                 keys = keys_of(ss, ("invented", "schema_word", "repeat"))
                 parts.append(f"{label}: {kinds_text(ss)} (keys: {dict(keys.most_common(6))})")
-                mangled[label] = crate(ss, lambda s: _mangled_repeat(s))
+                mangled[label] = (
+                    f"{sum(map(_mangled_repeat, distinct_draws(ss)))}/{len(distinct_draws(ss))}"
+                    if run.shared_streams
+                    else crate(ss, lambda s: _mangled_repeat(s))
+                )
         ran = {_duplicates(s) for s in spec_ss}
         both = (
             "The open grammar ran both ways: 'forbid' admits each declared key once, 'admit' lets a key the "
@@ -321,7 +383,9 @@ def row_open_grammar(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[di
             {
                 "observation": "E13: what an open grammar lets through after newText: new names and repeats apart",
                 "claim": spec.get("claim", ""),
-                "measured": "; ".join(parts) + f". Interval: {CR}. " + both,
+                "measured": "; ".join(parts)
+                + (f". {shared_note(run)} " if run.shared_streams else f". Interval: {CR}. ")
+                + both,
                 "verdict": "descriptive: repeats with a mangled spelling (a present key plus junk in the key "
                 "string): " + ", ".join(f"{m} {r}" for m, r in mangled.items()),
                 "source": source([run]),
@@ -654,9 +718,12 @@ ROWS: dict[str, Callable[[dict, list[Run], dict[str, Run]], list[dict]]] = {
 def row_zoo(runs: dict[str, Run]) -> dict | None:
     pool: list[dict] = []
     used = []
+    left_out = []
     for run in sorted(runs.values(), key=lambda r: r.name):
         ss = l2(run, mode="loose", model=DEFAULT_MODEL)
-        if ss:
+        if ss and run.shared_streams:
+            left_out.append(run.name)
+        elif ss:
             pool += ss
             used.append(run)
     pool = distinct_draws(pool)
@@ -672,7 +739,7 @@ def row_zoo(runs: dict[str, Run]) -> dict | None:
         verdict = "not measured: no extra key in the pooled draws"
     elif inv.hi < 0.5:
         verdict = (
-            f"does not reproduce: invented names are {inv} of the extra keys; the rest repeat a present key "
+            f"contradicts: invented names are {inv} of the extra keys; the rest repeat a present key "
             "or copy a word of the tool schema"
         )
     elif inv.lo > 0.5:
@@ -686,7 +753,12 @@ def row_zoo(runs: dict[str, Run]) -> dict | None:
         "measured": f"{_short(DEFAULT_MODEL)}, every L2 loose draw of the committed runs, copies removed "
         f"({len(pool)} distinct draws; arms differ in history, thinking, prior, schema view and seed): "
         f"{kinds_text(pool)}. Keys (repeat / wrong level / schema word / invented): {dict(keys.most_common(12))}. "
-        f"Interval: {CR}.",
+        f"What the call does after an extra key: {outcomes_text(extra)}. Interval: {CR}."
+        + (
+            f" Left out (shared random streams, no cluster interval): {', '.join(left_out)}."
+            if left_out
+            else ""
+        ),
         "verdict": verdict,
         "source": source(used),
         "summary": f"what follows newText when {_short(DEFAULT_MODEL)} continues ({len(pool)} distinct loose "
@@ -742,11 +814,15 @@ def row_repair(runs: dict[str, Run]) -> dict | None:
     from tooldecode.repair import json_repair_row, json_repair_version, repair_record
 
     per: dict[str, list[dict]] = defaultdict(list)
-    used = []
+    used: list[Run] = []
+    left_out: list[str] = []
     for run in sorted(runs.values(), key=lambda r: r.name):
         loose = [s for s in run.samples if s["arm"].get("mode") == "loose" and not s.get("error")]
         loose = [s for s in loose if s["arm"].get("backend", "llamacpp") != "openai"]
         if not loose:
+            continue
+        if run.shared_streams:
+            left_out.append(run.name)
             continue
         used.append(run)
         for s in loose:
@@ -776,7 +852,12 @@ def row_repair(runs: dict[str, Run]) -> dict | None:
         "measured": "; ".join(parts)
         + f" (json-repair {json_repair_version()}; every committed run's loose draws, "
         f"copies removed). Interval: {CR}. `python experiments/e15_repair.py` prints the same per model with "
-        "strict decoding's valid + payload-correct rate beside it.",
+        "strict decoding's valid + payload-correct rate beside it."
+        + (
+            f" Left out (shared random streams, no cluster interval): {', '.join(left_out)}."
+            if left_out
+            else ""
+        ),
         "verdict": "descriptive (rescues and silent corruptions counted separately above)",
         "source": source(used),
     }
@@ -826,7 +907,13 @@ def spec_effects(spec: dict) -> list[dict]:
 def effect_rows(stem: str, spec: dict, runs: dict[str, Run]) -> list[dict]:
     out = []
     for eff in spec_effects(spec):
-        res = evaluate_effect(eff, runs, where=f"experiments/{stem}.toml")
+        try:
+            res = evaluate_effect(eff, runs, where=f"experiments/{stem}.toml")
+        except FindingsError as err:
+            if any(r.spec == spec["name"] for r in runs.values()):
+                raise
+            res = None  # a spec not yet run whose claim this version cannot read: listed as not measured
+            print(f"findings: {err} (no run yet; listed as not measured)", file=sys.stderr)
         claim = (
             f"{spec.get('claim', '')} Claimed effect: {eff.get('label')}: "
             + (
@@ -852,14 +939,71 @@ def effect_rows(stem: str, spec: dict, runs: dict[str, Run]) -> list[dict]:
             {
                 "observation": f"{spec['name']}: {eff.get('label')}",
                 "claim": claim,
-                "measured": res.measured()
-                + f". Interval: {res.cmp.kind}; ratio: cluster-robust delta method.",
-                "verdict": str(res.verdict),
                 "source": source([res.run]),
-                "summary": f"{eff.get('label')}: {res.short()}",
+                "_result": res,
+                "_check": instrument_check(eff, res),
             }
         )
     return out
+
+
+KEY_MEASURES = (
+    "extra_key",
+    "kind:invented+schema_word",
+    "kind:invented",
+    "kind:schema_word",
+    "source_shaped",
+)
+
+
+def instrument_check(eff: dict, res: Any) -> str | None:
+    """The instrument check an effect row is, if any: arm ``a`` decodes with the closed grammar (mode
+    ``strict``, no open engine named) and the measure counts keys after newText, which that grammar
+    cannot write. None for every other row."""
+    a = {**eff.get("where", {}), **eff["a"]}
+    if eff.get("level") != "L2" or a.get("mode") != "strict" or a.get("engine"):
+        return None
+    if eff.get("measure") not in KEY_MEASURES:
+        return None
+    written = (
+        "no key" if res.cmp.mean_a == 0 else f"keys in {res.cmp.mean_a:.3f} of the draws (the check fails)"
+    )
+    return f"a closed grammar cannot write a key after newText; its arm wrote {written}"
+
+
+def finish_effect_rows(rows: list[dict]) -> int:
+    """Judge every effect row against its claim with Holm's correction across the family of effect
+    rows that test a claim (instrument checks and rows without an interval or a premise excluded);
+    fill their measured, verdict and summary cells. Returns the family's size."""
+    from tooldecode.stats import BY_CONSTRUCTION, PREMISE_ABSENT, by_construction, holm
+
+    eff = [r for r in rows if "_result" in r]
+    tested = [
+        r
+        for r in eff
+        if r["_check"] is None
+        and r["_result"].verdict.verdict != PREMISE_ABSENT
+        and not math.isnan(r["_result"].verdict.lo)
+    ]
+    adjusted = holm([r["_result"].cmp.p_sign_flip for r in tested])
+    for r, padj in zip(tested, adjusted, strict=True):
+        r["_result"] = r["_result"].rejudged(padj)
+    for r in eff:
+        res = r.pop("_result")
+        check = r.pop("_check")
+        if check is not None and res.verdict.verdict != PREMISE_ABSENT:
+            res = dataclasses.replace(res, verdict=by_construction(res.verdict, check))
+        r["measured"] = res.measured() + f". Interval: {res.cmp.kind}; ratio: cluster-robust delta method."
+        r["verdict"] = str(res.verdict)
+        r["summary"] = f"{res.label}: {res.short()}"
+        r["result"] = res
+        assert (
+            res.verdict.verdict != "reproduces"
+            or res.claim.size is None
+            or (res.verdict.lo <= res.claim.size <= res.verdict.hi)
+        ), r["observation"]
+        assert res.verdict.verdict != BY_CONSTRUCTION or "instrument check:" in r["verdict"]
+    return len(tested)
 
 
 def build_rows(runs: dict[str, Run], root: Path = ROOT) -> list[dict]:
@@ -881,7 +1025,11 @@ def build_rows(runs: dict[str, Run], root: Path = ROOT) -> list[dict]:
     if repair:
         rows.append(repair)
     rows.append(row_duplicates(runs))
+    FAMILY[0] = finish_effect_rows(rows)
     return rows
+
+
+FAMILY = [0]  # the size of the last build's Holm family (for the preamble)
 
 
 def provenance(runs: dict[str, Run]) -> str:

@@ -116,13 +116,13 @@ def test_evaluate_effect_on_sampled_arms():
         near_res is not None and near_res.verdict.verdict == "contradicts"
     )  # about ×1 measured, ×0.5 claimed
     rare = _l2_run(12, 0.0, 0.0)
-    rare.samples[1]["text"] = '", "matchCase": 1}'  # one loose event in one scenario
+    rare.samples[1]["text"] = '", "matchCase": 1}'  # one strict event, none in the loose reference arm
     r = evaluate_effect(effect, {"r": rare})
-    assert r is not None and r.verdict.verdict == "inconclusive"
+    assert r is not None and r.verdict.verdict == "premise absent"
     vals, events, clusters, draws = l2_values(rare.samples, "extra_key")
     assert (events, clusters, draws) == (1, 1, 192)
     none = evaluate_effect(effect, {"r": _l2_run(12, 0.0, 0.0)})  # no event in either arm: no ratio
-    assert none is not None and none.verdict.verdict == "inconclusive"
+    assert none is not None and none.verdict.verdict == "premise absent"
     assert "nan" not in none.measured() + none.short() and "no estimate" in none.short()
 
 
@@ -175,7 +175,8 @@ def test_zoo_row_reads_kinds_not_a_word_list():
         return {"r": Run("r", Path("r"), {"config": {"spec": "x", "streams": "scenario"}}, ss, {}, [])}
 
     echo = row_zoo(runs(['", "required": ["x"]}'] * 8 + ['", "newText": "y"}'] * 4 + ['", "matchCase": 1}']))
-    assert echo is not None and echo["verdict"].startswith("does not reproduce")
+    assert echo is not None and echo["verdict"].startswith("contradicts")
+    assert "duplicate key 4/13" in echo["measured"]  # the repeats of newText, reported apart
     zoo = row_zoo(
         runs([f'", "{k}": 1}}' for k in ("kind", "unique", "matchCase", "notes", "id", "cost")] * 3)
     )
@@ -471,3 +472,29 @@ def test_outcome_counts_on_the_committed_runs_match_an_independent_recount():
             assert got == want, (run.name, s["key"], got, want)
     assert mine == theirs and mine[("qwen2.5-coder-0.5b-instruct", "source_shaped")] > 0
     assert mangled > 0
+
+
+def test_a_cluster_interval_over_a_run_with_shared_streams_is_refused():
+    from study import row_strict_cost
+
+    from tooldecode.findings import SharedStreamsError, crate, l2_values
+
+    run = _l2_run(12, 0.0, 0.25)
+    shared = Run("old", Path("old"), {"config": {"spec": "x"}, "created": "t"}, run.samples, {}, [])
+    assert shared.shared_streams and not run.shared_streams
+    with pytest.raises(SharedStreamsError, match=r'old: its manifest has no "streams": "scenario"'):
+        crate(shared.samples, lambda s: True)
+    with pytest.raises(SharedStreamsError, match="paired comparison"):
+        l2_values(shared.samples, "extra_key")
+    effect = {"label": "x", "level": "L2", "measure": "extra_key", "a": {"mode": "strict"},
+              "b": {"mode": "loose"}, "scale": "ratio", "size": 0}  # fmt: skip
+    assert evaluate_effect(effect, {"old": shared}) is None  # never judged over shared streams
+    probe_only = Run("p", Path("p"), {"config": {"spec": "p"}}, [], {}, [{"scenario": "s0"}])
+    assert not probe_only.shared_streams  # exact probabilities draw nothing
+    # the study's rows show such a run's counts only, with the rerun command
+    for s in shared.samples:
+        s["arm"] = {**s["arm"], "model": "qwen2.5-coder-0.5b-instruct"}
+    shared.manifest["command"] = "tooldecode run experiments/x.toml --out runs/old"
+    (row,) = row_strict_cost({}, [], {"old": shared})
+    assert "counts only" in row["measured"] and "--out runs/old-streams" in row["measured"]
+    assert "[" not in row["measured"].split("counts only")[0] and "summary" not in row

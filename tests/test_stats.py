@@ -360,3 +360,53 @@ def test_identical_scenario_differences_give_no_interval_not_a_zero_width_one() 
     # one scenario that differs restores an ordinary interval
     b = {**a, "s0": 0.125}
     assert not math.isnan(paired_clusters(a, b).lo)
+
+
+def test_verdict_labels_separate_direction_size_premise_and_instrument_checks() -> None:
+    from tooldecode.stats import EffectClaim, by_construction, judge_effect, paired_clusters
+
+    zero = EffectClaim("ratio", 0.0)
+    base = {f"s{i}": 0.25 + 0.01 * i for i in range(36)}
+    # a weak effect in the claimed direction (×0.88 or so) against a claimed ×0: the size is contradicted
+    weak = paired_clusters(
+        {k: 0.88 * v + (0.004 if i % 2 else -0.004) for i, (k, v) in enumerate(base.items())}, base
+    )
+    assert weak.ratio_lo > 0 and weak.ratio_hi < 1
+    v = judge_effect(weak, zero, events=35, event_clusters=35)
+    assert v.verdict == "direction only — size contradicted" and "×0 outside" in v.reason
+    # the reference arm has no event: nothing to remove
+    empty = paired_clusters({f"s{i}": 0.0 for i in range(18)}, {f"s{i}": 0.0 for i in range(18)})
+    assert judge_effect(empty, zero, events=0, event_clusters=0).verdict == "premise absent"
+    # a direction that only a single test establishes is inconclusive after the correction
+    gone = paired_clusters({f"s{i}": 0.0 for i in range(12)}, {f"s{i}": 0.1 * (i + 1) for i in range(12)})
+    assert judge_effect(gone, zero, events=20, event_clusters=12).verdict == "reproduces"
+    adj = judge_effect(gone, zero, events=20, event_clusters=12, p_adjusted=0.2)
+    assert adj.verdict == "inconclusive" and "adjusted p = 0.2" in adj.reason and adj.p_adjusted == 0.2
+    bc = by_construction(
+        judge_effect(gone, zero, events=20, event_clusters=12), "a closed grammar writes no key"
+    )
+    assert bc.verdict == "by construction" and "instrument check: a closed grammar" in bc.reason
+
+
+def test_no_verdict_reproduces_when_the_interval_excludes_the_claimed_size() -> None:
+    from tooldecode.stats import EffectClaim, judge_effect, paired_clusters
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        g = int(rng.integers(6, 37))
+        b = {f"s{i}": float(rng.uniform(0.05, 0.5)) for i in range(g)}
+        a = {k: max(0.0, v * float(rng.uniform(0.0, 1.6)) + float(rng.normal(0, 0.02))) for k, v in b.items()}
+        claim = EffectClaim("ratio", float(rng.choice([0.0, 0.4, 0.5, 1.5])))
+        v = judge_effect(paired_clusters(a, b), claim, events=50, event_clusters=g)
+        if v.verdict == "reproduces":
+            assert v.lo <= claim.size <= v.hi
+
+
+def test_holm_and_the_exact_sign_flip() -> None:
+    from tooldecode.stats import holm, sign_flip_p
+
+    assert holm([0.01, 0.04, math.nan, 0.03]) == [0.03, 0.06, pytest.approx(math.nan, nan_ok=True), 0.06]
+    # exact up to 20 nonzero differences: all 2^g patterns; zeros contribute nothing
+    d = [0.1 * (i + 1) for i in range(18)] + [0.0] * 10
+    assert sign_flip_p(d) == pytest.approx(2 / 2**18)
+    assert sign_flip_p([1.0] * 20) == pytest.approx(2 / 2**20)

@@ -40,11 +40,13 @@ import numpy as np
 from tooldecode.classify import (
     CONTINUE,
     EXTRA_KEY_KINDS,
+    EXTRA_OUTCOMES,
     Continuation,
     KeyContext,
     call_outcome,
     classify_continuation,
     key_context,
+    source_shaped,
 )
 from tooldecode.errors import ToolDecodeError
 from tooldecode.stats import (
@@ -340,6 +342,9 @@ def continuation_class(text: str) -> tuple[str, str | None]:
     return "continue", "<other>"
 
 
+MEASURE_ALIASES = {"goes_on": "kind:string_goes_on", **{o: f"outcome:{o}" for o in EXTRA_OUTCOMES}}
+
+
 def _kinds_of(measure: str) -> tuple[str, ...] | None:
     if measure == "extra_key":
         return EXTRA_KEY_KINDS
@@ -349,7 +354,14 @@ def _kinds_of(measure: str) -> tuple[str, ...] | None:
 
 
 def sample_event(s: dict, measure: str) -> bool:
-    """Whether L2 sample ``s`` shows ``measure`` (see the module docstring)."""
+    """Whether L2 sample ``s`` shows ``measure`` (see the module docstring; ``source_shaped``,
+    ``duplicate``, ``derailment``, ``extra_other`` and ``goes_on`` are short for their outcome or kind).
+    At L1 (no forced newText) only ``source_shaped`` is defined: the scorer's verdict of the call."""
+    measure = MEASURE_ALIASES.get(measure, measure)
+    if s["arm"].get("level") == "L1":
+        if measure != "outcome:source_shaped":
+            raise FindingsError(f"L1 measure {measure!r} unknown; only source_shaped is defined at L1")
+        return source_shaped(sample_verdict(s))
     c = sample_continuation(s)
     if measure in ("continue", "close"):
         return c.group == measure
@@ -475,6 +487,18 @@ class EffectResult:
             return f"×{v.estimate:.2f} {interval_text(v.lo, v.hi, '.2f')}"
         return f"{v.estimate:+.3f} {interval_text(v.lo, v.hi, '+.3f')}"
 
+    def _adjusted(self) -> str:
+        padj = self.verdict.p_adjusted
+        return "" if math.isnan(padj) else f", Holm-adjusted p = {padj:.3g}"
+
+    def rejudged(self, p_adjusted: float | None) -> EffectResult:
+        """This result judged again with the family's adjusted p (``tooldecode.stats.holm``)."""
+        v = self.verdict
+        verdict = judge_effect(
+            self.cmp, self.claim, events=v.events, event_clusters=v.event_clusters, p_adjusted=p_adjusted
+        )
+        return dataclasses.replace(self, verdict=verdict)
+
     def short(self) -> str:
         """One line for a summary: the estimate with its interval, the events and clusters, the verdict."""
         c, v = self.cmp, self.verdict
@@ -487,13 +511,13 @@ class EffectResult:
 
     def measured(self) -> str:
         c, v = self.cmp, self.verdict
-        unit = f"{self.draws} distinct draws" if self.level == "L2" else f"{self.draws} decision points"
+        unit = f"{self.draws} distinct draws" if self.level != "L3" else f"{self.draws} decision points"
         est = ("ratio " if self.claim.scale == "ratio" else "difference ") + self._estimate()
         few = ", fewer than 10 clusters" if c.g < 10 else ""
         ev = f"{v.events:g} events in {v.event_clusters} scenarios"
         return (
             f"{self.label}: {c.mean_a:.3f} vs {c.mean_b:.3f} (per-scenario means), {est}, "
-            f"difference {c.diff:+.3f} {interval_text(c.lo, c.hi, '+.3f')}, sign-flip p = {c.p_sign_flip:.3g}; "
+            f"difference {c.diff:+.3f} {interval_text(c.lo, c.hi, '+.3f')}, sign-flip p = {c.p_sign_flip:.3g}{self._adjusted()}; "
             f"{c.g} scenarios{few}, {unit}, {ev} [run {self.run.name}]"
         )
 
@@ -559,10 +583,10 @@ def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") 
                 in (full_variant({**common, **effect["a"]}), full_variant({**common, **effect["b"]}))
                 and row_measure(r, measure) is not None
             )
-        elif level == "L2":
+        elif level in ("L1", "L2"):
             if run.shared_streams:
                 continue  # its scenarios share one random stream: no cluster interval (counts only elsewhere)
-            base = [s for s in run.samples if not s.get("error") and s["arm"].get("level") == "L2"]
+            base = [s for s in run.samples if not s.get("error") and s["arm"].get("level") == level]
             if model:
                 base = [s for s in base if s["arm"].get("model") == model]
             sa = [s for s in base if _matches(s["arm"], {**common, **effect["a"]})]
@@ -576,7 +600,7 @@ def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") 
             ev_clusters = len({s["scenario"] for s in distinct_draws(sa + sb) if sample_event(s, measure)})
             draws = na + nb
         else:
-            raise FindingsError(f"{where}: level must be 'L2' or 'L3', got {level!r}")
+            raise FindingsError(f"{where}: level must be 'L1', 'L2' or 'L3', got {level!r}")
         if len(shared) < 2:
             continue
         # a run made from a clean commit first, then the most paired scenarios, then the newest

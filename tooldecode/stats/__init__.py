@@ -16,7 +16,8 @@ Pure numpy + the standard library (no scipy). Which function to use when is desc
   permutation p over scenarios, the ratio of arm means with a cluster-robust delta-method interval,
   and the minimum detectable effect at 80% power.
 - ``judge_effect``: a verdict against a claimed effect (direction and size): reproduces /
-  contradicts / inconclusive.
+  direction only — size contradicted / contradicts / inconclusive / premise absent;
+  ``by_construction`` relabels an instrument check; ``holm`` adjusts p values across a family.
 
 The percentile cluster bootstrap is kept for comparison; at the cluster counts of a small study it
 is anti-conservative (a true null is rejected ~11% of the time at 6 clusters), so findings use the
@@ -27,17 +28,27 @@ from __future__ import annotations
 
 from tooldecode.stats.bootstrap import cluster_bootstrap_diff, cluster_bootstrap_rate
 from tooldecode.stats.clusters import (
+    BY_CONSTRUCTION,
     CLUSTER_RATE_KIND,
+    CONTRADICTS,
+    DIRECTION_ONLY,
+    EXACT_SIGN_FLIP_MAX,
     FEW_CLUSTERS,
+    INCONCLUSIVE,
     MIN_EVENT_CLUSTERS,
     MIN_EVENTS,
     PAIRED_KIND,
+    PREMISE_ABSENT,
+    REPRODUCES,
+    VERDICTS,
     ClusterRate,
     EffectClaim,
     EffectVerdict,
     PairedClusters,
+    by_construction,
     cluster_rate,
     few_clusters_note,
+    holm,
     interval_text,
     judge_effect,
     paired_clusters,
@@ -46,7 +57,17 @@ from tooldecode.stats.clusters import (
 from tooldecode.stats.intervals import Diff, Rate, fisher_exact, mean_ci, newcombe_diff, noise_floor, wilson
 
 __all__ = [
+    "BY_CONSTRUCTION",
     "CLUSTER_RATE_KIND",
+    "CONTRADICTS",
+    "DIRECTION_ONLY",
+    "EXACT_SIGN_FLIP_MAX",
+    "INCONCLUSIVE",
+    "PREMISE_ABSENT",
+    "REPRODUCES",
+    "VERDICTS",
+    "by_construction",
+    "holm",
     "ClusterRate",
     "Diff",
     "EffectClaim",

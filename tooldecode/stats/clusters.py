@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from tooldecode.stats.bootstrap import cluster_sums
 from tooldecode.stats.intervals import normal_quantile, t_cdf, t_ppf, wilson
 
 FEW_CLUSTERS = 10  # below this many clusters every figure says so
+EXACT_SIGN_FLIP_MAX = 20  # the sign-flip p is exact up to this many nonzero differences (2^20 patterns)
 CLUSTER_RATE_KIND = "cluster-robust CR1, t(G-1)"
 PAIRED_KIND = "t over scenario differences; sign-flip permutation p"
 
@@ -92,19 +94,24 @@ def sign_flip_p(d: Sequence[float], *, n_mc: int = 20000, seed: int = 0) -> floa
     """Two-sided sign-flip permutation p for the mean of paired differences ``d`` (one per cluster).
 
     Under the null that the two arms are exchangeable within a cluster, each difference is as likely
-    to have either sign. Exact (all ``2^G`` sign patterns) up to ``G = 16``, else ``n_mc`` random
-    patterns (p = (1 + hits) / (1 + n_mc)). Differences of exactly 0 contribute nothing. Returns 1.0
-    when every difference is 0.
+    to have either sign. Exact (all ``2^G'`` sign patterns of the ``G'`` nonzero differences) up to
+    ``G' = EXACT_SIGN_FLIP_MAX`` (20), else ``n_mc`` random patterns (p = (1 + hits) / (1 + n_mc)).
+    Differences of exactly 0 contribute nothing. Returns 1.0 when every difference is 0.
     """
     x = np.asarray(d, dtype=np.float64)
+    x = x[x != 0]
     g = x.size
-    if g == 0 or not np.any(x):
+    if g == 0:
         return 1.0
     obs = abs(x.sum()) - 1e-12 * max(1.0, float(np.abs(x).sum()))
-    if g <= 16:
-        signs = ((np.arange(2**g)[:, None] >> np.arange(g)) & 1) * 2.0 - 1.0
-        stats = np.abs(signs @ x)
-        return float(np.mean(stats >= obs))
+    if g <= EXACT_SIGN_FLIP_MAX:
+        hits = 0
+        low = min(g, 12)  # patterns of the first ``low`` signs, enumerated per pattern of the rest
+        base = (((np.arange(2**low)[:, None] >> np.arange(low)) & 1) * 2.0 - 1.0) @ x[:low]
+        for hi_bits in range(2 ** (g - low)):
+            signs = ((hi_bits >> np.arange(g - low)) & 1) * 2.0 - 1.0
+            hits += int(np.sum(np.abs(base + float(signs @ x[low:])) >= obs))
+        return hits / 2**g
     rng = np.random.default_rng(seed)
     signs = rng.integers(0, 2, size=(n_mc, g), dtype=np.int8).astype(np.float64) * 2.0 - 1.0
     hits = int(np.sum(np.abs(signs @ x) >= obs))
@@ -247,11 +254,22 @@ class EffectClaim:
         return f"×{self.size:g}" if self.scale == "ratio" else f"{self.size:+g}"
 
 
+REPRODUCES = "reproduces"
+DIRECTION_ONLY = "direction only — size contradicted"
+CONTRADICTS = "contradicts"
+INCONCLUSIVE = "inconclusive"
+BY_CONSTRUCTION = "by construction"
+PREMISE_ABSENT = "premise absent"
+VERDICTS = (REPRODUCES, DIRECTION_ONLY, CONTRADICTS, INCONCLUSIVE, BY_CONSTRUCTION, PREMISE_ABSENT)
+
+
 @dataclass(frozen=True)
 class EffectVerdict:
-    """The verdict of ``judge_effect`` with the figures it rests on."""
+    """The verdict of ``judge_effect`` with the figures it rests on (``p``: the sign-flip p;
+    ``p_adjusted``: after the multiplicity correction across the family of effect rows, nan when the
+    row was judged on its own)."""
 
-    verdict: str  # "reproduces" | "contradicts" | "inconclusive"
+    verdict: str  # one of VERDICTS
     estimate: float
     lo: float
     hi: float
@@ -261,6 +279,8 @@ class EffectVerdict:
     g: int
     mde: float
     reason: str
+    p: float = math.nan
+    p_adjusted: float = math.nan
 
     def __str__(self) -> str:
         return f"{self.verdict} ({self.reason})" if self.reason else self.verdict
@@ -270,17 +290,52 @@ MIN_EVENTS = 5
 MIN_EVENT_CLUSTERS = 3
 
 
-def judge_effect(
-    cmp: PairedClusters, claim: EffectClaim, *, events: float, event_clusters: int, alpha: float = 0.05
-) -> EffectVerdict:
-    """Judge a paired comparison against a claimed effect.
+def holm(ps: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p values (family-wise error), in the order of ``ps``; nan stays nan
+    and is not counted in the family."""
+    idx = [i for i, p in enumerate(ps) if not math.isnan(p)]
+    m = len(idx)
+    out = [math.nan] * len(ps)
+    running = 0.0
+    for rank, i in enumerate(sorted(idx, key=lambda i: ps[i])):
+        running = max(running, min(1.0, (m - rank) * ps[i]))
+        out[i] = running
+    return out
 
-    - *reproduces*: the interval (on the claim's scale) excludes the null (ratio 1, difference 0) in
-      the claimed direction and the sign-flip p is at most ``alpha`` (with fewer than 6 scenarios that
-      differ it cannot be), from at least ``MIN_EVENTS`` events in at least ``MIN_EVENT_CLUSTERS``
-      clusters; when it also excludes the claimed size, the reason says the size differs;
-    - *contradicts*: the interval excludes the claimed size (and does not reproduce the direction);
+
+def by_construction(v: EffectVerdict, check: str) -> EffectVerdict:
+    """``v`` relabelled as an instrument check: the arms differ because the instrument makes them
+    (``check`` names how, e.g. a closed grammar cannot write a key), so it is never a reproduction."""
+    return dataclasses.replace(
+        v, verdict=BY_CONSTRUCTION, reason=f"instrument check: {check}", p_adjusted=math.nan
+    )
+
+
+def judge_effect(
+    cmp: PairedClusters,
+    claim: EffectClaim,
+    *,
+    events: float,
+    event_clusters: int,
+    alpha: float = 0.05,
+    p_adjusted: float | None = None,
+) -> EffectVerdict:
+    """Judge a paired comparison against a claimed effect; the rule, in order:
+
+    - *premise absent*: the reference arm ``b`` has no event (mean 0) where the claim needs some (a
+      decrease, or any claim on the ratio scale);
+    - the claimed direction is *established* when the interval (on the claim's scale) excludes the
+      null (ratio 1, difference 0) in the claimed direction, the sign-flip p is at most ``alpha``, the
+      multiplicity-adjusted p (``p_adjusted``, when given) is at most ``alpha``, and there are at least
+      ``MIN_EVENTS`` events in at least ``MIN_EVENT_CLUSTERS`` clusters. Then *reproduces* when the
+      claimed size lies inside the interval (or no size is claimed), else *direction only — size
+      contradicted*;
+    - *contradicts*: otherwise, when the interval excludes the claimed size or lies wholly on the
+      other side of the null;
     - *inconclusive*: otherwise, with the minimum detectable effect at 80% power on the claim's scale.
+
+    ``by_construction`` relabels an instrument check. No verdict says *reproduces* when its interval
+    excludes the claimed size.
     """
     if claim.scale == "ratio":
         est, lo, hi = cmp.ratio, cmp.ratio_lo, cmp.ratio_hi
@@ -288,46 +343,60 @@ def judge_effect(
     else:
         est, lo, hi = cmp.diff, cmp.lo, cmp.hi
         mde = cmp.mde_diff * (1 if claim.direction >= 0 else -1)
+    padj = math.nan if p_adjusted is None else p_adjusted
 
     def out(verdict: str, reason: str) -> EffectVerdict:
-        return EffectVerdict(verdict, est, lo, hi, claim, events, event_clusters, cmp.g, mde, reason)
+        return EffectVerdict(
+            verdict, est, lo, hi, claim, events, event_clusters, cmp.g, mde, reason, cmp.p_sign_flip, padj
+        )
 
+    if cmp.g >= 2 and cmp.mean_b == 0 and (claim.direction < 0 or claim.scale == "ratio"):
+        return out(
+            PREMISE_ABSENT,
+            "the reference arm has no event, so there is nothing to remove"
+            if claim.direction < 0
+            else "the reference arm has no event, so no ratio",
+        )
     if math.isnan(lo) or math.isnan(hi):
-        if cmp.g >= 2 and cmp.mean_b == 0 and cmp.mean_a == 0:
-            return out("inconclusive", "no event in either arm")
         if cmp.g >= 2 and math.isnan(cmp.lo) and not math.isnan(cmp.diff) and cmp.mean_b != 0:
             return out(
-                "inconclusive",
+                INCONCLUSIVE,
                 f"every scenario's difference is {cmp.diff:+.3f}: no variance across scenarios, so no t "
                 "interval (arms drawn with shared random streams can agree draw for draw)",
             )
-        return out("inconclusive", "no interval (fewer than 2 scenarios or a zero reference)")
+        return out(INCONCLUSIVE, "no interval (fewer than 2 scenarios or a zero reference)")
     interval_excl = (lo > claim.null) if claim.direction > 0 else (hi < claim.null)
-    # the interval (t over scenarios) and the sign-flip test must both reject no-effect
-    excl_null = interval_excl and cmp.p_sign_flip <= alpha
+    adj_ok = p_adjusted is None or p_adjusted <= alpha
+    established = interval_excl and cmp.p_sign_flip <= alpha and adj_ok
     wrong_way = (hi < claim.null) if claim.direction > 0 else (lo > claim.null)
     excl_size = claim.size is not None and (claim.size < lo or claim.size > hi)
     enough = events >= MIN_EVENTS and event_clusters >= MIN_EVENT_CLUSTERS
-    if excl_null and enough:
-        return out(
-            "reproduces", f"claimed {claim} outside the interval: the size differs" if excl_size else ""
-        )
+    if established and enough:
+        if excl_size:
+            return out(DIRECTION_ONLY, f"claimed {claim} outside the interval")
+        return out(REPRODUCES, "")
     if excl_size or wrong_way:
         why = "the opposite direction" if wrong_way else f"claimed {claim} outside the interval"
-        return out("contradicts", why)
-    if excl_null:
+        return out(CONTRADICTS, why)
+    if interval_excl and cmp.p_sign_flip <= alpha and not adj_ok:
         return out(
-            "inconclusive",
+            INCONCLUSIVE,
+            f"direction as claimed at sign-flip p = {cmp.p_sign_flip:.3g}, but the adjusted p = "
+            f"{padj:.3g} > {alpha:g}",
+        )
+    if interval_excl and cmp.p_sign_flip <= alpha:
+        return out(
+            INCONCLUSIVE,
             f"direction as claimed but only {events:g} events in {event_clusters} scenarios "
             f"(needs {MIN_EVENTS} in {MIN_EVENT_CLUSTERS})",
         )
     if interval_excl:
         return out(
-            "inconclusive",
+            INCONCLUSIVE,
             f"the t interval excludes no-effect but the sign-flip p = {cmp.p_sign_flip:.3g} > {alpha:g} "
             f"({event_clusters} scenarios with events)",
         )
     if claim.scale == "ratio" and claim.direction < 0 and mde <= 0:
-        return out("inconclusive", "at 80% power not even ×0 (a complete removal) is detectable at this n")
+        return out(INCONCLUSIVE, "at 80% power not even ×0 (a complete removal) is detectable at this n")
     m = f"×{mde:.2f}" if claim.scale == "ratio" else f"{mde:+.3f}"
-    return out("inconclusive", f"minimum detectable effect at 80% power {m}")
+    return out(INCONCLUSIVE, f"minimum detectable effect at 80% power {m}")
