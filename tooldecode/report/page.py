@@ -10,6 +10,7 @@ from typing import Any
 from tooldecode import __version__
 from tooldecode.report.data import RunData, Sample, payload_correct
 from tooldecode.report.distortion import distortion_results, distortion_table, plot_distortion
+from tooldecode.report.kinds import plot_kinds, summary_kind_bars
 from tooldecode.report.plots import plot_probe, plot_rates, plot_zoo, png_data
 from tooldecode.report.summary import Summary, freeze_arm
 from tooldecode.report.tables import (
@@ -24,6 +25,8 @@ from tooldecode.report.tables import (
     verdicts_table,
     zoo_table,
 )
+from tooldecode.report.tokens import CSS as TOKEN_CSS
+from tooldecode.report.tokens import token_section
 
 MAX_SAMPLE_ROWS = 500  # per run in report.html
 
@@ -189,7 +192,7 @@ def summary_html(s: Summary, command: str | None = None) -> str:
     parts = [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
         "<title>tooldecode report</title>",
-        f"<style>{_CSS}</style></head><body>",
+        f"<style>{_CSS}{TOKEN_CSS}</style></head><body>",
         "<h1>tooldecode report</h1>",
         f'<p class="note">Made by tooldecode {_esc(__version__)}'
         + (f" with <code>{_esc(command)}</code>" if command else "")
@@ -202,6 +205,12 @@ def summary_html(s: Summary, command: str | None = None) -> str:
         _html_table(arms_table(s)),
     ]
     parts.append(_img(plot_rates(s), "rates per arm with 95% intervals"))
+    kinds = plot_kinds(summary_kind_bars(s.runs))
+    if kinds is not None:
+        parts += [
+            "<h2>What follows the gold newText</h2>",
+            _img(kinds, "outcomes after newText per run and arm"),
+        ]
     parts += [
         "<h2>All verdicts</h2>",
         _html_table(verdicts_table(s)),
@@ -224,6 +233,7 @@ def summary_html(s: Summary, command: str | None = None) -> str:
         parts.append("<h2>Lenient-harness repair</h2>")
         parts += [f"<h3>{_esc(name)}</h3>{_md_to_html(text)}" for name, text in rescues]
     parts += distortion_parts(s)
+    parts.append(token_section([run.path for run in s.runs]))
     parts.append("<h2>Samples</h2>")
     parts += [_samples_section(run, labels, f"samples-{i}") for i, run in enumerate(s.runs)]
     parts.append(f"<script>{_JS}</script></body></html>")
