@@ -19,7 +19,7 @@ from tooldecode.grammar.gir import FAIL, Grammar, RuleBook, galt, sanitize
 from tooldecode.grammar.lark import emit_lark
 from tooldecode.grammar.lower import DUPLICATES, Lowerer
 from tooldecode.grammar.regex import emit_regex
-from tooldecode.grammar.schema import MODES, ORDERS, SchemaIR, compile_schema, strictify
+from tooldecode.grammar.schema import MODES, ORDERS, SchemaIR, check_budget, compile_schema, strictify
 from tooldecode.grammar.terminals import WS_POLICIES, ws_max_for
 from tooldecode.grammar.tools import Tool, is_schema, load_tool, load_tools, read_tools, tool_catalog
 from tooldecode.grammar.wire import FORBID, WIRES, check_name, check_wire, frame, serialize
@@ -266,6 +266,7 @@ def render(
     tool_name, schema = _as_tool(schema_or_tool, name)
     if wire != "json" and not tool_name:
         raise GrammarError(f"the {wire} wire carries the tool name; pass a Tool or name=...")
+    check_budget(schema)  # before json.dumps: an integer past Python's digit limit is named, not raised
     return _render_cached(json.dumps(schema), tool_name, format, wire, mode, order, ws, ws_max, lenient)
 
 

@@ -330,7 +330,7 @@ def emit_automaton(  # noqa: C901 -- one walk: collect, count references, inline
     bodies: dict[Hashable, GExpr] = {}
 
     def ref(t: Hashable) -> GExpr:
-        b = body(t)
+        b = bodies[t]
         if indeg[t] > 1 and isinstance(b, (GSeq, GAlt, GRep)) and expr_size(b) > INLINE_MAX:
             if t not in names:
                 names[t] = book.fresh(f"{hint}-s{len(names) + 1}")
@@ -339,8 +339,6 @@ def emit_automaton(  # noqa: C901 -- one walk: collect, count references, inline
         return b
 
     def body(s: Hashable) -> GExpr:
-        if s in bodies:
-            return bodies[s]
         loops = [lab_ for lab_, t in edges[s] if t == s]
         alts = [gseq(lab_, ref(t)) for lab_, t in edges[s] if t != s and t in live]
         if accept(s):
@@ -348,7 +346,22 @@ def emit_automaton(  # noqa: C901 -- one walk: collect, count references, inline
         core = galt(*alts)
         if loops:
             core = gseq(grep(galt(*loops), 0, None), core)
-        bodies[s] = core
         return core
 
-    return body(start)
+    # bodies in post-order (successors first), without recursion: wide automata (an object of
+    # hundreds of optional properties) are chains hundreds of states long
+    post: list[Hashable] = []
+    visiting = [(start, iter([t for _, t in edges[start] if t != start and t in live]))]
+    placed = {start}
+    while visiting:
+        s, succ = visiting[-1]
+        t = next((x for x in succ if x not in placed), None)
+        if t is None:
+            visiting.pop()
+            post.append(s)
+            continue
+        placed.add(t)
+        visiting.append((t, iter([u for _, u in edges[t] if u != t and u in live])))
+    for s in post:
+        bodies[s] = body(s)
+    return bodies[start]

@@ -24,6 +24,7 @@ __all__ = [
     "MODES",
     "ORDERS",
     "SchemaIR",
+    "check_budget",
     "check_depth",
     "compile_schema",
     "json_depth",
@@ -65,6 +66,7 @@ def compile_schema(
     if order not in ORDERS:
         raise GrammarError(f"unknown order {order!r}; use one of {', '.join(ORDERS)}")
     check_depth(schema)
+    check_budget(schema)
     translated, dialect, dropped = to_2020(schema)
     src = strictify(translated) if mode == "strict" else translated
     c = Compiler(src, lenient=lenient, assert_format=(mode == "strict"))
@@ -102,3 +104,51 @@ def check_depth(schema: Any) -> None:
             f"the schema is nested {d} levels deep (JSON), more than the {MAX_DEPTH} this builder renders; "
             "flatten it or move repeated parts into $defs"
         )
+
+
+# what this builder renders in reasonable time and memory: past these it fails fast, naming where
+MAX_NODES = 100_000  # JSON values in the whole schema
+MAX_MEMBERS = 500  # properties of one object (the ordered-optional automaton grows as the square)
+MAX_ENUM = 10_000  # values of one enum
+MAX_INT_BITS = 13_000  # integer literals (about 3,900 decimal digits; Python prints at most 4,300)
+
+
+def check_budget(schema: Any) -> None:
+    """Raise ``GrammarError`` (naming the JSON pointer) for a schema too big to render: more than
+    ``MAX_NODES`` values, an object of more than ``MAX_MEMBERS`` properties, an enum of more than
+    ``MAX_ENUM`` values, or an integer literal of more than ``MAX_INT_BITS`` bits. Without recursion."""
+    from tooldecode.grammar.errors import GrammarError, pointer_join
+
+    nodes = 0
+    stack: list[tuple[Any, str, str | None]] = [(schema, "", None)]
+    while stack:
+        v, where, key = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise GrammarError(
+                f"the schema has more than {MAX_NODES:,} JSON values (at {where or '/'}), more than this "
+                "builder renders; split the tool or move repeated parts into $defs"
+            )
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, int) and v.bit_length() > MAX_INT_BITS:
+            raise GrammarError(
+                f"the integer at {where or '/'} has about {int(v.bit_length() * 0.30103):,} digits, more than "
+                f"the {int(MAX_INT_BITS * 0.30103):,} this builder renders; use a smaller bound"
+            )
+        if isinstance(v, dict):
+            if key == "properties" and len(v) > MAX_MEMBERS:
+                raise GrammarError(
+                    f"the object at {where} has {len(v):,} properties, more than the {MAX_MEMBERS:,} this "
+                    "builder renders; split the tool or use patternProperties / additionalProperties"
+                )
+            stack.extend(
+                (x, pointer_join(where, k), k if key != "properties" else None) for k, x in v.items()
+            )
+        elif isinstance(v, list):
+            if key == "enum" and len(v) > MAX_ENUM:
+                raise GrammarError(
+                    f"the enum at {where} has {len(v):,} values, more than the {MAX_ENUM:,} this builder "
+                    "renders; use a pattern or a plain type"
+                )
+            stack.extend((x, pointer_join(where, i), None) for i, x in enumerate(v))
