@@ -31,6 +31,16 @@ demo: setup
 	$(PY) -m tooldecode models fetch $(MODEL)
 	$(PY) scripts/demo.py --model $(MODEL)
 
+# every notebook top to bottom (nbconvert); executed copies go to build/notebooks/, the committed ones stay clean.
+# NOTEBOOK_ENV="TOOLDECODE_NOTEBOOK_MODEL=smollm2-135m-instruct TOOLDECODE_NOTEBOOK_N=2" for a quick pass
+notebooks: setup
+	@mkdir -p build/notebooks
+	@for nb in notebooks/*.ipynb; do \
+	  echo "notebooks: $$nb"; \
+	  env $(NOTEBOOK_ENV) $(PY) -m nbconvert --to notebook --execute --ExecutePreprocessor.timeout=3600 \
+	    --ExecutePreprocessor.kernel_name=python3 --output-dir build/notebooks "$$nb" || exit 1; \
+	done
+
 grammars: setup
 	$(PY) scripts/render_grammars.py --out grammars
 

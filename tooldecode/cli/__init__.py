@@ -10,10 +10,26 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 
 from tooldecode.errors import ToolDecodeError
+
+# The extra that brings each optional import a command may need (one-line hint instead of a traceback).
+EXTRA_OF = {
+    "jinja2": "models",
+    "torch": "models",
+    "transformers": "models",
+    "llama_cpp": "models",
+    "xgrammar": "models",
+    "llguidance": "models",
+    "gguf": "models",
+    "outlines": "models",
+    "matplotlib": "report",
+    "nbclient": "report",
+    "nbformat": "report",
+}
 
 # Every command group, in help order.
 COMMAND_MODULES = (
@@ -41,6 +57,25 @@ def build_parser() -> argparse.ArgumentParser:
         description="Strict (grammar-constrained) and loose decoding of tool calls: grammars, prompts, "
         "samples, verdicts, runs and reports.",
     )
+    from tooldecode import __version__
+
+    parser.add_argument("--version", action="version", version=f"tooldecode {__version__}")
+    noise = parser.add_mutually_exclusive_group()
+    noise.add_argument(
+        "-v",
+        "--verbose",
+        dest="log_verbose",
+        action="count",
+        default=0,
+        help="more log lines on stderr (-v: progress and info, -vv: debug)",
+    )
+    noise.add_argument(
+        "-q",
+        "--quiet",
+        dest="log_quiet",
+        action="store_true",
+        help="only errors on stderr (no progress lines)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         group = importlib.import_module(name).register(sub)
@@ -49,10 +84,63 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def configure_logging(verbose: int = 0, quiet: bool = False) -> None:
+    """Log lines of the ``tooldecode`` loggers on stderr as ``tooldecode: message``: warnings by default,
+    info with ``-v``, debug with ``-vv``, errors only with ``-q``."""
+    level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
+    log = logging.getLogger("tooldecode")
+    log.setLevel(level)
+    if not any(getattr(h, "tooldecode_cli", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("tooldecode: %(message)s"))
+        handler.tooldecode_cli = True  # type: ignore[attr-defined]
+        log.addHandler(handler)
+        log.propagate = False
+    logging.getLogger("tooldecode.progress").setLevel(logging.ERROR if quiet else logging.INFO)
+
+
+class Progress:
+    """Progress of long work as log lines on stderr (logger ``tooldecode.progress``; ``-q`` silences
+    them): one every ``every`` items with the rate and the time left, so a run off a terminal is not
+    silent for minutes."""
+
+    def __init__(self, what: str, total: int, every: int = 1, unit: str = "item") -> None:
+        import time
+
+        self.what, self.total, self.every, self.unit = what, total, max(1, every), unit
+        self.done = 0
+        self.t0 = time.monotonic()
+        self.log = logging.getLogger("tooldecode.progress")
+
+    def step(self, n: int = 1, note: str = "") -> None:
+        import time
+
+        self.done += n
+        if self.done % self.every and self.done != self.total:
+            return
+        dt = time.monotonic() - self.t0
+        rate = self.done / dt if dt > 0 else float("inf")
+        left = (self.total - self.done) / rate if rate > 0 else 0.0
+        tail = f"; {note}" if note else ""
+        self.log.info(
+            "%s: %d/%d %ss, %.2f %ss/s, %.0f s elapsed, ETA %.0f s%s",
+            self.what,
+            self.done,
+            self.total,
+            self.unit,
+            rate,
+            self.unit,
+            dt,
+            left,
+            tail,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; the exit status (2 for a usage or ``ToolDecodeError``)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    configure_logging(getattr(args, "log_verbose", 0), getattr(args, "log_quiet", False))
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()
@@ -61,6 +149,17 @@ def main(argv: list[str] | None = None) -> int:
         rc = func(args)
     except ToolDecodeError as err:
         print(f"tooldecode: error: {err}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as err:
+        top = (err.name or "").split(".")[0]
+        if top not in EXTRA_OF:
+            raise
+        extra = EXTRA_OF[top]
+        print(
+            f"tooldecode: error: {args.command} needs {top}, which is not installed; install the "
+            f"'{extra}' extra: pip install 'tooldecode[{extra}]' (or run make setup)",
+            file=sys.stderr,
+        )
         return 2
     except BrokenPipeError:  # e.g. `tooldecode scenarios list | head`
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -195,7 +194,10 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     kw = {"n_ctx": 8192, "max_seqs": 32} if args.backend == "llamacpp" else {}
     be = load_backend(args.backend, ref, **kw)
     cfg = _config(args)
+    from tooldecode.cli import Progress
+
     rows = []
+    progress = Progress("replay", len(wanted), unit="call")
     for n in wanted:
         data = session_scenario(session, n)
         points = probe_scenario(be, ref, data, cfg)
@@ -203,7 +205,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         rows.append(row)
         if args.json:
             print(json.dumps({**row, "decision_points": [p.to_dict() for p in points]}))
-        print(f"tooldecode: replay: call {n} of {len(calls)} probed ({len(points)} points)", file=sys.stderr)
+        progress.step(note=f"call {n} of {len(calls)} ({data['call']['name']}): {len(points)} points")
     if not args.json:
         print(
             f"session {Path(args.session).name} ({session.format}), model {ref.id} ({args.backend}), {len(calls)} calls"
