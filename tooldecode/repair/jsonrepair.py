@@ -10,6 +10,7 @@ from tooldecode.grammar import Tool
 from tooldecode.repair.arguments import harness_errors
 from tooldecode.repair.rescue import format_rate, rate_record
 from tooldecode.scoring import (
+    MAX_JSON_DEPTH,
     check_payload,
     extract_calls,
     primary_call,
@@ -47,6 +48,31 @@ def _json_repair_candidate(text: str, wire: str | None, tools: Sequence[Tool], e
     return raw.strip()
 
 
+def _nesting(text: str, limit: int) -> int:
+    """The bracket nesting depth of ``text`` (outside JSON strings), counted up to ``limit + 1``, in one pass."""
+    depth = deepest = 0
+    in_str = escaped = False
+    for ch in text:
+        if in_str:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    return deepest
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    return deepest
+
+
 def json_repair_call(
     text: str, tools: Sequence[Tool], *, wire: str | None = None, expected_tool: str | None = None
 ) -> dict:
@@ -60,14 +86,18 @@ def json_repair_call(
     import json_repair
 
     raw = _json_repair_candidate(text, wire, tools, expected_tool)
+    depth = _nesting(raw, MAX_JSON_DEPTH)
+    if depth > MAX_JSON_DEPTH:  # the parsers recurse: a bounded outcome instead of a RecursionError
+        error = f"nested deeper than {MAX_JSON_DEPTH} levels; not handed to json-repair"
+        return {"tool": None, "arguments": None, "valid": False, "changed": True, "error": error}
     try:
         json.loads(raw)
         changed = False
-    except ValueError:
+    except (ValueError, RecursionError):
         changed = True
     try:
         value = json_repair.repair_json(raw, return_objects=True)
-    except Exception as err:  # the library's own failure is an outcome, not a crash of the accounting
+    except (Exception, RecursionError) as err:  # the library's own failure is an outcome, not a crash
         return {"tool": None, "arguments": None, "valid": False, "changed": changed, "error": str(err)[:160]}
     if isinstance(value, list) and value and isinstance(value[0], dict):
         value = value[0]
