@@ -67,6 +67,7 @@ def test_quickstart_then_findings(notebook_env, smol_ref):
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     assert sorted(s["arm"]["mode"] for s in samples) == ["loose", "loose", "strict", "strict"]
     assert (run / "report.html").is_file() and (run / "summary.md").is_file()
+    assert "A call, token by token" in text and "<th>strict</th><th>loose</th>" in text  # the token strip
 
     book = _execute("03_findings.ipynb")
     text = _text(book)

@@ -10,6 +10,7 @@ from typing import Any
 from tooldecode import __version__
 from tooldecode.report.data import RunData, Sample, payload_correct
 from tooldecode.report.distortion import distortion_results, distortion_table, plot_distortion
+from tooldecode.report.kinds import plot_kinds, summary_kind_bars
 from tooldecode.report.plots import plot_probe, plot_rates, plot_zoo, png_data
 from tooldecode.report.summary import Summary, freeze_arm
 from tooldecode.report.tables import (
@@ -204,6 +205,12 @@ def summary_html(s: Summary, command: str | None = None) -> str:
         _html_table(arms_table(s)),
     ]
     parts.append(_img(plot_rates(s), "rates per arm with 95% intervals"))
+    kinds = plot_kinds(summary_kind_bars(s.runs))
+    if kinds is not None:
+        parts += [
+            "<h2>What follows the gold newText</h2>",
+            _img(kinds, "outcomes after newText per run and arm"),
+        ]
     parts += [
         "<h2>All verdicts</h2>",
         _html_table(verdicts_table(s)),
