@@ -240,6 +240,9 @@ def row_strict_cost(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
                 if cmp.lo > 0
                 else "descriptive",
                 "source": source([run]),
+                "headline": f"strict {rs_.k:g}/{rs_.n} vs loose {rl_.k:g}/{rl_.n} draws run on: ×{cmp.ratio:.2f} "
+                f"{interval_text(cmp.ratio_lo, cmp.ratio_hi, '.2f')} ({cmp.g} scenarios)",
+                "command": run.command(),
                 "summary": f"strict's cost: the newText string goes on instead of closing in {rs_.k:g}/{rs_.n} strict vs "
                 f"{rl_.k:g}/{rl_.n} loose draws, ×{cmp.ratio:.2f} {interval_text(cmp.ratio_lo, cmp.ratio_hi, '.2f')} paired over "
                 f"{cmp.g} scenarios (run {run.name})",
@@ -735,6 +738,8 @@ def row_zoo(runs: dict[str, Run]) -> dict | None:
         s for s in cont if sample_continuation(s).kind in ("repeat", "wrong_level", "schema_word", "invented")
     ]
     inv = crate(extra, lambda s: sample_continuation(s).kind == "invented") if extra else None
+    src = crate(extra, lambda s: sample_outcome(s) == "source_shaped") if extra else None
+    dup = crate(extra, lambda s: sample_outcome(s) == "duplicate") if extra else None
     if inv is None:
         verdict = "not measured: no extra key in the pooled draws"
     elif inv.hi < 0.5:
@@ -761,6 +766,11 @@ def row_zoo(runs: dict[str, Run]) -> dict | None:
         ),
         "verdict": verdict,
         "source": source(used),
+        "headline": f"invented names: {inv} of {len(extra)} extra keys" if inv else "no extra key",
+        "headline_source": f"source-shaped: {src} of the extra keys; duplicates {dup}"
+        if extra
+        else "no extra key",
+        "headline_source_verdict": "descriptive",
         "summary": f"what follows newText when {_short(DEFAULT_MODEL)} continues ({len(pool)} distinct loose "
         f"draws): **{verdict}**",
     }
@@ -837,8 +847,14 @@ def row_repair(runs: dict[str, Run]) -> dict | None:
     if not per:
         return None
     parts = []
+    head = ""
     for model, rows in sorted(per.items()):
         n = len(distinct_draws(rows))
+        if model == DEFAULT_MODEL:
+            head = (
+                f"{_short(model)}: json-repair rescues {crate(rows, lambda r: r['jr_ok'])} of {n} failing loose "
+                f"calls and silently corrupts {crate(rows, lambda r: r['jr_bad'])}"
+            )
         parts.append(
             f"{_short(model)} ({n} failing loose calls): json-repair rescues {crate(rows, lambda r: r['jr_ok'])}, "
             f"silently corrupts {crate(rows, lambda r: r['jr_bad'])}; own repairs rescue "
@@ -859,6 +875,7 @@ def row_repair(runs: dict[str, Run]) -> dict | None:
             else ""
         ),
         "verdict": "descriptive (rescues and silent corruptions counted separately above)",
+        "headline": head,
         "source": source(used),
     }
 

@@ -13,29 +13,53 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "experiments"))
 
-from study import build_rows, provenance, reruns, summary  # noqa: E402
+import study  # noqa: E402
+from headline import FIGURE, headline_table, write_figure  # noqa: E402
+from study import build_rows, provenance, reruns  # noqa: E402
 
 from tooldecode.findings import load_runs, write_findings  # noqa: E402
 
 PREAMBLE = """
-Each row is one claim of the background (docs/background.md) or one descriptive measurement, computed
-from the committed runs in `runs/` (raw samples and probe rows) by `make findings`. Conventions:
+## How to read this
+
+Each row of the full table is one claim of the background (docs/background.md) or one descriptive
+measurement, computed from the committed runs in `runs/` (raw samples and probe rows) by `make findings`.
 
 - **Kinds** (tooldecode/classify.py, one definition for sampled and exact rows): after the value of
-  `newText`, *close*, or a *continue* split into *repeat* (a key the item already has, mangled
-  spellings included), *declared*, *wrong_level*, *schema_word* (a word of the tool definitions shown
-  in the prompt), *invented*, *next_item*, *other*; or *string_goes_on*, *wrong_closer*, *stray*. A
-  key is a key only when `:` follows it. *Extra key* = repeat + wrong_level + schema_word + invented.
+  `newText`, *close*, or a *continue* split into *repeat* (a key the item already has; mangled
+  spellings too: junk in the key string, `newText1`, `newTextDoc`, `oldTextModifier`, `new_text`),
+  *declared*, *wrong_level*, *schema_word* (a word of the tool definitions that arm's prompt shows,
+  earlier turns' tools included: the prior arm shows the flat Edit tool, so `replace_all` is one),
+  *invented*, *next_item*, *other*; or *string_goes_on* (a *run-on string*), *wrong_closer*, *stray*.
+  A key is a key only when `:` follows it. *Extra key* = repeat + wrong_level + schema_word + invented.
+- **Outcomes of an extra key** (what the whole call does, from the scorer's verdict): *source-shaped
+  failure* (the call parses under its wire format, every declared key is present, and its only schema
+  violations are additional properties inside `edits[]` items: the source's failure); *duplicate key*
+  (an exact repeat of a present key: JSON-legal, `JSON.parse` and `json.loads` keep one value, so never
+  counted as a validation failure; most such draws repeat until the token budget); *derailment* (any
+  other extra key after which the call does not parse); *other failure* (it parses but fails otherwise).
 - **n** counts distinct draws: copies (byte-identical arms, repeated T=0 draws) are removed.
 - **Intervals**: rates over scenario-clustered samples carry a cluster-robust CR1 95% interval with
   t on G−1 degrees of freedom; comparisons are paired over scenarios (t interval of the mean
-  per-scenario difference, sign-flip permutation p; ratios with a cluster-robust delta-method
-  interval). Figures from fewer than 10 scenarios say so.
-- **Verdicts** against the claimed effect stated in each spec (experiments/*.toml, `[findings]`):
-  *reproduces* when the interval excludes no-effect in the claimed direction from ≥ 5 events in ≥ 3
-  scenarios (an L3 event: a scenario whose probability reaches 0.01 in either arm); *contradicts* when
-  it excludes the claimed size (or points the other way); *inconclusive* otherwise, with the minimum
-  detectable effect at 80% power.
+  per-scenario difference, sign-flip permutation p, exact over all 2^G sign patterns up to 20 nonzero
+  differences, else 20,000 random patterns; ratios with a cluster-robust delta-method interval).
+  Figures from fewer than 10 scenarios say so. A run whose manifest lacks per-scenario random streams
+  (`"streams": "scenario"`) gets no cluster interval at all: its scenarios share one stream, so its
+  rows show counts only, with the command that reruns it, and pooled rows leave it out.
+- **Verdicts** against the claimed effect stated in each spec (experiments/*.toml, `[findings]`), in
+  this order: *premise absent* when the reference arm (b) has no event where the claim needs some (a
+  decrease, or any ratio); *by construction* when the row is an instrument check (the check is named:
+  a closed grammar cannot write a key after newText), never counted as a reproduction; the claimed
+  direction is *established* when the 95% interval on the claim's scale excludes no effect (ratio 1,
+  difference 0) in the claimed direction **and** the sign-flip p ≤ 0.05 **and** the Holm-adjusted p ≤
+  0.05 **and** there are ≥ 5 events in ≥ 3 scenarios (an L2 event: a draw showing the measure; an L3
+  event: a scenario whose probability is above 0 in either arm). Then *reproduces* when the claimed size
+  lies inside the interval (or no size is claimed), else *direction only — size contradicted*.
+  Otherwise *contradicts* when the interval excludes the claimed size or lies wholly on the other side
+  of no effect; otherwise *inconclusive*, with the minimum detectable effect at 80% power.
+- **Multiplicity**: Holm's step-down correction (family-wise error 0.05) across the {family} effect rows
+  that test a claim (instrument checks, rows with a premise absent and rows without an interval are not
+  in the family); every effect row shows the sign-flip p and the Holm-adjusted p.
 - "L2": sampling after the gold newText content was forced; "L3": the exact probe (docs/experiments.md).
 """
 
@@ -62,7 +86,8 @@ BEGIN, END = "<!-- findings summary: begin (make findings) -->", "<!-- findings 
 
 
 def with_summary(readme: str, bullets: str) -> str:
-    """``readme`` with the text between the summary markers replaced by ``bullets``."""
+    """``readme`` with the text between the summary markers replaced by ``bullets`` (the headline table
+    and the figure)."""
     if BEGIN not in readme or END not in readme:
         raise SystemExit(f"README.md lacks the markers {BEGIN!r} … {END!r}; put them around the summary")
     head, rest = readme.split(BEGIN, 1)
@@ -82,6 +107,7 @@ def main() -> None:
     ap.add_argument(
         "--all-runs", action="store_true", help="also read run directories not committed to git (a preview)"
     )
+    ap.add_argument("--no-figure", dest="figure", action="store_false", help=f"do not (re)write {FIGURE}")
     args = ap.parse_args()
     runs = load_runs(Path(args.runs))
     if not args.all_runs:
@@ -89,8 +115,14 @@ def main() -> None:
         if tracked is not None:
             runs = {k: v for k, v in runs.items() if k in tracked}
     rows = build_rows(runs)
+    head = headline_table(rows)
     text = (
-        PREAMBLE
+        "The questions in plain words, answered from the committed runs (Qwen2.5-Coder 0.5B unless named; "
+        "L2: sampled after the gold `newText` was forced, L3: the exact probe); the full table below has "
+        f"every row. Figure: [{FIGURE}]({FIGURE}).\n\n"
+        + head
+        + "\n"
+        + PREAMBLE.replace("{family}", str(study.FAMILY[0]))
         + "\n## Runs read\n\n"
         + provenance(runs)
         + "\n\n## What remains to rerun\n\n"
@@ -98,7 +130,15 @@ def main() -> None:
         + "\n\n## Table\n"
     )
     path = write_findings(rows, Path(args.out), preamble=text)
-    readme = with_summary((ROOT / "README.md").read_text(encoding="utf-8"), summary(rows))
+    if args.figure:
+        write_figure(runs, ROOT)
+    block = (
+        head.replace("| row |", "| FINDINGS row |")
+        + f"\n\n![What follows the gold newText, per model and arm]({FIGURE})\n\n"
+        "Per model and arm, what the model writes after the gold `newText` (L2, distinct draws of the runs "
+        "with per-scenario streams; whiskers: cluster-robust 95% interval of each class's share)."
+    )
+    readme = with_summary((ROOT / "README.md").read_text(encoding="utf-8"), block)
     Path(args.readme_out).write_text(readme, encoding="utf-8")
     print(f"wrote {path} ({len(rows)} rows) and the summary in {args.readme_out}")
 

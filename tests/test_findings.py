@@ -498,3 +498,22 @@ def test_a_cluster_interval_over_a_run_with_shared_streams_is_refused():
     (row,) = row_strict_cost({}, [], {"old": shared})
     assert "counts only" in row["measured"] and "--out runs/old-streams" in row["measured"]
     assert "[" not in row["measured"].split("counts only")[0] and "summary" not in row
+
+
+def test_headline_table_and_the_kinds_figure(tmp_path):
+    from headline import HEADLINES, headline_table
+
+    from tooldecode.report.kinds import kind_bars, write_kinds_png
+
+    assert len(HEADLINES) <= 12
+    rows = [{"observation": "Loose + repair as tolerant clients run it", "measured": "m", "verdict": "descriptive",
+             "headline": "rescues 1/2", "source": "r"}]  # fmt: skip
+    table = headline_table(rows).splitlines()
+    assert len(table) == 3 and "rescues 1/2" in table[2] and "**descriptive**" in table[2]
+    ss = [sample(t, f"s{i % 4}", i) for i, t in enumerate(['"}]}}', '", "newText": "z"}]}}', "z = 2"] * 4)]
+    (bar,) = kind_bars(ss, lambda s: "qwen, loose")
+    assert bar.n == 12 and bar.g == 4
+    assert bar.shares["close"][0] == bar.shares["duplicate key"][0] == bar.shares["run-on string"][0] == 1 / 3
+    assert bar.shares["close"][1] <= 1 / 3 <= bar.shares["close"][2]
+    png = write_kinds_png([bar], tmp_path / "k.png")
+    assert png is not None and png.read_bytes()[:4] == b"\x89PNG"

@@ -474,7 +474,7 @@ class EffectResult:
     draws: int  # distinct draws (L2) or decision points (L3) used
     claim: EffectClaim
 
-    def _estimate(self) -> str:
+    def estimate_text(self) -> str:
         """The verdict's estimate with its interval, on the claim's scale."""
         v = self.verdict
         if math.isnan(v.estimate):
@@ -502,7 +502,7 @@ class EffectResult:
     def short(self) -> str:
         """One line for a summary: the estimate with its interval, the events and clusters, the verdict."""
         c, v = self.cmp, self.verdict
-        est = self._estimate()
+        est = self.estimate_text()
         few = ", fewer than 10 clusters" if c.g < 10 else ""
         return (
             f"{c.mean_a:.3f} vs {c.mean_b:.3f}, {est} ({v.events:g} events in {v.event_clusters} of {c.g} "
@@ -512,7 +512,7 @@ class EffectResult:
     def measured(self) -> str:
         c, v = self.cmp, self.verdict
         unit = f"{self.draws} distinct draws" if self.level != "L3" else f"{self.draws} decision points"
-        est = ("ratio " if self.claim.scale == "ratio" else "difference ") + self._estimate()
+        est = ("ratio " if self.claim.scale == "ratio" else "difference ") + self.estimate_text()
         few = ", fewer than 10 clusters" if c.g < 10 else ""
         ev = f"{v.events:g} events in {v.event_clusters} scenarios"
         return (
