@@ -460,6 +460,8 @@ def _check_probe(probe: dict[str, Any], fail: Callable[[str], None]) -> None:
         fail(f"unknown [probe] field(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
     for b in PROBE_BOUNDS:
         v = probe.get(b)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or v < 0):
+            fail(f"[probe] {b} = {v!r}: give a number ≥ 0")
         if v is not None and option_problem(v, PROBE_RULES[b]):
             fail(f"[probe] {b} = {v!r}: {option_problem(v, PROBE_RULES[b])}")
     if probe.get("samples") is not None and option_problem(probe["samples"], "count0"):
