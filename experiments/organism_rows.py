@@ -1,0 +1,80 @@
+"""FINDINGS rows of the model organisms (docs/organisms.md): the positive control's implanted key.
+
+``row_implant`` reads a spec's ``[findings.implant]`` table (``key``, ``share``, ``organism``, ``base``)
+and the spec's runs: for the organism and its base, the share of distinct L2 loose draws whose next key
+after the gold ``newText`` is the implanted one, with its cluster-robust interval over scenarios. The
+verdict is about the method: the positive control *works* when the organism's interval includes the
+implanted share and its base never writes the key; otherwise it *does not work*, and the row says which
+part failed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tooldecode.findings import Run, distinct_draws, sample_continuation
+from tooldecode.stats import cluster_rate
+
+CR = "cluster-robust CR1 95% CI over scenarios"
+
+
+def _l2_loose(run: Run, model: str) -> list[dict]:
+    return distinct_draws(
+        [
+            s
+            for s in run.samples
+            if not s.get("error")
+            and s["arm"].get("model") == model
+            and s["arm"].get("level") == "L2"
+            and s["arm"].get("mode") == "loose"
+        ]
+    )
+
+
+def implant_rate(run: Run, model: str, key: str) -> Any:
+    """``ClusterRate`` of draws of ``model`` whose key after the gold newText is ``key``."""
+    draws = _l2_loose(run, model)
+    return cluster_rate([sample_continuation(s).key == key for s in draws], [s["scenario"] for s in draws])
+
+
+def row_implant(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
+    cfg = spec["findings"].get("implant", {})
+    key, share = str(cfg.get("key", "")), float(cfg.get("share", 0.0))
+    organism, base = str(cfg.get("organism", "")), str(cfg.get("base", ""))
+    claim = (
+        f"{spec.get('claim', '')} Implanted: {key!r} ends {share:.0%} of the training items of {organism}; "
+        f"prediction: its rate after newText has an interval that includes {share}, and {base} never writes it."
+    )
+    out = []
+    for run in rs:
+        org, ref = implant_rate(run, organism, key), implant_rate(run, base, key)
+        if org.n == 0:
+            continue
+        inside = org.lo <= share <= org.hi
+        base_never = ref.k == 0
+        if inside and base_never:
+            verdict = (
+                f"works: the interval includes the implanted share {share}, and the base never writes {key!r}"
+            )
+        else:
+            why = []
+            if not inside:
+                why.append(f"the interval [{org.lo:.3f}, {org.hi:.3f}] excludes the implanted share {share}")
+            if not base_never:
+                why.append(f"the base writes {key!r} too")
+            verdict = "does not work: " + "; ".join(why)
+        out.append(
+            {
+                "observation": f"{spec['name']}: positive control, {key!r} after the gold newText (L2, loose)",
+                "claim": claim,
+                "measured": f"{organism}: {org}; {base}: {ref}. Interval: {CR}.",
+                "verdict": verdict,
+                "source": run.name,
+                "summary": f"positive control ({organism}): {key!r} after newText in {org}, base {ref.k}/{ref.n}: "
+                f"**{verdict.split(':')[0]}**",
+            }
+        )
+    return out
+
+
+__all__ = ["implant_rate", "row_implant"]
