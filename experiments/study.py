@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from organism_rows import row_implant
 
 from tooldecode.classify import CONTINUE_KINDS, EXTRA_OUTCOMES
 from tooldecode.experiments.spec import as_list
@@ -80,12 +81,39 @@ def l2(run: Run, **want: Any) -> list[dict]:
     return [s for s in arm_filter(run.samples, **want) if s["arm"].get("level") == "L2"]
 
 
+def rerun_command(run: Run) -> str:
+    """The run's command with a new folder: a rerun draws with per-scenario streams (the spec default)."""
+    cmd = re.sub(rf"\s--out\s+\S*{re.escape(run.name)}\b/?", "", run.command())
+    return cmd + f" --out runs/{run.name}-streams"
+
+
+def shared_streams_line(runs: dict[str, Run]) -> str:
+    """The runs drawn with shared streams, each with its rerun command or the run that redid it."""
+    parts = []
+    for r in sorted((r for r in runs.values() if r.shared_streams), key=lambda r: r.name):
+        models = {s["arm"].get("model") for s in r.samples}
+        redone = sorted(
+            o.name
+            for o in runs.values()
+            if o.spec == r.spec and o.samples and not o.shared_streams
+            and models <= {s["arm"].get("model") for s in o.samples}
+        )  # fmt: skip
+        parts.append(
+            f"{r.name} (rerun as {', '.join(redone)})" if redone else f"{r.name} (`{rerun_command(r)}`)"
+        )
+    if not parts:
+        return ""
+    return (
+        "- Drawn with one random stream shared by every scenario (no cluster interval; their rows show counts "
+        "only and pooled rows leave them out), to be rerun with per-scenario streams: "
+        + "; ".join(parts)
+        + "."
+    )
+
+
 def shared_note(run: Run) -> str:
     """Why a run's figures carry no interval, and the command that reruns it with per-scenario streams."""
-    cmd = (
-        re.sub(rf"\s--out\s+\S*{re.escape(run.name)}\b/?", "", run.command())
-        + f" --out runs/{run.name}-streams"
-    )
+    cmd = rerun_command(run)
     return (
         f"No interval: {run.name} was drawn before per-scenario random streams (its manifest has no "
         '"streams": "scenario"), so every scenario shares one stream and scenarios are not independent '
@@ -700,6 +728,7 @@ def row_transcripts(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
 ROWS: dict[str, Callable[[dict, list[Run], dict[str, Run]], list[dict]]] = {
     "l0_free": row_l0_free,
     "strict_cost": row_strict_cost,
+    "implant": row_implant,
     "agreement": row_agreement,
     "entropy": row_entropy,
     "items": row_items,
@@ -1074,6 +1103,7 @@ def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:
             f"- Made from a tree with uncommitted changes (`git_dirty: true`), to be rerun from a clean commit: "
             f"{', '.join(dirty)}."
         )
+    out.append(shared_streams_line(runs))  # empty when none (dropped below)
     missing = [r["observation"] for r in rows if r["verdict"] == "not measured"]
     if missing:
         out.append(f"- Claimed effects with no run that pairs both arms: {'; '.join(missing)}.")
@@ -1137,7 +1167,7 @@ def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:
                     f"- {spec['name']} on {m}: not run (`python scripts/probe_suite.py experiments/{stem}.toml "
                     f"--out runs/{spec['name']}-{m} --model {m}`)."
                 )
-    return "\n".join(out)
+    return "\n".join(line for line in out if line)
 
 
 def _probed_in_full(rows: list[dict], model: str, n_variants: int) -> int:
