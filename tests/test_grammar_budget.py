@@ -51,3 +51,27 @@ def test_a_toolset_is_checked_too():
     }
     with pytest.raises(GrammarError, match="/properties/x/const"):
         render_toolset([tool], wire="hermes")
+
+
+NO_FINITE_INSTANCE = [
+    {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]},
+    {"type": "array", "items": {"$ref": "#"}, "minItems": 1},
+    {"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}, "required": ["next"]}},
+     "$ref": "#/$defs/n"},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("schema", NO_FINITE_INSTANCE, ids=["self-object", "self-array", "defs-chain"])
+def test_a_schema_with_no_finite_instance_admits_no_value(schema):
+    for fmt in ("gbnf", "lark"):
+        with pytest.raises(GrammarError, match="admits no value"):
+            render(schema, format=fmt)
+
+
+def test_recursion_with_a_way_out_still_renders():
+    tree = {
+        "type": "object",
+        "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}},
+        "required": ["kids"],
+    }
+    assert "root" in render(tree)

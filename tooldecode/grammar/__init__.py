@@ -149,7 +149,13 @@ def build_grammar(
             "so there is no grammar to render"
         )
     book.define("root", root)
-    return Grammar(book.rules, "root")
+    g = Grammar(book.rules, "root")
+    if not allow_empty and "root" not in g.productive():
+        raise GrammarError(
+            "the schema admits no value: every instance would be infinitely deep (e.g. a required "
+            "property whose schema is the object itself), so there is no grammar to render"
+        )
+    return g
 
 
 def _emit(g: Grammar, format: str) -> str:

@@ -228,6 +228,30 @@ class Grammar:
 
         return dfs(self.root)
 
+    def productive(self) -> set[str]:
+        """The rules that derive at least one finite string (the others only recurse forever)."""
+        done: set[str] = set()
+
+        def derives(e: GExpr) -> bool:
+            if isinstance(e, GRef):
+                return e.name in done
+            if isinstance(e, GSeq):
+                return all(derives(x) for x in e.items)
+            if isinstance(e, GAlt):
+                return any(derives(x) for x in e.items)
+            if isinstance(e, GRep):
+                return e.lo == 0 or derives(e.item)
+            return True
+
+        changed = True
+        while changed:  # rules are mostly defined after what they use: a pass or two
+            changed = False
+            for name, body in self.rules.items():
+                if name not in done and derives(body):
+                    done.add(name)
+                    changed = True
+        return done
+
     def reachable(self) -> list[str]:
         seen = [self.root]
         i = 0
