@@ -9,12 +9,12 @@ On an L2 prompt (gold call forced through newText's content) of Qwen2.5-Coder 0.
   particles of several samples share a batch), with the particles' mean ESS fraction beside it.
 
 With ``--adaptive`` instead: masked draws per accepted sample of plain exact rejection (rounds of 8
-masked particles, each accepted with probability w) against the adaptive exact sampler (walks of the
+masked particles, at most 16 rounds, each accepted with probability w) against the adaptive exact sampler (walks of the
 model with the mass known to be invalid removed, learned from each rejection), same prompts, same cap,
 the ``complete`` target (a call completed within the cap), per scenario and pooled.
 
 Prints `name: value` lines. Usage: python benchmarks/bench_distortion.py [--quick] [--samples 16]
-       python benchmarks/bench_distortion.py --adaptive --model smollm2-135m-instruct --samples 4
+       python benchmarks/bench_distortion.py --adaptive --model smollm2-135m-instruct --samples 4 [--toy]
 """
 
 from __future__ import annotations
@@ -40,6 +40,11 @@ def main() -> None:
     ap.add_argument("--scenario", default="py-pagination-off-by-one")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--adaptive", action="store_true", help="plain vs adaptive exact rejection (see above)")
+    ap.add_argument(
+        "--toy",
+        action="store_true",
+        help="with --adaptive: the four-string grammar of tests/test_distortion_exact.py instead of scenarios",
+    )
     ap.add_argument(
         "--scenarios",
         default="py-pagination-off-by-one,c-config-trim-crlf,toml-entry-point-colon",
@@ -109,6 +114,10 @@ def main() -> None:
     be.close()
 
 
+TOY_PROMPT = "<|im_start|>user\nIs the sky blue? Answer in one word.<|im_end|>\n<|im_start|>assistant\n"
+TOY_GRAMMAR = 'root ::= "Yes" | "No" | "Yes." | "No."'
+
+
 def adaptive_vs_plain(args: argparse.Namespace) -> None:
     """Masked draws (plain rejection) and walks (adaptive) per accepted sample, per scenario and pooled."""
     ref = resolve(args.model, fetch=True)
@@ -119,16 +128,23 @@ def adaptive_vs_plain(args: argparse.Namespace) -> None:
     print(f"model: {args.model}")
     print(f"max_new_tokens: {args.tokens}")
     print(f"samples_per_scenario: {n}")
-    for sid in args.scenarios.split(","):
-        prompt = render_prompt(get_scenario(sid), ref, opts)
-        g = render_toolset(list(prompt.tools), format="gbnf", wire=prompt.wire, mode="strict", ws="bounded")
-        mask = compile_mask("xgrammar", g, be)
-        params = SamplingParams(max_new_tokens=args.tokens, stop=tuple(prompt.stop), seed=0, top_logprobs=0)
+    for sid in ["yes-no"] if args.toy else args.scenarios.split(","):
+        if args.toy:
+            text, prefill, stop = TOY_PROMPT, "", ()
+            mask = compile_mask("xgrammar", TOY_GRAMMAR, be)
+        else:
+            prompt = render_prompt(get_scenario(sid), ref, opts)
+            g = render_toolset(
+                list(prompt.tools), format="gbnf", wire=prompt.wire, mode="strict", ws="bounded"
+            )
+            mask = compile_mask("xgrammar", g, be)
+            text, prefill, stop = prompt.text, prompt.prefill, tuple(prompt.stop)
+        params = SamplingParams(max_new_tokens=args.tokens, stop=stop, seed=0, top_logprobs=0)
         for method in ("plain", "adaptive"):
             t0 = time.perf_counter()
             out = sample_aligned(
-                be, prompt.text, n, params, mask=mask, prefill=prompt.prefill, particles=8,
-                method="rejection" if method == "plain" else "adaptive", max_rounds=8, target="complete",
+                be, text, n, params, mask=mask, prefill=prefill, particles=8,
+                method="rejection" if method == "plain" else "adaptive", max_rounds=16, target="complete",
                 batch_size=args.batch,
             )  # fmt: skip
             dt = time.perf_counter() - t0
