@@ -75,3 +75,13 @@ def test_recursion_with_a_way_out_still_renders():
         "required": ["kids"],
     }
     assert "root" in render(tree)
+
+
+def test_a_narrowing_is_warned_without_verbose(tmp_path, capsys):
+    from tooldecode.cli import main
+
+    schema = tmp_path / "s.json"
+    schema.write_text('{"type": "number", "multipleOf": 1e-300}')
+    assert main(["grammar", str(schema)]) == 0
+    err = capsys.readouterr().err
+    assert "multipleOf at /multipleOf: rendered narrower than the schema" in err
