@@ -87,17 +87,22 @@ def rerun_command(run: Run) -> str:
     return cmd + f" --out runs/{run.name}-streams"
 
 
+def redone_by(run: Run, runs: dict[str, Run]) -> list[str]:
+    """Runs of the same spec and models drawn with per-scenario streams (reruns of a shared-stream run)."""
+    models = {s["arm"].get("model") for s in run.samples}
+    return sorted(
+        o.name
+        for o in runs.values()
+        if o.spec == run.spec and o.samples and not o.shared_streams
+        and models <= {s["arm"].get("model") for s in o.samples}
+    )  # fmt: skip
+
+
 def shared_streams_line(runs: dict[str, Run]) -> str:
-    """The runs drawn with shared streams, each with its rerun command or the run that redid it."""
+    """The runs drawn with shared streams, each with the run that redid it or its rerun command."""
     parts = []
     for r in sorted((r for r in runs.values() if r.shared_streams), key=lambda r: r.name):
-        models = {s["arm"].get("model") for s in r.samples}
-        redone = sorted(
-            o.name
-            for o in runs.values()
-            if o.spec == r.spec and o.samples and not o.shared_streams
-            and models <= {s["arm"].get("model") for s in o.samples}
-        )  # fmt: skip
+        redone = redone_by(r, runs)
         parts.append(
             f"{r.name} (rerun as {', '.join(redone)})" if redone else f"{r.name} (`{rerun_command(r)}`)"
         )
@@ -111,13 +116,19 @@ def shared_streams_line(runs: dict[str, Run]) -> str:
     )
 
 
-def shared_note(run: Run) -> str:
-    """Why a run's figures carry no interval, and the command that reruns it with per-scenario streams."""
-    cmd = rerun_command(run)
+def shared_note(run: Run, runs: dict[str, Run] | None = None) -> str:
+    """Why a run's figures carry no interval, and the run that redid it with per-scenario streams or the
+    command that would."""
+    redone = redone_by(run, runs or {})
+    again = (
+        f"rerun with per-scenario streams as {', '.join(redone)}"
+        if redone
+        else f"rerun with per-scenario streams: `{rerun_command(run)}`"
+    )
     return (
         f"No interval: {run.name} was drawn before per-scenario random streams (its manifest has no "
         '"streams": "scenario"), so every scenario shares one stream and scenarios are not independent '
-        f"clusters; rerun with per-scenario streams: `{cmd}`."
+        f"clusters; {again}."
     )
 
 
@@ -239,7 +250,7 @@ def row_strict_cost(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
                     "claim": "Grammar masking removes the ',' branch when the object is closed; the mass that wanted "
                     "to continue must go somewhere (docs/background.md).",
                     "measured": f"{_short(DEFAULT_MODEL)} L2 after the gold newText, string goes on: strict "
-                    f"{k_s}/{len(st)} vs loose {k_l}/{len(lo)} distinct draws (counts only). {shared_note(run)}",
+                    f"{k_s}/{len(st)} vs loose {k_l}/{len(lo)} distinct draws (counts only). {shared_note(run, runs)}",
                     "verdict": "descriptive (counts only: shared random streams)",
                     "source": source([run]),
                 }
@@ -415,7 +426,7 @@ def row_open_grammar(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[di
                 "observation": "E13: what an open grammar lets through after newText: new names and repeats apart",
                 "claim": spec.get("claim", ""),
                 "measured": "; ".join(parts)
-                + (f". {shared_note(run)} " if run.shared_streams else f". Interval: {CR}. ")
+                + (f". {shared_note(run, runs)} " if run.shared_streams else f". Interval: {CR}. ")
                 + both,
                 "verdict": "descriptive: repeats with a mangled spelling (a present key plus junk in the key "
                 "string): " + ", ".join(f"{m} {r}" for m, r in mangled.items()),
