@@ -165,3 +165,37 @@ def test_an_empty_engine_list_is_an_error(tmp_path):
     body = SMALL.replace('modes = ["loose"]', 'modes = ["loose", "strict"]\nengine = []')
     with pytest.raises(SpecError, match="engine"):
         _spec(tmp_path, body)
+
+
+CHILD = """
+import os, signal, sys
+from tooldecode.experiments import load_spec, run_spec
+from tooldecode.experiments import arms
+
+real_get = arms.ModelCache.get
+
+def get(self, backend, model):  # SIGTERM while the model loads, as `kill` would send it
+    os.kill(os.getpid(), signal.SIGTERM)
+    return real_get(self, backend, model)
+
+arms.ModelCache.get = get
+run_spec(load_spec(sys.argv[1]), __import__("pathlib").Path(sys.argv[2]), progress=False)
+"""
+
+
+@pytest.mark.model
+def test_sigterm_while_the_model_loads_leaves_no_empty_run(tmp_path, smol_ref):
+    import subprocess
+    import sys
+
+    (tmp_path / "s.toml").write_text(SMALL)
+    (tmp_path / "child.py").write_text(CHILD)
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(tmp_path / "child.py"), str(tmp_path / "s.toml"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0
+    assert not out.exists(), sorted(p.name for p in out.iterdir())

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import shlex
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +137,7 @@ def run_spec(
     total = sum(spec.n_for(arm["mode"]) for arm, _, _ in jobs) if not spec.probe.get("only") else 0
     t_start = time.perf_counter()
     try:
-        with _progress(progress) as bar:
+        with _progress(progress) as bar, _sigterm_interrupts():
             task = bar.add_task(spec.name, total=total)
             bar.advance(task, sum(1 for k in done if not k.startswith("probe/")))
             if not spec.probe.get("only"):
@@ -158,6 +161,24 @@ def run_spec(
         store.close()
     _write_timing(store, time.perf_counter() - t_start)
     return out
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (``kill``, a scheduler's stop) ends the run as Ctrl-C does: through the cleanup that keeps
+    completed samples and removes a run that never wrote one (in the main thread; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run_manifest(
