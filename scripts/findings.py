@@ -54,7 +54,9 @@ measurement, computed from the committed runs in `runs/` (raw samples and probe 
   difference 0) in the claimed direction **and** the sign-flip p ≤ 0.05 **and** the Holm-adjusted p ≤
   0.05 **and** there are ≥ 5 events in ≥ 3 scenarios (an L2 event: a draw showing the measure; an L3
   event: a scenario whose probability is above 0 in either arm). Then *reproduces* when the claimed size
-  lies inside the interval (or no size is claimed), else *direction only — size contradicted*.
+  lies inside the interval (or no size is claimed; a bounded prediction such as "at least ×3" counts as
+  inside unless the interval lies wholly on the wrong side of its bound), else *direction only — size
+  contradicted*.
   Otherwise *contradicts* when the interval excludes the claimed size or lies wholly on the other side
   of no effect; otherwise *inconclusive*, with the minimum detectable effect at 80% power.
 - **Multiplicity**: Holm's step-down correction (family-wise error 0.05) across the {family} effect rows

@@ -410,3 +410,18 @@ def test_holm_and_the_exact_sign_flip() -> None:
     d = [0.1 * (i + 1) for i in range(18)] + [0.0] * 10
     assert sign_flip_p(d) == pytest.approx(2 / 2**18)
     assert sign_flip_p([1.0] * 20) == pytest.approx(2 / 2**20)
+
+
+def test_a_bounded_claim_is_contradicted_only_by_an_interval_on_the_wrong_side_of_its_bound():
+    from tooldecode.stats import EffectClaim
+
+    at_least = EffectClaim("ratio", 3.0, 0, "at least")
+    assert not at_least.excludes(4.0, 12.0) and not at_least.excludes(1.5, 3.5)
+    assert at_least.excludes(1.2, 2.9)
+    at_most = EffectClaim("ratio", 0.5, 0, "at most")
+    assert not at_most.excludes(0.1, 0.4) and at_most.excludes(0.6, 0.9)
+    exact = EffectClaim("ratio", 3.0)
+    assert exact.excludes(4.0, 12.0)
+    assert str(at_least) == "at least ×3"
+    with pytest.raises(ValueError):
+        EffectClaim("ratio", None, 1, "at least")

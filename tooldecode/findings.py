@@ -527,7 +527,8 @@ def parse_claim(effect: dict, where: str) -> EffectClaim:
     size = effect.get("size")
     sign = {"increase": 1, "decrease": -1}.get(str(effect.get("direction", "")), 0)
     try:
-        return EffectClaim(scale, None if size is None else float(size), sign)
+        bound = str(effect.get("bound", "exact"))
+        return EffectClaim(scale, None if size is None else float(size), sign, bound)
     except ValueError as err:
         raise FindingsError(f"{where}: {err}") from None
 

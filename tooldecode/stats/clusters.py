@@ -225,17 +225,34 @@ def interval_text(lo: float, hi: float, spec: str) -> str:
 @dataclass(frozen=True)
 class EffectClaim:
     """A claimed effect of arm ``a`` against arm ``b``: on ``scale`` "ratio" (a/b = ``size``) or
-    "difference" (a - b = ``size``). ``size`` None is a claim of direction only (``direction`` +1 / -1)."""
+    "difference" (a - b = ``size``). ``size`` None is a claim of direction only (``direction`` +1 / -1).
+    ``bound`` "at least" / "at most" makes the size a bound (a prediction such as "at least ×3"): the
+    size is then contradicted only by an interval wholly on the wrong side of it."""
 
     scale: str
     size: float | None
     sign: int = 0
+    bound: str = "exact"  # "exact" | "at least" | "at most"
 
     def __post_init__(self) -> None:
         if self.scale not in ("ratio", "difference"):
             raise ValueError(f"claim scale must be 'ratio' or 'difference', got {self.scale!r}")
         if self.size is None and self.sign not in (1, -1):
             raise ValueError("a claim without a size needs a direction (sign +1 or -1)")
+        if self.bound not in ("exact", "at least", "at most"):
+            raise ValueError(f"claim bound must be 'exact', 'at least' or 'at most', got {self.bound!r}")
+        if self.bound != "exact" and self.size is None:
+            raise ValueError(f"a claim '{self.bound}' needs a size")
+
+    def excludes(self, lo: float, hi: float) -> bool:
+        """Whether the interval ``[lo, hi]`` contradicts the claimed size (or bound)."""
+        if self.size is None:
+            return False
+        if self.bound == "at least":
+            return hi < self.size
+        if self.bound == "at most":
+            return lo > self.size
+        return self.size < lo or self.size > hi
 
     @property
     def null(self) -> float:
@@ -251,7 +268,8 @@ class EffectClaim:
         if self.size is None:
             word = "increase" if self.sign > 0 else "decrease"
             return f"{word} ({self.scale}, size not stated)"
-        return f"×{self.size:g}" if self.scale == "ratio" else f"{self.size:+g}"
+        size = f"×{self.size:g}" if self.scale == "ratio" else f"{self.size:+g}"
+        return size if self.bound == "exact" else f"{self.bound} {size}"
 
 
 REPRODUCES = "reproduces"
@@ -369,7 +387,7 @@ def judge_effect(
     adj_ok = p_adjusted is None or p_adjusted <= alpha
     established = interval_excl and cmp.p_sign_flip <= alpha and adj_ok
     wrong_way = (hi < claim.null) if claim.direction > 0 else (lo > claim.null)
-    excl_size = claim.size is not None and (claim.size < lo or claim.size > hi)
+    excl_size = claim.excludes(lo, hi)
     enough = events >= MIN_EVENTS and event_clusters >= MIN_EVENT_CLUSTERS
     if established and enough:
         if excl_size:
