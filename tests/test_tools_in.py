@@ -243,3 +243,30 @@ def test_a_string_too_complex_names_its_pointer():
     }
     with pytest.raises(SchemaError, match="/properties/x/properties/code"):
         render(Tool("t", parameters=hard), wire="hermes")
+
+
+SLUG = {
+    "type": "object",
+    "properties": {
+        "slug": {"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$", "minLength": 3, "maxLength": 40}
+    },
+    "required": ["slug"],
+}
+
+
+@pytest.mark.parametrize("wire", ["json", "hermes", "antml"])
+def test_a_pattern_with_length_bounds_renders_as_rules(wire):
+    from tooldecode.grammar import check, serialize_call
+
+    tool = Tool("t", parameters=SLUG)
+    for fmt, engine in (("gbnf", "xgrammar"), ("lark", "llguidance")):
+        g = render(tool, format=fmt, wire=wire)
+        for ok in ("abc", "abc-def", "a" * 40):
+            assert check.accepts(engine, g, serialize_call(tool, {"slug": ok}, wire=wire)), (fmt, ok)
+        for bad in ("ab", "abc-", "a" * 41, "ABC", "-abc"):
+            assert not check.accepts(engine, g, serialize_call(tool, {"slug": bad}, wire=wire)), (fmt, bad)
+
+
+def test_the_regex_format_refuses_it_naming_the_pointer_and_the_formats_that_render_it():
+    with pytest.raises(SchemaError, match=r"format gbnf or lark renders it.*\(at /properties/slug\)"):
+        render(Tool("t", parameters=SLUG), format="regex")

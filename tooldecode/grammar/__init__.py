@@ -68,6 +68,7 @@ def build_grammar(
     ws_max: int | None = None,
     allow_empty: bool = False,
     duplicates: str = "forbid",
+    single_terminals: bool = False,
 ) -> Grammar:
     """The grammar IR of one call of any of ``items``, before it is printed in a format.
 
@@ -92,6 +93,9 @@ def build_grammar(
         For open objects (mode ``spec``, one of ``DUPLICATES``): ``forbid`` keeps every extra member's
         name off the declared keys (no key twice); ``admit`` lets an extra member reuse a declared name,
         as JSON allows (its value then follows the extra members' schema).
+    single_terminals : bool, default False
+        Every string a single terminal (the regex format): a bounded string language whose regex grows
+        too large raises ``GrammarError`` instead of becoming one rule per automaton state.
 
     Returns
     -------
@@ -127,6 +131,7 @@ def build_grammar(
         order=items[0][1].order if items else "schema",
         duplicates=duplicates,
     )
+    low.single_terminals = single_terminals
     alts = []
     for name, sir in items:
         check_name(name, wire)
@@ -196,7 +201,8 @@ def _render_cached(
 ) -> str:
     schema = json.loads(schema_json)
     sir = compile_schema(schema, mode=mode, order=order, lenient=lenient)
-    return _emit(build_grammar([(name, sir)], wire=wire, ws=ws, ws_max=ws_max), format)
+    g = build_grammar([(name, sir)], wire=wire, ws=ws, ws_max=ws_max, single_terminals=format == "regex")
+    return _emit(g, format)
 
 
 def render(
@@ -331,7 +337,10 @@ def render_toolset(
     if len(set(names)) != len(names):
         raise GrammarError(f"duplicate tool names in the tool set: {names}")
     items = [(t.name, compile_schema(t.parameters, mode=mode, order=order, lenient=lenient)) for t in tools]
-    return _emit(build_grammar(items, wire=wire, ws=ws, ws_max=ws_max, duplicates=duplicates), format)
+    g = build_grammar(
+        items, wire=wire, ws=ws, ws_max=ws_max, duplicates=duplicates, single_terminals=format == "regex"
+    )
+    return _emit(g, format)
 
 
 def serialize_call(

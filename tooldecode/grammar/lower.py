@@ -51,6 +51,7 @@ from tooldecode.grammar.terminals import (
     number_ast,
     number_text,
     string_content,
+    string_rules,
 )
 
 ANY_ORDER_MAX_KEYS = 8
@@ -124,6 +125,9 @@ class Lowerer:
         self.prefix = ""
         self.ptr = ""  # JSON pointer of the schema being lowered (for errors and narrowing warnings)
         self.narrowed: list[str] = []  # pointers of strings narrowed in a delimited wire (see textlang)
+        self.single_terminals = (
+            False  # the regex emitter: no per-state string rules (they inline to a blow-up)
+        )
 
     @contextmanager
     def at(self, *tokens: object) -> Iterator[None]:
@@ -194,20 +198,33 @@ class Lowerer:
             return self.array(a, hint)
         raise TypeError(a)
 
-    def _content(self, lang: StrLang, mode: str, forbid: str | None) -> Any:
+    def _string_expr(self, lang: StrLang, mode: str, forbid: str | None, close: str, name: str) -> GExpr:
+        """The text of a string of ``lang`` followed by ``close`` (after the opening quote in JSON mode):
+        one terminal, or, for a bounded language whose regex grows too large, one rule per automaton
+        state (``string_rules``)."""
         where = f"{self.prefix}: {self.ptr or '(root)'}" if self.prefix else (self.ptr or "(root)")
+        opening = '"' if mode == "json" else ""
         try:
-            content = string_content(lang, mode, forbid)
+            try:
+                content = string_content(lang, mode, forbid)
+                expr = tok(A.cat(A.lit(opening), content, A.lit(close)), name)
+            except GrammarError as e:
+                if lang.max_len is None or not isinstance(e.__cause__, A.TooComplex):
+                    raise
+                if self.single_terminals:
+                    raise GrammarError(
+                        f"{e}; format gbnf or lark renders it (one rule per automaton state)"
+                    ) from None
+                expr = gseq(GLit(opening), string_rules(self.book, lang, mode, forbid, name), GLit(close))
         except GrammarError as e:
             raise GrammarError(f"{e} (at {where})") from None
         if forbid and delimiter_narrowed(lang, forbid):
             self.narrowed.append(where)
-        return content
+        return expr
 
     def string(self, lang: StrLang, hint: str) -> GExpr:
-        content = self._content(lang, "json", self.forbid)
         name = "string" if lang.is_all() else self._hint(f"{hint}-string")
-        return tok(T.quoted(content), name)
+        return self._string_expr(lang, "json", self.forbid, '"', name)
 
     def key_lit(self, k: str) -> GLit:
         return GLit(json_str(k, self.forbid))
@@ -583,9 +600,8 @@ class Lowerer:
             parts = []
             for x in n.alts:
                 if isinstance(x, StrA):
-                    content = self._content(x.lang, "raw", close)
                     name = "raw-text" if x.lang.is_all() else self._hint(f"{hint}-raw")
-                    parts.append(tok(A.cat(content, A.lit(close)), name))
+                    parts.append(self._string_expr(x.lang, "raw", close, close, name))
                 elif close not in x.value:
                     parts.append(GLit(x.value + close))
             return galt(*parts)

@@ -4,6 +4,7 @@ and numbers, and the regex ASTs of a string language's encoded text and of a num
 from __future__ import annotations
 
 import json
+from collections.abc import Hashable
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
@@ -13,7 +14,7 @@ from tooldecode.grammar import automata as A
 from tooldecode.grammar import numtext as N
 from tooldecode.grammar import textlang as T
 from tooldecode.grammar.errors import GrammarError
-from tooldecode.grammar.gir import GExpr, tok
+from tooldecode.grammar.gir import GExpr, RuleBook, emit_automaton, tok
 from tooldecode.grammar.ir import NumA, int_bounds
 from tooldecode.grammar.strlang import StrLang
 
@@ -85,6 +86,40 @@ def string_content(lang: StrLang, mode: str, forbid: str | None) -> A.RNode:
         raise GrammarError(
             f"string constraint too complex to render ({e}); simplify the pattern or length bounds"
         ) from e
+
+
+def string_rules(book: RuleBook, lang: StrLang, mode: str, forbid: str | None, hint: str) -> GExpr:
+    """The encoded text of a bounded string language as rules, one per state of its automaton (an
+    acyclic one: the strings are bounded), for languages whose single regex grows too large (a pattern
+    with ``maxLength``). Exact, with the same delimiter treatment as ``string_content``."""
+    try:
+        d = lang.dfa
+    except A.TooComplex as e:
+        raise GrammarError(f"string constraint too complex to render ({e}); simplify the pattern") from e
+    if forbid and delimiter_narrowed(lang, forbid):
+        label = T.narrowed_label(mode, forbid)
+    elif forbid and T.admits_char(d, forbid[0]):
+        raise GrammarError(
+            "string constraint too complex to render with the wire's delimiter excluded; simplify the pattern"
+        )
+    else:
+        label = T.enc_json if mode == "json" else T.enc_raw
+    live = d.live_states()
+
+    def trans(q: Hashable) -> list[tuple[GExpr, Hashable]]:
+        by_target: dict[int, list[A.Charset]] = {}
+        for a, t in enumerate(d.delta[int(q)]):  # type: ignore[call-overload]
+            if t in live:
+                by_target.setdefault(t, []).append(d.atoms[a])
+        return [
+            (tok(label(A.cs_norm(r for cs in css for r in cs)), f"{hint}-char"), t)
+            for t, css in by_target.items()
+        ]
+
+    def accept(q: Hashable) -> bool:
+        return q in d.accept
+
+    return emit_automaton(book, d.start, trans, accept, hint)
 
 
 @lru_cache(maxsize=1024)
