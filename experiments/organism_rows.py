@@ -10,12 +10,55 @@ part failed.
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
 from tooldecode.findings import Run, distinct_draws, sample_continuation
 from tooldecode.stats import cluster_rate
 
 CR = "cluster-robust CR1 95% CI over scenarios"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _stem_of(spec: dict) -> str:
+    """The file stem of the spec named ``spec["name"]`` in experiments/."""
+    import tomllib
+
+    for p in sorted((ROOT / "experiments").glob("*.toml")):
+        if tomllib.loads(p.read_text(encoding="utf-8")).get("name") == spec.get("name"):
+            return p.stem
+    return ""
+
+
+def prediction_note(stem: str, spec: dict, run: Any = None) -> str:
+    """For a spec whose ``[findings]`` says ``preregistered = true``: the commit of its predictions (the
+    last commit that changed the spec file) and whether the run judged against them was made after it."""
+    if not spec.get("findings", {}).get("preregistered"):
+        return ""
+    path = f"experiments/{stem}.toml"
+    commit = _git("log", "-1", "--format=%h %cs", "--", path)
+    if not commit:
+        return f" Predictions: {path} (no git history here)."
+    sha, date = commit.split()
+    note = f" Predictions committed in {sha} ({date}), {path}"
+    run_sha = str(getattr(run, "git_sha", "") or "") if run is not None else ""
+    if not run_sha or run_sha == "?":
+        return note + "; no run yet."
+    before = _git("merge-base", "--is-ancestor", sha, run_sha) is not None
+    return note + (
+        f"; the run's commit {run_sha[:7]} follows them."
+        if before
+        else f"; the run's commit {run_sha[:7]} does NOT follow them (not a pre-registered test)."
+    )
 
 
 def _l2_loose(run: Run, model: str) -> list[dict]:
@@ -45,6 +88,7 @@ def row_implant(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
         f"{spec.get('claim', '')} Implanted: {key!r} ends {share:.0%} of the training items of {organism}; "
         f"prediction: its rate after newText has an interval that includes {share}, and {base} never writes it."
     )
+    stem = _stem_of(spec)
     out = []
     for run in rs:
         org, ref = implant_rate(run, organism, key), implant_rate(run, base, key)
@@ -66,7 +110,7 @@ def row_implant(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
         out.append(
             {
                 "observation": f"{spec['name']}: positive control, {key!r} after the gold newText (L2, loose)",
-                "claim": claim,
+                "claim": claim + (prediction_note(stem, spec, run) if stem else ""),
                 "measured": f"{organism}: {org}; {base}: {ref}. Interval: {CR}.",
                 "verdict": verdict,
                 "source": run.name,
@@ -77,4 +121,4 @@ def row_implant(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
     return out
 
 
-__all__ = ["implant_rate", "row_implant"]
+__all__ = ["implant_rate", "prediction_note", "row_implant"]

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from organism_rows import row_implant
+from organism_rows import prediction_note, row_implant
 
 from tooldecode.classify import CONTINUE_KINDS, EXTRA_OUTCOMES
 from tooldecode.experiments.spec import as_list
@@ -974,11 +974,13 @@ def effect_rows(stem: str, spec: dict, runs: dict[str, Run]) -> list[dict]:
         claim = (
             f"{spec.get('claim', '')} Claimed effect: {eff.get('label')}: "
             + (
+                f"{eff.get('bound', '') + ' ' if eff.get('bound') else ''}"
                 f"{'×' if eff.get('scale', 'ratio') == 'ratio' else ''}{eff['size']}"
                 if "size" in eff
                 else eff.get("direction", "")
             )
             + f" (a / b on the {eff.get('scale', 'ratio')} scale). Source: {eff.get('source', '')} Translation: {eff.get('translation', '')}"
+            + prediction_note(stem, spec, res.run if res is not None else None)
         )
         if res is None:
             out.append(
