@@ -125,9 +125,18 @@ def _records(path: Path) -> Iterator[dict[str, Any]]:
         with open(path, encoding="utf-8") as f:
             for line in f:
                 try:
-                    yield json.loads(line)
-                except json.JSONDecodeError:
+                    rec = json.loads(line)
+                except (ValueError, RecursionError):  # ValueError: also an over-long integer
                     continue
+                # the run store's readers skip and count a bad record; here it is only left out
+                if (
+                    isinstance(rec, dict)
+                    and isinstance(rec.get("arm"), dict)
+                    and isinstance(rec["arm"].get("mode"), str)
+                    and isinstance(rec.get("text"), str)
+                    and isinstance(rec.get("scenario"), str)
+                ):
+                    yield rec
     except OSError:
         return
 
