@@ -3,7 +3,8 @@
     .venv/bin/python experiments/e15_table.py runs/e15-engines-qwen0.5b [runs/e15-engines-outlines ...]
 
 Rates are pooled over samples with cluster-robust 95% intervals over scenarios (``stats.cluster_rate``,
-CR1 with t on G-1 df); kinds are the findings layer's key-resolved continuation classes
+CR1 with t on G-1 df), except for a run drawn with shared random streams (no ``"streams": "scenario"`` in
+its manifest: its scenarios are not independent clusters), which gets counts only; kinds are the findings layer's key-resolved continuation classes
 (``findings.sample_continuation``). The kind columns (what follows the forced newText) apply to L2 runs
 only: an L1 run shows "—" there and is read by its scorer columns. Raw samples are only read.
 """
@@ -37,6 +38,12 @@ COLUMNS = (
 KIND_COLUMNS = ("close", "repeat", "schema word", "invented name", "string goes on")
 
 
+def shared_streams(run: Path) -> bool:
+    """A run whose manifest lacks per-scenario streams: its scenarios share one random stream, so they
+    are not independent clusters and get counts without an interval."""
+    return RunStore.open(run).manifest.get("config", {}).get("streams") != "scenario"
+
+
 def rows(run: Path) -> dict[str, list[tuple]]:
     store = RunStore.open(run)
     out: dict[str, list[tuple]] = defaultdict(list)
@@ -57,6 +64,7 @@ def table(runs: list[Path]) -> str:
         "|---|---|" + "---|" * (len(COLUMNS) + 1),
     ]
     for run in runs:
+        shared = shared_streams(run)
         for engine, items in rows(run).items():
             ok = [(sc, c, v) for sc, c, v, _ in items if c is not None]
             errors = len(items) - len(ok)
@@ -67,7 +75,11 @@ def table(runs: list[Path]) -> str:
                 if name in KIND_COLUMNS and not at_l2:
                     cells.append("—")
                     continue
-                r = cluster_rate([fn(c, v) for _, c, v in ok], [sc for sc, _, _ in ok])
+                hits = [fn(c, v) for _, c, v in ok]
+                if shared:
+                    cells.append(f"{sum(hits)}/{len(hits)} = {100 * sum(hits) / max(1, len(hits)):.0f}%")
+                    continue
+                r = cluster_rate(hits, [sc for sc, _, _ in ok])
                 cells.append(f"{r.k}/{r.n} = {100 * r.rate:.0f}% [{100 * r.lo:.0f}, {100 * r.hi:.0f}]")
             # samples/s from the run's own timings: samples over the summed wall time of their batches
             spans: dict[tuple, float] = {}
@@ -78,7 +90,9 @@ def table(runs: list[Path]) -> str:
             rate = len(items) / sum(spans.values()) if sum(spans.values()) > 0 else float("nan")
             g = len({sc for sc, _, _ in ok})
             lines.append(
-                f"| {run.name}: {engine} | {len(ok)} ({errors}), {g} scenarios | "
+                f"| {run.name}: {engine} | {len(ok)} ({errors}), {g} scenarios"
+                + (" (shared streams: counts only)" if shared else "")
+                + " | "
                 + " | ".join(cells)
                 + f" | {rate:.2f} |"
             )
