@@ -91,6 +91,31 @@ def llama_qwen(qwen_ref):
     be.close()
 
 
+# the tiny spec of test_safety and test_fresh (SMALL there): one scenario, two loose samples of 8 tokens
+SMALL_SPEC = f"""
+name = "tiny"
+models = ["{TEST_MODEL}"]
+scenarios = ["c-config-trim-crlf"]
+n = 2
+max_new_tokens = 8
+modes = ["loose"]
+batch_size = 2
+"""
+
+
+@pytest.fixture(scope="session")
+def small_run(tmp_path_factory, smol_ref):
+    """(spec, run folder) of one finished run of ``SMALL_SPEC``, made once per session; tests copy the
+    folder before changing anything."""
+    from tooldecode.experiments import load_spec, run_spec
+
+    root = tmp_path_factory.mktemp("small")
+    (root / "s.toml").write_text(SMALL_SPEC)
+    spec = load_spec(root / "s.toml")
+    run_spec(spec, root / "run", progress=False)
+    return spec, root / "run"
+
+
 # --- llama-cpp-python's own OpenAI-compatible server (the `openai` backend's tests) ----------------
 
 

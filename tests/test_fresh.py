@@ -10,21 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import SMALL_SPEC
 
 from tooldecode.errors import ModelError, RunError
 from tooldecode.experiments import SpecError, load_spec, run_spec
-from tooldecode.models import TEST_MODEL
 from tooldecode.runstore import RunLock, RunStore, build_manifest, clear_run, is_store_file
 
-SMALL = f"""
-name = "tiny"
-models = ["{TEST_MODEL}"]
-scenarios = ["c-config-trim-crlf"]
-n = 2
-max_new_tokens = 8
-modes = ["loose"]
-batch_size = 2
-"""
+SMALL = SMALL_SPEC  # the spec of conftest's small_run
 
 
 def _spec(tmp_path: Path, body: str = SMALL):
@@ -33,12 +25,7 @@ def _spec(tmp_path: Path, body: str = SMALL):
     return load_spec(path)
 
 
-@pytest.fixture(scope="module")
-def small_run(tmp_path_factory, smol_ref):
-    root = tmp_path_factory.mktemp("fresh")
-    spec = _spec(root)
-    run_spec(spec, root / "run", progress=False)
-    return spec, root / "run"
+# small_run (conftest): one finished run of SMALL, shared with test_safety; tests copy it first
 
 
 def _copy(src: Path, dst: Path) -> Path:

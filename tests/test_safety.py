@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_sample
+from conftest import SMALL_SPEC, make_sample
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -51,15 +51,7 @@ def _spec(tmp_path: Path, body: str, name: str = "s.toml") -> Path:
     return path
 
 
-SMALL = f"""
-name = "tiny"
-models = ["{TEST_MODEL}"]
-scenarios = ["c-config-trim-crlf"]
-n = 2
-max_new_tokens = 8
-modes = ["loose"]
-batch_size = 2
-"""
+SMALL = SMALL_SPEC  # the spec of conftest's small_run
 
 
 # ------------------------------------------------------------------------------- 1. --fresh and names
@@ -162,13 +154,7 @@ def test_llguidance_in_a_spec_gets_a_grammar_it_reads(tmp_path, smol_ref):
     assert all(r["error"] is None for r in records)
 
 
-@pytest.fixture(scope="module")
-def small_run(tmp_path_factory, smol_ref):
-    """One finished two-sample run; tests copy it before changing anything."""
-    root = tmp_path_factory.mktemp("small")
-    spec = load_spec(_spec(root, SMALL))
-    run_spec(spec, root / "run", progress=False)
-    return spec, root / "run"
+# small_run (conftest): one finished two-sample run of SMALL, shared with test_fresh; tests copy it first
 
 
 @pytest.mark.model
