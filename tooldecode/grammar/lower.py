@@ -47,6 +47,7 @@ from tooldecode.grammar.strlang import ALL_STRINGS, StrLang
 from tooldecode.grammar.terminals import (
     delimiter_narrowed,
     json_str,
+    large_bounded,
     make_punct,
     number_ast,
     number_text,
@@ -206,7 +207,7 @@ class Lowerer:
         opening = '"' if mode == "json" else ""
         try:
             try:
-                if not self.single_terminals and _large_bounded(lang):
+                if not self.single_terminals and large_bounded(lang):
                     raise GrammarError("a large bounded automaton") from A.TooComplex("skip the regex")
                 content = string_content(lang, mode, forbid)
                 expr = tok(A.cat(A.lit(opening), content, A.lit(close)), name)
@@ -608,20 +609,6 @@ class Lowerer:
                     parts.append(GLit(x.value + close))
             return galt(*parts)
         return gseq(self.value(n, hint), GLit(close))
-
-
-RULES_STATES = 64  # a bounded string language with a larger automaton goes straight to per-state rules
-
-
-def _large_bounded(lang: StrLang) -> bool:
-    """Whether ``lang`` is bounded, needs an automaton (a pattern or format with length bounds) and its
-    automaton is past ``RULES_STATES`` (its regex would grow past the size limit, slowly)."""
-    if lang.max_len is None or lang.values is not None or lang.simple_ast() is not None:
-        return False
-    try:
-        return lang.dfa.n > RULES_STATES
-    except A.TooComplex:
-        return False
 
 
 def _is_tok(e: GExpr) -> bool:

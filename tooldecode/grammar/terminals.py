@@ -88,6 +88,20 @@ def string_content(lang: StrLang, mode: str, forbid: str | None) -> A.RNode:
         ) from e
 
 
+RULES_STATES = 64  # a bounded string language with a larger automaton goes straight to per-state rules
+
+
+def large_bounded(lang: StrLang) -> bool:
+    """Whether ``lang`` is bounded, needs an automaton (a pattern or format with length bounds) and its
+    automaton is past ``RULES_STATES`` (its regex would grow past the size limit, slowly)."""
+    if lang.max_len is None or lang.values is not None or lang.simple_ast() is not None:
+        return False
+    try:
+        return lang.dfa.n > RULES_STATES
+    except A.TooComplex:
+        return False
+
+
 def string_rules(book: RuleBook, lang: StrLang, mode: str, forbid: str | None, hint: str) -> GExpr:
     """The encoded text of a bounded string language as rules, one per state of its automaton (an
     acyclic one: the strings are bounded), for languages whose single regex grows too large (a pattern
