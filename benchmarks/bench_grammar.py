@@ -40,6 +40,18 @@ BOUNDED = Tool(
         "required": ["title", "body"],
     },
 )
+# a pattern with length bounds: one rule per automaton state in GBNF / Lark (docs/grammar.md, Strings)
+PATTERNED = Tool(
+    "mail",
+    parameters={
+        "type": "object",
+        "properties": {
+            "to": {"type": "string", "pattern": "^[a-z.]+@[a-z]+\\.[a-z]{2,4}$", "maxLength": 64},
+            "slug": {"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$", "minLength": 3, "maxLength": 40},
+        },
+        "required": ["to"],
+    },
+)
 
 
 def ms(fn) -> float:
@@ -75,6 +87,10 @@ def main() -> int:
             _render_cached.cache_clear()
             t = ms(lambda w=wire: render(BOUNDED, format="gbnf", wire=w))
             print(f"first_render_ms.maxlength256.gbnf.{wire}: {t:.2f}")
+        for wire in ("json", "hermes"):
+            _render_cached.cache_clear()
+            t = ms(lambda w=wire: render(PATTERNED, format="gbnf", wire=w))
+            print(f"first_render_ms.pattern_maxlength.gbnf.{wire}: {t:.2f}")
     for name, tool in cat.items():
         for fmt in FORMATS:
             text = render(tool, format=fmt)
