@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 MODEL ?= qwen2.5-coder-0.5b-instruct
 
-.PHONY: setup test test-fast lint demo grammars grammars-check conformance maskbench bench experiments notebooks models clean
+.PHONY: setup test test-fast lint demo grammars grammars-check conformance maskbench bench experiments notebooks models organisms clean
 
 setup:
 	@bash scripts/setup.sh
@@ -59,6 +59,12 @@ bench: setup
 experiments: setup
 	$(PY) -m tooldecode models fetch --all
 	@for s in experiments/e*.toml; do $(PY) -m tooldecode run $$s --report || exit 1; done
+
+# the model organisms (docs/organisms.md): every recipe of experiments/organisms on BASE (resumable)
+BASE ?= qwen2.5-coder-0.5b-instruct
+organisms: setup
+	$(PY) -m tooldecode models fetch $(BASE)
+	@for r in experiments/organisms/*.toml; do $(PY) -m tooldecode organisms train $$r --base $(BASE) || exit 1; done
 
 findings: setup
 	$(PY) scripts/findings.py
