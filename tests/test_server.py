@@ -204,3 +204,19 @@ def test_loose_rates_agree_within_intervals(openai_smol, llama_smol, smol_ref):
             f"difference {d} (Newcombe 95%)"
         )
         assert d.lo <= 0.0 <= d.hi, (g, kr, kl)
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_a_wrong_server_kind_is_one_line_naming_the_flag(smol_ref, llama_server, kind):
+    """llama-cpp-python's server told to be another kind: its refusal of that kind's request fields is
+    one line naming --server-kind, not the server's validation dump."""
+    from tooldecode.backends import load_backend
+
+    be = load_backend("openai", smol_ref, base_url=llama_server.base_url, kind=kind)
+    try:
+        with pytest.raises(ServerError) as err:
+            be.sample(_prompt(smol_ref, "agentic,gold-prefix").text, 1, SamplingParams(max_new_tokens=2))
+    finally:
+        be.close()
+    msg = str(err.value)
+    assert "\n" not in msg and "--server-kind" in msg, msg

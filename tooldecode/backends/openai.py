@@ -152,6 +152,7 @@ class OpenAIBackend(ServerProbe, Backend):
         data = check_models(self.http.request("GET", "/models"), self.http.url("/models"))
         self.server_model = data[0]["id"]
         self.kind = self._detect(data[0]) if kind == "auto" else kind
+        self.kind_given = kind != "auto"
         self.caps = CAPS[self.kind]
         self.honours_n = self.caps.honours_n
         self.concurrency = concurrency or (1 if self.kind == "llama-cpp-python" else 16)
@@ -321,7 +322,17 @@ class OpenAIBackend(ServerProbe, Backend):
 
     def complete(self, ids: Sequence[int], text: str, *, check_length: bool = True, **kw: Any) -> dict:
         """One Completions request for the prompt ``ids`` (= ``text``); checks the prompt length it evaluated."""
-        out = self.http.request("POST", "/completions", self._body(ids, text, **kw))
+        try:
+            out = self.http.request("POST", "/completions", self._body(ids, text, **kw))
+        except ServerHTTPError as err:
+            if self.kind_given and (err.status in (400, 422) or "validation error" in err.detail):
+                # the request carries the fields of the kind named, and the server refuses them
+                raise ServerError(
+                    f"POST {self.http.url('/completions')}: HTTP {err.status}: the server refuses the request "
+                    f"fields of a {self.kind} server ({err.detail[:120]}); is it one? pass the right "
+                    "--server-kind, or auto to detect it"
+                ) from None
+            raise
         self.count_request()
         check_completion(out, self.http.url("/completions"))
         used = (out.get("usage") or {}).get("prompt_tokens")
