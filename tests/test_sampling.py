@@ -294,3 +294,49 @@ def test_sample_command_scores_strict_samples(capsys):
     assert [r["index"] for r in recs] == [0, 1]
     assert all(r["verdict"] and r["error"] is None and r["mask_removed"] for r in recs)
     assert all(r["verdict"] != "invented_key" for r in recs)
+
+
+def test_non_finite_logits_are_a_one_line_error_not_a_garbage_token():
+    """A model with corrupt weights gives NaN logits: every draw path refuses them in one line."""
+    import numpy as np
+
+    from tooldecode.errors import ModelError
+    from tooldecode.sampling.kernels import draw_index, draw_weighted
+
+    rng = np.random.default_rng(0)
+    bad = np.full(1000, np.nan, dtype=np.float32)
+    for fn in (draw_index, draw_weighted):
+        with pytest.raises(ModelError) as err:
+            fn(bad, rng)
+        assert "corrupt" in str(err.value) and "\n" not in str(err.value)
+    ok = np.zeros(1000, dtype=np.float32)
+    assert 0 <= draw_index(ok, rng) < 1000 and 0 <= draw_weighted(np.exp(ok), rng) < 1000
+
+
+@pytest.mark.model
+def test_a_gguf_with_random_weights_is_refused_while_sampling(smol_ref, tmp_path):
+    """Random bytes over a user GGUF's tensor data: llama.cpp loads it; sampling says the weights look
+    corrupt instead of raising IndexError or writing garbage."""
+    import gguf
+    import numpy as np
+
+    from tooldecode.backends import load_backend
+    from tooldecode.errors import ModelError
+    from tooldecode.models import resolve
+
+    bad = tmp_path / "random-weights.gguf"
+    bad.write_bytes(smol_ref.path.read_bytes())
+    reader = gguf.GGUFReader(str(bad), "r+")
+    rng = np.random.default_rng(0)
+    for t in reader.tensors:
+        if t.name == "token_embd.weight":  # the embedding: every token's vector becomes random bytes
+            t.data.view(np.uint8)[...] = rng.integers(0, 256, t.data.nbytes, dtype=np.uint8).reshape(
+                t.data.view(np.uint8).shape
+            )
+    del reader
+    be = load_backend("llamacpp", resolve(str(bad)), n_ctx=512, max_seqs=1)
+    try:
+        with pytest.raises(ModelError):
+            sample(be, "<|im_start|>user\nhi<|im_end|>\n", 1, SamplingParams(max_new_tokens=8))
+    finally:
+        be.close()

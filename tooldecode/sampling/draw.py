@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tooldecode.backends.base import Backend
-from tooldecode.errors import MaskError
+from tooldecode.errors import MaskError, ModelError
 from tooldecode.masking import MaskEngine, Matcher
 from tooldecode.sampling.kernels import (
+    NOT_FINITE,
     draw_index,
     draw_weighted,
     entropy,
@@ -266,7 +267,9 @@ def _choose(
     row: _Row, x: np.ndarray, params: SamplingParams, masked: bool, eog: frozenset[int]
 ) -> int | None:
     x = x.astype(np.float32, copy=False)
-    m = float(x.max())
+    m = float(x.max())  # NaN when any logit is NaN
+    if not math.isfinite(m):
+        raise ModelError(NOT_FINITE)
     z = x - m  # logits are finite: z <= 0
     e = np.exp(z)
     sums = group_sums(e)

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from tooldecode.errors import ModelError
 from tooldecode.sampling.params import SamplingParams
 
 
@@ -45,8 +46,18 @@ def filter_logits(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     return x
 
 
+NOT_FINITE = (
+    "the model's next-token distribution is not finite (NaN or infinite logits): its weights are likely "
+    "corrupt; check the file (`tooldecode models verify ID`, or its sha256 for a file of your own)"
+)
+
+
 def draw_index(weights: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw an index with probability ∝ exp(``weights``) (log-weights; −inf excluded)."""
+    """Draw an index with probability ∝ exp(``weights``) (log-weights; −inf excluded).
+
+    Raises ``ModelError`` when a weight is NaN or +inf (a model with corrupt weights)."""
+    if np.isnan(weights).any() or np.isposinf(weights).any():
+        raise ModelError(NOT_FINITE)
     lp = log_softmax(weights)
     cum = np.cumsum(np.exp(lp, dtype=np.float64))
     u = rng.random() * cum[-1]
@@ -81,6 +92,8 @@ def draw_weighted(w: np.ndarray, rng: np.random.Generator, sums: np.ndarray | No
     if sums is None:
         sums = group_sums(w)
     cum = np.cumsum(sums)
+    if not np.isfinite(cum[-1]):
+        raise ModelError(NOT_FINITE)
     u = rng.random() * cum[-1]
     c = int(np.searchsorted(cum, u, side="right"))
     if c >= len(cum):  # u rounded onto the total: the last group with weight
