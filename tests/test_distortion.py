@@ -230,3 +230,13 @@ def test_remedy_rows_retry_repair_and_masked_arms(tmp_path):
     retry = next(t for t in table if t["remedy"] == "loose+retry")
     assert retry["n"] == 3 and retry["retries_per_call"] == 1.0 and retry["all"]["works"].k == 2
     assert "| m | L1 | loose+retry | 3 |" in format_remedies(table)
+
+
+def test_no_reference_says_the_reference_was_not_replayed(capsys):
+    """--no-reference replays nothing, so it must not print a count of valid reference samples."""
+    from tooldecode.cli import main
+
+    run = Path(__file__).resolve().parents[1] / "runs" / "e14-distortion-qwen0.5b-streams"
+    assert main(["distortion", str(run), "--no-reference", "--n-boot", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "not replayed (--no-reference)" in out and "loose samples valid" not in out

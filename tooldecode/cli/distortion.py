@@ -47,7 +47,12 @@ def format_arm(r) -> str:  # noqa: ANN001 - ArmDistortion
         q, pl = r.rates_q[name], r.rates_pl[name]
         pct = name != "extra chars"
         lines.append(f"  {name}: strict (Q) {q.fmt(3, pct)}; reweighted to P_L {pl.fmt(3, pct)}")
-    if r.reference_arm:
+    if r.reference_arm and r.n_reference_valid is None:
+        lines.append(
+            f"  reference: {r.reference_arm} — {r.n_reference} loose samples, not replayed (--no-reference): "
+            "how many are valid under this arm's grammar is unknown"
+        )
+    elif r.reference_arm:
         lines.append(
             f"  reference: {r.reference_arm} — {r.n_reference_valid}/{r.n_reference} loose samples valid "
             "under this arm's grammar (rejection sampling: exact draws of P_L)"

@@ -257,6 +257,7 @@ def _analyse_arm(
     ref = [s for s in ref_samples if not s.get("error") and s["scenario"] in set(names)]
     res.n_reference = len(ref)
     if validity is None:
+        res.n_reference_valid = None
         res.notes.append("reference not replayed (validity unknown): run without --no-reference")
         return res
     missing = [s["key"] for s in ref if s["key"] not in validity]

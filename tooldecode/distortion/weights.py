@@ -77,7 +77,7 @@ class ArmDistortion:
     rates_pl: dict[str, Estimate] = field(default_factory=dict)  # self-normalised under P_L
     reference_arm: str | None = None
     n_reference: int = 0
-    n_reference_valid: int = 0
+    n_reference_valid: int | None = 0  # None: the reference was not replayed (validity unknown)
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
