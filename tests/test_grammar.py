@@ -438,3 +438,34 @@ def test_rendered_grammars_do_not_drift(tmp_path):
     assert drifted == [], f"run `make grammars`: {drifted[:5]}"
     for rel in files:
         assert (tmp_path / rel).read_bytes() == (ROOT / "grammars" / rel).read_bytes()
+
+
+def test_a_ref_used_twice_at_every_level_renders_without_expanding():
+    """$defs where each definition refers to the next one twice: 2**40 paths to the innermost one. The
+    builder names each definition once (a shared sub-node is hashed once), so this renders at once."""
+    n = 40
+    defs = {
+        f"d{i}": {
+            "type": "object",
+            "properties": {"a": {"$ref": f"#/$defs/d{i + 1}"}, "b": {"$ref": f"#/$defs/d{i + 1}"}},
+            "additionalProperties": False,
+        }
+        for i in range(n)
+    }
+    defs[f"d{n}"] = {"type": "string"}
+    text = render({"$defs": defs, "$ref": "#/$defs/d0"})
+    assert text.count("::=") < 20 * n
+
+
+def test_an_allof_of_anyofs_past_the_budget_is_one_line_naming_its_pointer():
+    schema = {
+        "allOf": [
+            {"anyOf": [{"type": "object", "properties": {f"p{i}": {"type": "string"}}},
+                       {"type": "object", "properties": {f"q{i}": {"type": "integer"}}}]}
+            for i in range(16)
+        ]
+    }  # fmt: skip
+    with pytest.raises(GrammarError) as err:
+        render(schema)
+    msg = str(err.value)
+    assert "/allOf/" in msg and "alternatives" in msg and "\n" not in msg

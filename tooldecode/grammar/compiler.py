@@ -12,7 +12,7 @@ from typing import Any
 
 from tooldecode.grammar import ir
 from tooldecode.grammar.compile_types import TypeKeywords
-from tooldecode.grammar.errors import InvalidSchemaError, UnsupportedSchemaError, pointer_join
+from tooldecode.grammar.errors import GrammarError, InvalidSchemaError, UnsupportedSchemaError, pointer_join
 from tooldecode.grammar.ir import (
     ANY,
     NEVER,
@@ -33,6 +33,10 @@ from tooldecode.grammar.ir import (
 )
 from tooldecode.grammar.keywords import ANNOTATIONS, DIALECTS, JSON_TYPES, KNOWN, UNEXPRESSIBLE
 from tooldecode.grammar.negation import complement, difference
+
+MAX_MEET_ALTS = (
+    4096  # alternatives of one allOf / $ref intersection (a product of the branches' alternatives)
+)
 
 
 class Compiler(TypeKeywords):
@@ -204,6 +208,12 @@ class Compiler(TypeKeywords):
         return self._values(cur, s, ptr)
 
     def _meet(self, cur: Node, other: Node, kw: str, kptr: str) -> Node:
+        if len(cur.alts) * len(other.alts) > MAX_MEET_ALTS:
+            # the intersection of two unions is the union of every pair: allOf over anyOf grows as a product
+            raise GrammarError(
+                f"{kw} at {kptr or '/'} combines {len(cur.alts)} × {len(other.alts)} alternatives, more than the "
+                f"{MAX_MEET_ALTS:,} this builder renders; merge the branches or move the alternatives into one anyOf"
+            )
         try:
             return intersect(cur, other)
         except Inexact as e:

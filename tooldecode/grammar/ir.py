@@ -103,6 +103,16 @@ class NumA(Alt):
     type = "number"
 
 
+def _memo_hash(self: Any) -> int:
+    """A frozen node's hash, computed once: nodes share sub-nodes (a ``$ref`` used twice is one object),
+    so an uncached hash would walk a shared sub-tree once per path to it, exponential in the nesting."""
+    h = self.__dict__.get("_memo_hash")
+    if h is None:
+        h = hash((type(self), *(getattr(self, name) for name in self.__dataclass_fields__)))
+        self.__dict__["_memo_hash"] = h
+    return int(h)
+
+
 @dataclass(frozen=True)
 class StrA(Alt):
     lang: StrLang = ALL_STRINGS
@@ -120,6 +130,7 @@ class ArrA(Alt):
     eval_n: int = 0
     eval_all: bool = False
     type = "array"
+    __hash__ = _memo_hash
 
     def item(self, i: int) -> Node:
         if i < len(self.prefix):
@@ -142,6 +153,7 @@ class ObjA(Alt):
     eval_pats: frozenset[str] = frozenset()
     eval_all: bool = False
     type = "object"
+    __hash__ = _memo_hash
 
     @cached_property
     def keymap(self) -> dict[str, Node]:
@@ -188,6 +200,7 @@ class RefA(Alt):
 @dataclass(frozen=True)
 class Node:
     alts: tuple[Alt, ...] = field(default=())
+    __hash__ = _memo_hash
 
     @property
     def is_never(self) -> bool:
