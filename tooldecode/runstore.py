@@ -18,22 +18,26 @@ writer slips in between. ``clear_run`` deletes only the files the run store writ
 
 from __future__ import annotations
 
-import datetime as _dt
 import errno
 import fcntl
-import importlib.metadata
 import json
 import os
-import platform
 import re
-import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
-from tooldecode import __version__
 from tooldecode.errors import RunError
+from tooldecode.provenance import build_manifest
+from tooldecode.runfiles import (
+    TMP_MARK,
+    atomic_write,
+    first_difference,
+    fsync_dir,
+    jsonable,
+    os_reason,
+    write_all,
+)
 
 __all__ = [
     "MANIFEST",
@@ -53,18 +57,8 @@ SAMPLES = "samples.jsonl"
 RAW_FILES = frozenset({MANIFEST, SAMPLES})
 # Fields a sampled-call record always has (what scoring, reports and repair read).
 SAMPLE_FIELDS = ("key", "arm", "scenario", "text")
-FORMAT_VERSION = 1
 
 # Libraries whose versions go into the manifest: manifest name -> distribution name.
-_LIBRARIES = {
-    "numpy": "numpy",
-    "torch": "torch",
-    "transformers": "transformers",
-    "llama_cpp": "llama-cpp-python",
-    "xgrammar": "xgrammar",
-    "llguidance": "llguidance",
-    "outlines": "outlines",
-}
 
 # Files the run store and tooldecode's stages write into a run folder (``--fresh`` deletes only these).
 _STORE_NAMES = frozenset(
@@ -74,90 +68,6 @@ _STORE_PATTERNS = (
     re.compile(r"verdicts-[A-Za-z0-9._+-]+\.jsonl"),
     re.compile(r"repaired-[A-Za-z0-9._+-]+\.jsonl"),
 )
-
-# append() writes a batch in chunks of this many bytes (one os.write each).
-_WRITE_CHUNK = 1 << 20
-_TMP_MARK = ".tmp-"
-
-
-# --- small file helpers ----------------------------------------------------------------------------
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _os_reason(err: OSError) -> str:
-    if err.errno == errno.ENOSPC:
-        return "disk full"
-    if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return "not writable"
-    return err.strerror or str(err)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view[:_WRITE_CHUNK])
-        view = view[written:]
-
-
-def _atomic_write(target: Path, chunks: Iterable[bytes]) -> None:
-    """Write ``chunks`` to a temp file beside ``target``, fsync, then rename over ``target``."""
-    tmp = target.with_name(f"{target.name}{_TMP_MARK}{os.getpid()}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            for chunk in chunks:
-                _write_all(fd, chunk)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(target.parent)
-
-
-def _jsonable(value: Any) -> Any:
-    """``value`` as it reads back from JSON (tuples become lists; dates, paths become strings)."""
-    return json.loads(json.dumps(value, default=str))
-
-
-def _first_difference(old: Any, new: Any, where: str = "") -> str | None:
-    """Dotted path of the first field where two JSON values differ (``""`` for the root), else None."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        for key in list(old) + [k for k in new if k not in old]:
-            sub = f"{where}.{key}" if where else str(key)
-            if key not in old or key not in new:
-                return sub
-            found = _first_difference(old[key], new[key], sub)
-            if found is not None:
-                return found
-        return None
-    if isinstance(old, list) and isinstance(new, list):
-        for i, (a, b) in enumerate(zip(old, new, strict=False)):
-            found = _first_difference(a, b, f"{where}[{i}]")
-            if found is not None:
-                return found
-        return None if len(old) == len(new) else f"{where}[{min(len(old), len(new))}]"
-    if (
-        isinstance(old, bool) != isinstance(new, bool)
-        or type(old) is not type(new)
-        and not (isinstance(old, int | float) and isinstance(new, int | float))
-    ):
-        return where
-    return None if old == new else where
 
 
 def _json_line(record: dict) -> bytes:
@@ -226,7 +136,7 @@ def is_store_file(name: str) -> bool:
     return (
         name in _STORE_NAMES
         or any(p.fullmatch(name) for p in _STORE_PATTERNS)
-        or (_TMP_MARK in name and is_store_file(name.split(_TMP_MARK, 1)[0]))
+        or (TMP_MARK in name and is_store_file(name.split(TMP_MARK, 1)[0]))
     )
 
 
@@ -249,9 +159,7 @@ class RunLock:
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as err:
-            raise RunError(
-                f"cannot open run folder {self.path} ({_os_reason(err)}); check the path"
-            ) from None
+            raise RunError(f"cannot open run folder {self.path} ({os_reason(err)}); check the path") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
@@ -260,7 +168,7 @@ class RunLock:
                 raise RunError(
                     f"run {self.path} is being written by another process; wait for it or stop it first"
                 ) from None
-            raise RunError(f"cannot lock run folder {self.path} ({_os_reason(err)})") from None
+            raise RunError(f"cannot lock run folder {self.path} ({os_reason(err)})") from None
         self._fd: int | None = fd
 
     @property
@@ -305,8 +213,8 @@ def clear_run(path: str | os.PathLike[str], lock: RunLock) -> list[str]:
         try:
             entry.unlink(missing_ok=True)
         except OSError as err:
-            raise RunError(f"--fresh cannot delete {entry} ({_os_reason(err)}); fix that and rerun") from None
-    _fsync_dir(path)
+            raise RunError(f"--fresh cannot delete {entry} ({os_reason(err)}); fix that and rerun") from None
+    fsync_dir(path)
     return sorted(kept)
 
 
@@ -354,9 +262,7 @@ class RunStore:
             try:
                 path.mkdir(parents=True, exist_ok=True)
             except OSError as err:
-                raise RunError(
-                    f"cannot create run {path} ({_os_reason(err)}); choose another --out"
-                ) from None
+                raise RunError(f"cannot create run {path} ({os_reason(err)}); choose another --out") from None
             lock = RunLock(path)
         held = lock if isinstance(lock, RunLock) else None
         if held is not None and (not held.held or held.path.resolve() != path.resolve()):
@@ -381,7 +287,7 @@ class RunStore:
                     f"run {path} already exists; resume it, choose a new --out, or remove the directory"
                 )
             store = cls.open(path)
-            diff = _first_difference(store.manifest.get("config"), _jsonable(manifest["config"]))
+            diff = first_difference(store.manifest.get("config"), jsonable(manifest["config"]))
             if diff is not None:
                 raise RunError(
                     f"run {path} was made with a different config (field {diff or '<root>'} differs); "
@@ -394,25 +300,25 @@ class RunStore:
             leftovers = [
                 p.name
                 for p in path.iterdir()
-                if p.name not in keep and p.name != SAMPLES and _TMP_MARK not in p.name
+                if p.name not in keep and p.name != SAMPLES and TMP_MARK not in p.name
             ]
             samples = path / SAMPLES
             if leftovers or (samples.exists() and samples.stat().st_size > 0):
                 raise RunError(
                     f"{path} is not empty and has no {MANIFEST}; it is not a run: choose another --out"
                 )
-        text = json.dumps(_jsonable(manifest), indent=2, ensure_ascii=False) + "\n"
+        text = json.dumps(jsonable(manifest), indent=2, ensure_ascii=False) + "\n"
         try:
             path.mkdir(parents=True, exist_ok=True)
-            for stale in path.glob(f"*{_TMP_MARK}*"):
+            for stale in path.glob(f"*{TMP_MARK}*"):
                 stale.unlink(missing_ok=True)  # left by a creation that was killed
             # samples.jsonl first: a manifest always has its samples file beside it.
             fd = os.open(path / SAMPLES, os.O_WRONLY | os.O_CREAT, 0o644)
             os.fsync(fd)
             os.close(fd)
-            _atomic_write(path / MANIFEST, [text.encode("utf-8")])
+            atomic_write(path / MANIFEST, [text.encode("utf-8")])
         except OSError as err:
-            raise RunError(f"cannot create run {path} ({_os_reason(err)}); choose another --out") from None
+            raise RunError(f"cannot create run {path} ({os_reason(err)}); choose another --out") from None
         return cls(path, json.loads(text))
 
     @classmethod
@@ -540,7 +446,7 @@ class RunStore:
             fd = os.open(self._samples, os.O_WRONLY | os.O_APPEND)
         except OSError as err:
             raise RunError(
-                f"cannot open {self._samples} for writing ({_os_reason(err)}); fix that and rerun"
+                f"cannot open {self._samples} for writing ({os_reason(err)}); fix that and rerun"
             ) from None
         self._fd = fd
         return fd
@@ -571,14 +477,14 @@ class RunStore:
         RunError
             When the folder is read-only, immutable or full: before any sample is drawn.
         """
-        probe = self.path / f"timing.json{_TMP_MARK}check-{os.getpid()}"
+        probe = self.path / f"timing.json{TMP_MARK}check-{os.getpid()}"
         try:
             fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             os.close(fd)
             probe.unlink()
         except OSError as err:
             raise RunError(
-                f"cannot write files in run folder {self.path} ({_os_reason(err)}); "
+                f"cannot write files in run folder {self.path} ({os_reason(err)}); "
                 "fix its permissions or choose another --out"
             ) from None
 
@@ -608,13 +514,13 @@ class RunStore:
             if os.fstat(fd).st_size > self._scanned:
                 os.ftruncate(fd, self._scanned)  # cut the torn tail of an interrupted append
             if lines:
-                _write_all(fd, (b"\n" if self._unterminated else b"") + b"".join(lines))
+                write_all(fd, (b"\n" if self._unterminated else b"") + b"".join(lines))
                 self._unterminated = False
             os.fsync(fd)
         except OSError as err:
             # a partial batch is a torn tail: never counted, cut off by the next append
             raise RunError(
-                f"cannot write {self._samples} ({_os_reason(err)}); the samples written before are kept: "
+                f"cannot write {self._samples} ({os_reason(err)}); the samples written before are kept: "
                 "fix that and run the same command again to resume"
             ) from None
         self._keys |= batch
@@ -656,8 +562,8 @@ class RunStore:
             raise RunError(
                 f"{name!r} is a raw file of run {self.path} and is never rewritten; pick another name"
             )
-        if _TMP_MARK in target.name:
-            raise RunError(f"derived file name {name!r} must not contain {_TMP_MARK!r}")
+        if TMP_MARK in target.name:
+            raise RunError(f"derived file name {name!r} must not contain {TMP_MARK!r}")
         return self.path / target.relative_to(root)
 
     def write_derived(self, name: str, records: Iterable[dict] | str) -> Path:
@@ -669,71 +575,13 @@ class RunStore:
             chunks = (_json_line(r) for r in records)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write(target, chunks)
+            atomic_write(target, chunks)
         except OSError as err:
             raise DerivedWriteError(
-                f"cannot write {target} ({_os_reason(err)}); the run's raw files are untouched: "
+                f"cannot write {target} ({os_reason(err)}); the run's raw files are untouched: "
                 "free space or fix the folder's permissions and run the command again"
             ) from None
         return target
-
-
-# --- manifest --------------------------------------------------------------------------------------
-
-
-def _git_sha() -> tuple[str, bool | None]:
-    """(sha, dirty) of the checkout the package runs from; ("unknown", None) outside git."""
-    here = Path(__file__).resolve().parent
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=here, capture_output=True, text=True, timeout=10, check=True,
-        ).stdout  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return "unknown", None
-    if not re.fullmatch(r"[0-9a-f]{40,64}", sha):
-        return "unknown", None
-    return sha, bool(status.strip())
-
-
-def _library_versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name, dist in _LIBRARIES.items():
-        try:
-            out[name] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def build_manifest(
-    config: dict,
-    *,
-    model: dict | None = None,
-    seeds: list[int] | None = None,
-    scenarios: dict[str, str] | None = None,
-) -> dict:
-    """A manifest for ``RunStore.create``: the config plus provenance.
-
-    ``model`` is ``{"id", "sha256", "path"}``; ``scenarios`` maps scenario id to content hash.
-    Library versions come from package metadata (nothing heavy is imported).
-    """
-    sha, dirty = _git_sha()
-    return {
-        "format": FORMAT_VERSION,
-        "config": config,
-        "tooldecode": {"version": __version__, "git_sha": sha, "git_dirty": dirty},
-        "python": platform.python_version(),
-        "libraries": _library_versions(),
-        "platform": platform.platform(),
-        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "model": model,
-        "seeds": seeds,
-        "scenarios": scenarios,
-    }
 
 
 # --- rescoring -------------------------------------------------------------------------------------

@@ -1,0 +1,85 @@
+"""Provenance of a run: the manifest's config plus the package version, git commit (and whether the tree
+was clean), library versions, platform and time (``build_manifest``; ``tooldecode.runstore`` writes it)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import platform
+import re
+import subprocess
+from pathlib import Path
+
+from tooldecode import __version__
+
+__all__ = ["FORMAT_VERSION", "build_manifest"]
+
+FORMAT_VERSION = 1
+
+_LIBRARIES = {
+    "numpy": "numpy",
+    "torch": "torch",
+    "transformers": "transformers",
+    "llama_cpp": "llama-cpp-python",
+    "xgrammar": "xgrammar",
+    "llguidance": "llguidance",
+    "outlines": "outlines",
+}
+
+
+# --- manifest --------------------------------------------------------------------------------------
+
+
+def _git_sha() -> tuple[str, bool | None]:
+    """(sha, dirty) of the checkout the package runs from; ("unknown", None) outside git."""
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here, capture_output=True, text=True, timeout=10, check=True,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", None
+    if not re.fullmatch(r"[0-9a-f]{40,64}", sha):
+        return "unknown", None
+    return sha, bool(status.strip())
+
+
+def _library_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name, dist in _LIBRARIES.items():
+        try:
+            out[name] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def build_manifest(
+    config: dict,
+    *,
+    model: dict | None = None,
+    seeds: list[int] | None = None,
+    scenarios: dict[str, str] | None = None,
+) -> dict:
+    """A manifest for ``RunStore.create``: the config plus provenance.
+
+    ``model`` is ``{"id", "sha256", "path"}``; ``scenarios`` maps scenario id to content hash.
+    Library versions come from package metadata (nothing heavy is imported).
+    """
+    sha, dirty = _git_sha()
+    return {
+        "format": FORMAT_VERSION,
+        "config": config,
+        "tooldecode": {"version": __version__, "git_sha": sha, "git_dirty": dirty},
+        "python": platform.python_version(),
+        "libraries": _library_versions(),
+        "platform": platform.platform(),
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "model": model,
+        "seeds": seeds,
+        "scenarios": scenarios,
+    }
