@@ -301,3 +301,53 @@ def _one_line_spec_error(tmp_path, lines, message):
     with pytest.raises(SpecError, match=message) as err:
         load_spec(bad)
     assert "\n" not in str(err.value)
+
+
+def test_a_spec_runs_the_scenarios_of_a_users_folder(tmp_path, monkeypatch):
+    """`scenario_dirs` names folders of the user's own scenario files: the spec runs those, not the corpus,
+    and a folder that is not there is a one-line error."""
+    import yaml
+
+    from tooldecode.experiments.arms import select_scenarios
+    from tooldecode.scenarios import builtin_dir
+
+    mine = tmp_path / "my-scenarios"
+    mine.mkdir()
+    data = yaml.safe_load((builtin_dir() / "py-mutable-default-cart.yaml").read_text())
+    data["id"] = "my-cart-bug"
+    (mine / "my-cart-bug.yaml").write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    monkeypatch.chdir(tmp_path)
+    spec_path = tmp_path / "mine.toml"
+    spec_path.write_text(
+        'name = "mine"\nmodels = ["smollm2-135m-instruct"]\nscenario_dirs = ["my-scenarios"]\n'
+    )
+    assert [s.id for s in select_scenarios(load_spec(spec_path))] == ["my-cart-bug"]
+    spec_path.write_text('name = "mine"\nmodels = ["smollm2-135m-instruct"]\nscenario_dirs = ["nowhere"]\n')
+    with pytest.raises(SpecError) as err:
+        select_scenarios(load_spec(spec_path))
+    assert "nowhere" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.model
+def test_a_run_on_a_users_scenario_folder_scores_them(smol_ref, tmp_path, monkeypatch):
+    import yaml
+
+    from tooldecode.scenarios import builtin_dir
+    from tooldecode.scoring import score_record
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    data = yaml.safe_load((builtin_dir() / "py-mutable-default-cart.yaml").read_text())
+    data["id"] = "my-cart-bug"
+    (mine / "my-cart-bug.yaml").write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    monkeypatch.chdir(tmp_path)
+    _, out, records = _tiny_run(
+        tmp_path,
+        'name = "mine"\nmodels = ["smollm2-135m-instruct"]\nscenario_dirs = ["mine"]\nn = 2\nmax_new_tokens = 8\n'
+        '[variant]\nconditioning = ["gold-prefix"]\n',
+    )
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["scenario_dirs"] == ["mine"] and {r["scenario"] for r in records} == {
+        "my-cart-bug"
+    }
+    assert all(score_record(r, manifest)["scenario"] == "my-cart-bug" for r in records)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from tooldecode.experiments.spec import VARIANT_FIELDS, Spec, SpecError, as_list
@@ -44,7 +45,14 @@ def select_scenarios(spec: Spec) -> list[Any]:
     """The scenarios a spec runs: its ids (or all), filtered by tags, spread down to ``max_scenarios``."""
     from tooldecode.scenarios import load_scenarios
 
-    allsc = load_scenarios()
+    dirs = [Path(d) for d in spec.scenario_dirs]
+    missing = [str(d) for d in dirs if not d.is_dir()]
+    if missing:
+        raise SpecError(
+            f"{spec.path}: scenario_dirs names {missing[0]}, which is not a folder (paths are relative to "
+            "where the run starts); give a folder of scenario files"
+        )
+    allsc = load_scenarios(dirs or None)
     if spec.scenarios != "all":
         ids = set(as_list(spec.scenarios))
         chosen = [s for s in allsc if s.id in ids]

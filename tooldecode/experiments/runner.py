@@ -207,6 +207,8 @@ def _run_manifest(
         config["streams"] = spec.streams
     if spec.aligned:
         config["aligned"] = spec.aligned
+    if spec.scenario_dirs:  # the scorer reads the scenarios from the same folders
+        config["scenario_dirs"] = list(spec.scenario_dirs)
     models_info = {}
     for m in spec.models:
         ref = resolve(m, fetch=True)

@@ -107,6 +107,9 @@ class Spec:
     backend: str = "llamacpp"
     scenarios: list[str] | str = "all"
     tags: list[str] = field(default_factory=list)
+    # folders of the user's own scenario files (``tooldecode scenarios import`` writes them), relative to
+    # the directory the run is started from; empty: the built-in corpus
+    scenario_dirs: list[str] = field(default_factory=list)
     max_scenarios: int | None = None
     n: int = 8
     # samples per (arm, scenario, seed) for particular modes, e.g. {"loose": 32}: loose samples are the
@@ -256,6 +259,7 @@ _LIST_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "temperatures": ((int, float), "numbers ≥ 0"),
     "modes": ((str,), "'loose', 'strict', 'strict-spec'"),
     "tags": ((str,), "scenario tags"),
+    "scenario_dirs": ((str,), "folders of scenario files"),
 }
 # a run name becomes a folder under runs/: one plain path component
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
