@@ -186,3 +186,36 @@ def test_sigterm_while_the_model_loads_leaves_no_empty_run(tmp_path, smol_ref):
     )
     assert proc.returncode != 0
     assert not out.exists(), sorted(p.name for p in out.iterdir())
+
+
+def _chattr(flag: str, path: Path) -> bool:
+    import subprocess
+
+    try:
+        return subprocess.run(["chattr", flag, str(path)], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+@pytest.mark.model
+def test_a_run_into_an_immutable_run_folder_stops_before_sampling(small_run, tmp_path):
+    """An immutable run folder (chattr +i: not even root can add a file) is a one-line error before any
+    sample is drawn, and the samples already there stay as they were."""
+    spec, run = small_run
+    folder = tmp_path / "run"
+    shutil.copytree(run, folder)
+    lines = (folder / "samples.jsonl").read_bytes().splitlines(keepends=True)
+    (folder / "samples.jsonl").write_bytes(b"".join(lines[:-1]))  # one sample still to draw
+    before = (folder / "samples.jsonl").read_bytes()
+    more = tmp_path / "s.toml"
+    more.write_text(SMALL_SPEC)
+    if not _chattr("+i", folder):
+        pytest.skip("chattr +i is not available here (needs root and a file system with immutable files)")
+    try:
+        with pytest.raises(RunError) as err:
+            run_spec(load_spec(more), folder, progress=False)
+    finally:
+        _chattr("-i", folder)
+    msg = str(err.value)
+    assert "\n" not in msg and "cannot write files in run folder" in msg, msg
+    assert (folder / "samples.jsonl").read_bytes() == before
