@@ -351,3 +351,19 @@ def test_a_run_on_a_users_scenario_folder_scores_them(smol_ref, tmp_path, monkey
         "my-cart-bug"
     }
     assert all(score_record(r, manifest)["scenario"] == "my-cart-bug" for r in records)
+
+
+def test_a_run_off_a_terminal_reports_progress_as_log_lines(caplog):
+    """Off a terminal (a log file, CI) the run's progress is a log line with count, rate and ETA."""
+    import logging
+
+    from tooldecode.experiments.runner import LineProgress
+
+    bar = LineProgress(every_s=0.0)
+    with caplog.at_level(logging.INFO, logger="tooldecode.progress"), bar:
+        task = bar.add_task("e1", total=4)
+        bar.advance(task, 1)  # a resumed run's samples already there
+        bar.advance(task, 2)
+        bar.advance(task, 1)
+    lines = [r.getMessage() for r in caplog.records if r.name == "tooldecode.progress"]
+    assert lines[-1].startswith("e1: 4/4 done") and "ETA" in lines[-1]

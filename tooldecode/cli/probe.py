@@ -10,6 +10,7 @@ from pathlib import Path
 
 def _cmd_probe(args: argparse.Namespace) -> int:
     from tooldecode.backends import load_backend
+    from tooldecode.cli import Progress
     from tooldecode.models import resolve
     from tooldecode.probe import ProbeConfig, probe_call, summarize
     from tooldecode.prompts import TranscriptOptions, gold_call_text, parse_variant, render_prompt
@@ -34,6 +35,8 @@ def _cmd_probe(args: argparse.Namespace) -> int:
 
         kw = server_kwargs(args)
     be = load_backend(args.backend, ref, **kw)
+    progress = Progress(f"probe {sc.id}", 1, unit="call")
+    progress.log.info("probe: the gold call of %s on %s (an exact probe: minutes on CPU)", sc.id, ref.id)
     points = probe_call(
         be,
         prompt.text,
@@ -50,6 +53,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
         tools=prompt.tools,
         expected_tool=prompt.expected_tool,
     )
+    progress.step(note=f"{len(points)} decision points")
     if args.json:
         for p in points:
             print(json.dumps(p.to_dict()))

@@ -10,6 +10,7 @@ from pathlib import Path
 def _cmd_sample(args: argparse.Namespace) -> int:
     from tooldecode.backends import load_backend
     from tooldecode.backends.openai import check_server_flags
+    from tooldecode.cli import Progress
     from tooldecode.engines import build_strict, check_engine, draw
     from tooldecode.experiments.spec import check_options
     from tooldecode.models import resolve
@@ -64,6 +65,10 @@ def _cmd_sample(args: argparse.Namespace) -> int:
         seed=args.seed,
         top_logprobs=args.top_logprobs,
     )
+    progress = Progress(f"sample {sc.id} ({args.mode})", args.n, unit="sample")
+    progress.log.info(
+        "sample: %d draws of %s on %s, up to %d new tokens each", args.n, sc.id, ref.id, args.max_new_tokens
+    )
     if args.backend == "openai":
         # the server's own strict mode (its grammar field) with tooldecode's strict GBNF; --engine unused
         grammar = None
@@ -78,6 +83,7 @@ def _cmd_sample(args: argparse.Namespace) -> int:
         out = draw(
             be, prompt.text, args.n, params, mask=mask, prefill=prompt.prefill, batch_size=args.batch_size
         )
+    progress.step(len(out))
     if not args.json:
         print(
             f"model {ref.id} ({args.backend}), scenario {sc.id}, variant {args.variant or 'default'}, "

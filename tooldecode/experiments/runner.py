@@ -246,8 +246,58 @@ def run_command(spec: Spec, out: Path) -> list[str]:
     return [*cmd, "--out", rel_path(out)]
 
 
+class LineProgress:
+    """``rich.progress.Progress``'s ``add_task``/``advance`` as log lines (logger ``tooldecode.progress``)
+    every ``every_s`` seconds and at the end: a run off a terminal (a log file, CI) is not silent for
+    minutes. Each line has the count, the rate and the time left."""
+
+    def __init__(self, every_s: float = 30.0) -> None:
+        import logging
+
+        self.every_s = every_s
+        self.log = logging.getLogger("tooldecode.progress")
+        self.tasks: dict[int, list[Any]] = {}  # id -> [name, total, done, t0, last line, done at start]
+
+    def __enter__(self) -> LineProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, name: str, total: int = 0, **_: Any) -> int:
+        tid = len(self.tasks)
+        now = time.monotonic()
+        self.tasks[tid] = [name, total, 0, now, now, None]
+        return tid
+
+    def advance(self, task: int, n: float = 1) -> None:
+        t = self.tasks[task]
+        if t[5] is None:
+            t[5] = n  # the first advance counts what a resumed run already had
+        t[2] += n
+        now = time.monotonic()
+        if now - t[4] < self.every_s and t[2] < t[1]:
+            return
+        t[4] = now
+        new, dt = t[2] - t[5], now - t[3]
+        rate = new / dt if dt > 0 else 0.0
+        left = (t[1] - t[2]) / rate if rate > 0 else float("nan")
+        self.log.info(
+            "%s: %d/%d done, %.2f a second, %.0f s elapsed, ETA %.0f s", t[0], t[2], t[1], rate, dt, left
+        )
+
+    def update(self, task: int, **kw: Any) -> None:
+        if "total" in kw:
+            self.tasks[task][1] = kw["total"]
+
+
 def _progress(enabled: bool) -> Any:
-    """The run's progress bars (rich), shown only when ``enabled``."""
+    """The run's progress: rich bars on a terminal, log lines every 30 s elsewhere (``LineProgress``);
+    nothing when not ``enabled``."""
+    import sys
+
+    if enabled and not sys.stderr.isatty():
+        return LineProgress()
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
