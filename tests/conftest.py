@@ -29,6 +29,11 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 model_guard.install()
 _START = pytest.StashKey[int]()
 
+# One llama.cpp thread per model, here and in the servers and CLI subprocesses tests start (override by
+# setting TOOLDECODE_THREADS): the test models are tiny, and with two threads on a machine with other
+# work, ggml's threads wait on each other (SmolLM2's sampling tests ran 2.5-3.5x slower on 2 busy cores).
+os.environ.setdefault("TOOLDECODE_THREADS", "1")
+
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_setup(item):
@@ -146,8 +151,8 @@ class LlamaServer:
             "--host", "127.0.0.1",
             "--port", str(self.port),
             "--n_ctx", "4096",
-            "--n_threads", "2",
-            "--n_threads_batch", "2",
+            "--n_threads", os.environ["TOOLDECODE_THREADS"],
+            "--n_threads_batch", os.environ["TOOLDECODE_THREADS"],
             "--flash_attn", "true" if flash_attn else "false",
         ]  # fmt: skip
         self._log = open(log_path, "wb")
