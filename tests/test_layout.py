@@ -11,7 +11,17 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tooldecode"
 # The stages in the order data flows (docs/architecture.md). A module may import its own layer or an
 # earlier one, never a later one.
 LAYERS = (
-    {"tooldecode", "errors", "toolsets", "stats", "runstore", "runfiles", "provenance", "streams", "records"},  # leaves
+    {
+        "tooldecode",
+        "errors",
+        "toolsets",
+        "stats",
+        "runstore",
+        "runfiles",
+        "provenance",
+        "streams",
+        "records",
+    },  # leaves
     {"models"},
     {"grammar"},  # schema → grammar
     {"scenarios"},
