@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -130,3 +130,20 @@ def feed_branches(
             if len(continuations[r]) == k + 1:
                 out[offset + r] = logits[j]
         k += 1
+
+
+@lru_cache(maxsize=1)
+def byte_level_decoder() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet reversed: each printable stand-in character → its byte (Qwen2.5 and
+    SmolLM2 write their vocabularies in it)."""
+    bs = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
+    )
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs, strict=True)}

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from tooldecode.backends.base import Backend
+from tooldecode.backends.base import Backend, byte_level_decoder
 from tooldecode.errors import ModelError
 from tooldecode.models import ModelRef
 
@@ -239,19 +239,7 @@ def quiet_gguf_progress() -> None:
 
 def _byte_decoder(tokenizer: Any) -> dict[str, int] | None:
     """GPT-2 style byte-level BPE: map the printable stand-in characters back to bytes."""
-    bs = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    decoder = {chr(c): b for b, c in zip(bs, cs, strict=True)}
+    decoder = byte_level_decoder()
     vocab = tokenizer.get_vocab()
     # byte-level vocabularies use "Ġ" for space; sentencepiece ones use "▁"
     if any("Ġ" in t for t in list(vocab)[:5000]):

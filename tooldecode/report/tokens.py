@@ -18,6 +18,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from tooldecode.backends.base import byte_level_decoder
+
 Vocab = Callable[[int], str]
 _SCALAR_SIZE = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 
@@ -74,25 +76,9 @@ def gguf_tokens(path: str | Path) -> list[str] | None:
     return None
 
 
-@lru_cache(maxsize=1)
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's byte-level alphabet, reversed (Qwen2.5 and SmolLM2 write tokens in it)."""
-    bs = (
-        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
-    )
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs, strict=True)}
-
-
 def decode_piece(tok: str) -> str:
     """The text of one vocabulary entry: byte-level BPE decoded, SentencePiece's ``▁`` as a space."""
-    dec = _byte_decoder()
+    dec = byte_level_decoder()
     if tok and all(ch in dec for ch in tok):
         return bytes(dec[ch] for ch in tok).decode("utf-8", "replace")
     return tok.replace("▁", " ")

@@ -252,12 +252,13 @@ def _occurrences(haystack: str, needle: str) -> int:
     return 1 if haystack.find(needle, first + 1) < 0 else 2
 
 
-def check_payload(arguments: Any, tool: Tool, scenario: Scenario) -> dict | None:
-    """The edits of a call against the scenario's gold; None when the call carries no edits."""
-    if not isinstance(arguments, dict) or not is_edit_tool(tool):
+def edit_pairs(arguments: Any, tool: Tool) -> tuple[list[tuple[Any, Any]], Any] | None:
+    """(the call's ``(old, new)`` pairs, its path argument), or None when the call carries no edits."""
+    if not isinstance(arguments, dict):
         return None
     array_key, old_key, new_key = edit_keys(tool)
-    pairs: list[tuple[Any, Any]]
+    if not (old_key and new_key):
+        return None
     if array_key is not None:
         items = arguments.get(array_key)
         if not isinstance(items, list):
@@ -267,6 +268,18 @@ def check_payload(arguments: Any, tool: Tool, scenario: Scenario) -> dict | None
         if old_key not in arguments and new_key not in arguments:
             return None
         pairs = [(arguments.get(old_key), arguments.get(new_key))]
+    pk = path_key(tool)
+    return pairs, arguments.get(pk) if pk else None
+
+
+def check_payload(arguments: Any, tool: Tool, scenario: Scenario) -> dict | None:
+    """The edits of a call against the scenario's gold; None when the call carries no edits."""
+    if not is_edit_tool(tool):
+        return None
+    found = edit_pairs(arguments, tool)
+    if found is None:
+        return None
+    pairs = found[0]
     content = scenario.content
     strings = all(isinstance(o, str) and isinstance(n, str) for o, n in pairs)
     old_unique = bool(pairs) and strings and all(_occurrences(content, o) == 1 for o, _ in pairs)

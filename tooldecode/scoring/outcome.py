@@ -24,7 +24,7 @@ from typing import Any
 from tooldecode.errors import ScenarioError
 from tooldecode.grammar import Tool
 from tooldecode.scenarios import Edit, Scenario, apply_edits
-from tooldecode.scoring.checks import edit_keys, path_key
+from tooldecode.scoring.checks import edit_pairs
 from tooldecode.scoring.records import ScoringError
 
 OUTCOMES = ("valid", "applies", "correct", "works", "wrong_but_valid")
@@ -120,26 +120,6 @@ def same_up_to_trailing_ws(got: str, want: str) -> bool:
 
 def _norm_path(p: Any) -> Any:
     return p[2:] if isinstance(p, str) and p.startswith("./") else p
-
-
-def edit_pairs(arguments: Any, tool: Tool) -> tuple[list[tuple[Any, Any]], Any] | None:
-    """(the call's ``(old, new)`` pairs, its path argument), or None when the call carries no edits."""
-    if not isinstance(arguments, dict):
-        return None
-    array_key, old_key, new_key = edit_keys(tool)
-    if not (old_key and new_key):
-        return None
-    if array_key is not None:
-        items = arguments.get(array_key)
-        if not isinstance(items, list):
-            return None
-        pairs = [(i.get(old_key), i.get(new_key)) if isinstance(i, dict) else (None, None) for i in items]
-    else:
-        if old_key not in arguments and new_key not in arguments:
-            return None
-        pairs = [(arguments.get(old_key), arguments.get(new_key))]
-    pk = path_key(tool)
-    return pairs, arguments.get(pk) if pk else None
 
 
 def no_outcome(valid: bool, why: str) -> EditOutcome:
