@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from conftest import SMALL_SPEC
 
 from tooldecode.cli import main
 from tooldecode.experiments import SpecError, load_spec
 from tooldecode.experiments.spec import OPTION_RULES, option_problem
 from tooldecode.models import TEST_MODEL
 
-SMALL = f"""
-name = "tiny"
-models = ["{TEST_MODEL}"]
-scenarios = ["c-config-trim-crlf"]
-n = 2
-max_new_tokens = 8
-modes = ["loose"]
-batch_size = 2
-"""
+SMALL = SMALL_SPEC  # the one tiny spec of the suite (tests/conftest.py)
 SCENARIO = "c-config-trim-crlf"
 
 
