@@ -303,19 +303,24 @@ def _one_line_spec_error(tmp_path, lines, message):
     assert "\n" not in str(err.value)
 
 
+def _user_scenario_folder(folder: Path) -> None:
+    """A user's folder with one scenario file: a built-in one under another id (``my-cart-bug``)."""
+    import yaml
+
+    from tooldecode.scenarios import builtin_dir
+
+    folder.mkdir()
+    data = yaml.safe_load((builtin_dir() / "py-mutable-default-cart.yaml").read_text())
+    data["id"] = "my-cart-bug"
+    (folder / "my-cart-bug.yaml").write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+
+
 def test_a_spec_runs_the_scenarios_of_a_users_folder(tmp_path, monkeypatch):
     """`scenario_dirs` names folders of the user's own scenario files: the spec runs those, not the corpus,
     and a folder that is not there is a one-line error."""
-    import yaml
-
     from tooldecode.experiments.arms import select_scenarios
-    from tooldecode.scenarios import builtin_dir
 
-    mine = tmp_path / "my-scenarios"
-    mine.mkdir()
-    data = yaml.safe_load((builtin_dir() / "py-mutable-default-cart.yaml").read_text())
-    data["id"] = "my-cart-bug"
-    (mine / "my-cart-bug.yaml").write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    _user_scenario_folder(tmp_path / "my-scenarios")
     monkeypatch.chdir(tmp_path)
     spec_path = tmp_path / "mine.toml"
     spec_path.write_text(
@@ -330,16 +335,9 @@ def test_a_spec_runs_the_scenarios_of_a_users_folder(tmp_path, monkeypatch):
 
 @pytest.mark.model
 def test_a_run_on_a_users_scenario_folder_scores_them(smol_ref, tmp_path, monkeypatch):
-    import yaml
-
-    from tooldecode.scenarios import builtin_dir
     from tooldecode.scoring import score_record
 
-    mine = tmp_path / "mine"
-    mine.mkdir()
-    data = yaml.safe_load((builtin_dir() / "py-mutable-default-cart.yaml").read_text())
-    data["id"] = "my-cart-bug"
-    (mine / "my-cart-bug.yaml").write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    _user_scenario_folder(tmp_path / "mine")
     monkeypatch.chdir(tmp_path)
     _, out, records = _tiny_run(
         tmp_path,
