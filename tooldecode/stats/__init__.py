@@ -18,6 +18,8 @@ Pure numpy + the standard library (no scipy). Which function to use when is desc
 - ``judge_effect``: a verdict against a claimed effect (direction and size): reproduces /
   direction only — size contradicted / contradicts / inconclusive / premise absent;
   ``by_construction`` relabels an instrument check; ``holm`` adjusts p values across a family.
+- ``chao1``: how many distinct names a sampler writes, observed and estimated (bias-corrected Chao1
+  with its log-normal interval), e.g. the invented keys of a model.
 
 The percentile cluster bootstrap is kept for comparison; at the cluster counts of a small study it
 is anti-conservative (a true null is rejected ~11% of the time at 6 clusters), so findings use the
@@ -55,6 +57,7 @@ from tooldecode.stats.clusters import (
     sign_flip_p,
 )
 from tooldecode.stats.intervals import Diff, Rate, fisher_exact, mean_ci, newcombe_diff, noise_floor, wilson
+from tooldecode.stats.richness import Richness, chao1
 
 __all__ = [
     "BY_CONSTRUCTION",
@@ -78,6 +81,8 @@ __all__ = [
     "PAIRED_KIND",
     "PairedClusters",
     "Rate",
+    "Richness",
+    "chao1",
     "cluster_bootstrap_diff",
     "cluster_bootstrap_rate",
     "cluster_rate",
