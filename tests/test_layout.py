@@ -141,7 +141,6 @@ ARGPARSE_KNOWN = {
     "tooldecode/models.py",  # the `models` command group
     "tooldecode/grammar/cli.py",  # the `grammar` command group
     "tooldecode/scenarios/cli.py",  # the `scenarios` command group
-    "tooldecode/backends/openai.py",  # add_server_arguments: the --base-url/--api-key-env/--server-kind flags
 }
 _PARSER_CALLS = {
     "add_argument",

@@ -31,7 +31,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     _check_flags(args, call, sc.id)  # before the model loads
     kw = {"n_ctx": 8192, "max_seqs": 32} if args.backend == "llamacpp" else {}
     if args.backend == "openai":
-        from tooldecode.backends.openai import server_kwargs
+        from tooldecode.cli.server_flags import server_kwargs
 
         kw = server_kwargs(args)
     be = load_backend(args.backend, ref, **kw)
@@ -72,7 +72,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
 
 def _check_flags(args: argparse.Namespace, call: str, scenario: str) -> None:
     """The probe's bounds by the rules specs follow, the server flags, and ``--select`` naming a key of ``call``."""
-    from tooldecode.backends.openai import check_server_flags
+    from tooldecode.cli.server_flags import check_server_flags
     from tooldecode.experiments.spec import PROBE_RULES, check_options
     from tooldecode.prompts import PromptError
 
@@ -103,7 +103,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--variant", default="", help="transcript variant words, e.g. agentic,thinking (see docs/prompts.md)"
     )
     p.add_argument("--backend", default="llamacpp", choices=["llamacpp", "hf", "openai"])
-    from tooldecode.backends.openai import add_server_arguments
+    from tooldecode.cli.server_flags import add_server_arguments
 
     add_server_arguments(p)
     p.add_argument("--select", help="only decision points after this key (e.g. newText)")

@@ -18,11 +18,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.backend:
         spec.backend = args.backend
         validate_spec(spec)
-    from tooldecode.backends.openai import check_server_flags
+    from tooldecode.cli.server_flags import check_server_flags
 
     check_server_flags(args, spec.backend)
     if spec.backend == "openai":
-        from tooldecode.backends.openai import server_kwargs
+        from tooldecode.cli.server_flags import server_kwargs
 
         server = server_kwargs(args)
     out = Path(args.out) if args.out else Path("runs") / (spec.name + ("-quick" if args.quick else ""))
@@ -58,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--report", action="store_true", help="write summary.md and report.html when done")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--backend", help="run on this backend instead of the spec's (llamacpp, hf, openai)")
-    from tooldecode.backends.openai import add_server_arguments
+    from tooldecode.cli.server_flags import add_server_arguments
 
     add_server_arguments(p)
     p.set_defaults(func=cmd_run)

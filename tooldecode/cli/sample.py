@@ -9,8 +9,8 @@ from pathlib import Path
 
 def _cmd_sample(args: argparse.Namespace) -> int:
     from tooldecode.backends import load_backend
-    from tooldecode.backends.openai import check_server_flags
     from tooldecode.cli import Progress
+    from tooldecode.cli.server_flags import check_server_flags
     from tooldecode.engines import build_strict, check_engine, draw
     from tooldecode.experiments.spec import check_options
     from tooldecode.models import resolve
@@ -45,7 +45,7 @@ def _cmd_sample(args: argparse.Namespace) -> int:
     prompt = render_prompt(sc, ref, opts)
     kw = {"n_ctx": 8192, "max_seqs": 33} if args.backend == "llamacpp" else {}
     if args.backend == "openai":
-        from tooldecode.backends.openai import server_kwargs
+        from tooldecode.cli.server_flags import server_kwargs
 
         kw = server_kwargs(args)
     be = load_backend(args.backend, ref, **kw)
@@ -125,7 +125,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
     p.add_argument("--backend", default="llamacpp", choices=["llamacpp", "hf", "openai"])
-    from tooldecode.backends.openai import add_server_arguments
+    from tooldecode.cli.server_flags import add_server_arguments
 
     add_server_arguments(p)
     p.add_argument(
