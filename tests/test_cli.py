@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -31,19 +30,86 @@ def _all_commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ())
 def test_each_command_module_registers_its_group():
     parser = argparse.ArgumentParser(prog="tooldecode")
     sub = parser.add_subparsers(dest="command")
-    for name in cli.COMMAND_MODULES:
+    for module in cli.COMMAND_MODULES:
         before = set(sub.choices)
-        importlib.import_module(name).register(sub)
-        assert set(sub.choices) - before, f"{name} registered no command"
+        module.register(sub)
+        assert set(sub.choices) - before, f"{module.__name__} registered no command"
+
+
+# Modules of tooldecode/cli/ that are not a command group: `scenarios show` (added by the scenarios
+# group) and the parser pieces the groups share.
+NOT_GROUPS = {"tooldecode.cli.prompts", "tooldecode.cli.options", "tooldecode.cli.server_flags"}
 
 
 def test_every_cli_module_is_listed():
     """A module in tooldecode/cli/ that the list forgets would be a command nobody can run."""
     folder = Path(cli.__file__).parent
     modules = {f"tooldecode.cli.{p.stem}" for p in folder.glob("*.py") if p.stem != "__init__"}
-    hooked = {"tooldecode.cli.prompts"}  # adds `scenarios show` to the scenarios group
-    assert modules - hooked == {m for m in cli.COMMAND_MODULES if m.startswith("tooldecode.cli.")}
+    groups = [m.__name__ for m in cli.COMMAND_MODULES]
+    assert len(groups) == len(set(groups))
+    assert NOT_GROUPS <= modules and modules - NOT_GROUPS == set(groups)
     assert not list(folder.parent.glob("*_cli.py"))  # no command modules outside the package
+    assert not list(folder.parent.glob("*/cli.py"))
+
+
+def test_the_cli_package_names_its_groups_explicitly():
+    """Groups are imported by name (no module loaded from a string), and each is a module of tooldecode/cli/."""
+    source = Path(cli.__file__).read_text(encoding="utf-8")
+    assert "importlib" not in source
+    assert all(m.__name__.startswith("tooldecode.cli.") for m in cli.COMMAND_MODULES)
+
+
+def _options(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            yield prefix, action
+    for name, sub in _subcommands(parser).items():
+        yield from _options(sub, (*prefix, name))
+
+
+def test_every_default_model_is_the_one_constant():
+    """--model and --base default to tooldecode.models.DEFAULT_MODEL wherever they have a default."""
+    from tooldecode.models import DEFAULT_MODEL
+
+    found = {
+        cmd: action.default
+        for cmd, action in _options(cli.build_parser())
+        if {"--model", "--base"} & set(action.option_strings) and action.default is not None
+    }
+    assert {("sample",), ("probe",), ("replay",), ("scenarios", "show"), ("organisms", "train")} <= set(found)
+    assert set(found.values()) == {DEFAULT_MODEL}
+
+
+def test_the_default_model_is_spelled_once():
+    """No module of tooldecode/ but models.py writes the default model's id (docstrings aside), and
+    models.py writes it once, as the constant."""
+    import ast
+
+    from tooldecode.models import DEFAULT_MODEL
+
+    package = Path(cli.__file__).parents[1]
+    spelled = []
+    for path in package.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        spelled += [
+            (f"{path.relative_to(package)}:{node.lineno}", node.value == DEFAULT_MODEL)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and DEFAULT_MODEL in node.value
+            and id(node) not in docstrings
+        ]
+    outside = [where for where, exact in spelled if not where.startswith("models.py:")]
+    assert not outside, f"use tooldecode.models.DEFAULT_MODEL instead: {outside}"
+    assert [exact for where, exact in spelled if where.startswith("models.py:")].count(True) == 1
 
 
 def test_every_command_prints_help(capsys):

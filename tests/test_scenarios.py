@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tooldecode.cli.scenarios import register
 from tooldecode.errors import ScenarioError
 from tooldecode.scenarios import (
     Edit,
@@ -24,7 +25,6 @@ from tooldecode.scenarios import (
     load_scenarios,
     standard_tags,
 )
-from tooldecode.scenarios.cli import register
 
 CONTENT = "def f(x):\n    return x + 1\n\n\ndef g(y):\n    return y * 2\n"
 

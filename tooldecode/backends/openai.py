@@ -83,11 +83,8 @@ __all__ = [
     "ServerError",
     "ServerHTTPError",
     "ServerSample",
-    "add_server_arguments",
-    "check_server_flags",
     "draw",
     "request_seed",
-    "server_kwargs",
 ]
 
 _TOKEN_ID = re.compile(r"^token_id:(\d+)$")
@@ -548,47 +545,6 @@ class OpenAIBackend(ServerProbe, Backend):
 
     def close(self) -> None:
         self._vocab.close()
-
-
-# ---------------------------------------------------------------------------------------------
-# command-line options shared by `sample`, `probe` and `run`
-
-
-def add_server_arguments(parser: Any) -> None:
-    """``--base-url``, ``--api-key-env`` and ``--server-kind`` (used with ``--backend openai``)."""
-    parser.add_argument(
-        "--base-url", help="with --backend openai: the server's API root, e.g. http://127.0.0.1:8000/v1"
-    )
-    parser.add_argument(
-        "--api-key-env", help="with --backend openai: environment variable holding the API key (Bearer)"
-    )
-    parser.add_argument(
-        "--server-kind",
-        default="auto",
-        choices=KINDS,
-        help="with --backend openai: the server (default: detect)",
-    )
-
-
-def check_server_flags(args: Any, backend: str | None = None) -> None:
-    """``ServerError`` (one line) when a server flag is given without ``--backend openai`` (it would be ignored)."""
-    backend = backend if backend is not None else getattr(args, "backend", None)
-    if backend == "openai":
-        return
-    for flag, attr in (("--base-url", "base_url"), ("--api-key-env", "api_key_env")):
-        if getattr(args, attr, None):
-            raise ServerError(
-                f"{flag} is used only with --backend openai (the backend is {backend}); add it or drop {flag}"
-            )
-    if getattr(args, "server_kind", "auto") != "auto":
-        raise ServerError(f"--server-kind is used only with --backend openai (the backend is {backend})")
-
-
-def server_kwargs(args: Any) -> dict[str, Any]:
-    """``load_backend("openai", …)`` keyword arguments from the parsed options (one-line error without a URL)."""
-    if not getattr(args, "base_url", None):
-        raise ServerError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
-    return {"base_url": args.base_url, "api_key_env": args.api_key_env, "kind": args.server_kind}
 
 
 def draw(

@@ -1,19 +1,33 @@
-"""The ``tooldecode`` command line: one module per command group, listed in ``COMMAND_MODULES``.
+"""The ``tooldecode`` command line: one module of this package per command group, in ``COMMAND_MODULES``.
 
-Each module's ``register(subparsers)`` adds its subcommands and sets ``func`` on them; a module that
-fails to import is an error, never a silently missing command. The groups of ``models``, ``grammar``
-and ``scenarios`` live beside their stage (``tooldecode.models``, ``tooldecode.grammar.cli``,
-``tooldecode.scenarios.cli``); ``scenarios show`` renders prompts, so the prompts group adds it.
+Each group module's ``register(subparsers)`` adds its commands and sets ``func`` on them; the group
+modules import their stage at the top and heavy libraries (torch, llama_cpp, transformers) only inside
+the command functions, so ``tooldecode --help`` stays fast. ``scenarios show`` (``cli.prompts``) is
+added by the ``scenarios`` group; ``cli.options`` and ``cli.server_flags`` hold the parser pieces the
+groups share. argparse is used in this package only.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
 
+from tooldecode.cli import (
+    distortion,
+    grammar,
+    models,
+    organisms,
+    probe,
+    repair,
+    replay,
+    report,
+    run,
+    runs,
+    sample,
+    scenarios,
+)
 from tooldecode.errors import ToolDecodeError
 
 # The extra that brings each optional import a command may need (one-line hint instead of a traceback).
@@ -33,25 +47,23 @@ EXTRA_OF = {
 
 # Every command group, in help order.
 COMMAND_MODULES = (
-    "tooldecode.models",
-    "tooldecode.grammar.cli",
-    "tooldecode.scenarios.cli",
-    "tooldecode.cli.sample",
-    "tooldecode.cli.probe",
-    "tooldecode.cli.replay",
-    "tooldecode.cli.runs",
-    "tooldecode.cli.repair",
-    "tooldecode.cli.run",
-    "tooldecode.cli.report",
-    "tooldecode.cli.distortion",
-    "tooldecode.cli.organisms",
+    models,
+    grammar,
+    scenarios,
+    sample,
+    probe,
+    replay,
+    runs,
+    repair,
+    run,
+    report,
+    distortion,
+    organisms,
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``tooldecode`` parser with every command group of ``COMMAND_MODULES`` registered."""
-    from tooldecode.cli import prompts
-
     parser = argparse.ArgumentParser(
         prog="tooldecode",
         description="Strict (grammar-constrained) and loose decoding of tool calls: grammars, prompts, "
@@ -77,10 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="only errors on stderr (no progress lines)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        group = importlib.import_module(name).register(sub)
-        if name == "tooldecode.scenarios.cli":
-            prompts.register_show(group)  # `scenarios show` renders prompts: a later stage
+    for group in COMMAND_MODULES:
+        group.register(sub)
     return parser
 
 

@@ -8,6 +8,8 @@ import argparse
 import json
 from pathlib import Path
 
+from tooldecode.cli.options import add_command, add_switch
+
 
 def _cmd_distortion(args: argparse.Namespace) -> int:
     from tooldecode.distortion import analyse_run, reference_validity
@@ -71,18 +73,20 @@ def format_arm(r) -> str:  # noqa: ANN001 - ArmDistortion
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "distortion",
+        _cmd_distortion,
         help="per strict arm: P(valid), KL(Q‖P_L) in nats, ESS, and the check against loose grammar-valid samples",
     )
     p.add_argument(
         "run_dir", help="a run directory (runs/<name>) with a strict arm (and a loose arm as reference)"
     )
-    p.add_argument("--json", action="store_true", help="all figures as JSON")
-    p.add_argument(
+    add_switch(p, "--json", "all figures as JSON")
+    add_switch(
+        p,
         "--no-reference",
-        action="store_true",
-        help="skip replaying loose samples through the strict grammar (no model load, no checks)",
+        "skip replaying loose samples through the strict grammar (no model load, no checks)",
     )
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates over scenarios")
     p.add_argument(
@@ -92,4 +96,3 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="what counts as valid under the token cap: a viable prefix (default) or a call completed "
         "within the cap (docs/distortion.md)",
     )
-    p.set_defaults(func=_cmd_distortion)

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from tooldecode.cli.options import Command, add_command, add_group, add_switch
 from tooldecode.models import DEFAULT_MODEL, ORGANISM_PREFIX, resolve_organism
 
 
@@ -86,22 +87,33 @@ def _cmd_path(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser("organisms", help="model organisms: LoRA-train a model inside a stated harness")
-    osub = p.add_subparsers(dest="organisms_command", metavar="ACTION", required=True)
-    q = osub.add_parser(
-        "sessions", help="build a recipe's training sessions and show some (nothing is trained)"
-    )
+def _recipe_command(
+    actions: argparse._SubParsersAction, name: str, func: Command, help: str
+) -> argparse.ArgumentParser:
+    """An action on a recipe: its ``recipe`` argument and ``--base``."""
+    q = add_command(actions, name, func, help=help)
     q.add_argument("recipe", type=Path, help="recipe TOML (experiments/organisms/*.toml)")
     q.add_argument("--base", default=DEFAULT_MODEL, help=f"base model (default {DEFAULT_MODEL})")
+    return q
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``organisms`` group to the command line."""
+    actions = add_group(sub, "organisms", help="model organisms: LoRA-train a model inside a stated harness")
+    q = _recipe_command(
+        actions,
+        "sessions",
+        _cmd_sessions,
+        "build a recipe's training sessions and show some (nothing is trained)",
+    )
     q.add_argument("--show", type=int, default=2, help="sessions to print (default 2)")
-    q.add_argument("--full", action="store_true", help="print the whole session, not only the edit call")
-    q.set_defaults(func=_cmd_sessions)
-    q = osub.add_parser(
-        "train", help="generate the data, train (resumable), export the GGUF, write the manifest"
+    add_switch(q, "--full", "print the whole session, not only the edit call")
+    q = _recipe_command(
+        actions,
+        "train",
+        _cmd_train,
+        "generate the data, train (resumable), export the GGUF, write the manifest",
     )
-    q.add_argument("recipe", type=Path, help="recipe TOML (experiments/organisms/*.toml)")
-    q.add_argument("--base", default=DEFAULT_MODEL, help=f"base model (default {DEFAULT_MODEL})")
     q.add_argument("--threads", type=_positive, default=None, help="CPU threads (default: all cores)")
     q.add_argument(
         "--device", choices=("cpu", "cuda"), default=None, help="default: cuda when torch sees one"
@@ -112,13 +124,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         default=None,
         help="stop after this many optimizer steps (a quick or test organism)",
     )
-    q.set_defaults(func=_cmd_train)
-    q = osub.add_parser("list", help="organisms built under the tooldecode home")
-    q.set_defaults(func=_cmd_list)
-    q = osub.add_parser("path", help="print the GGUF path of a built organism (checks its sha256)")
+    add_command(actions, "list", _cmd_list, help="organisms built under the tooldecode home")
+    q = add_command(
+        actions, "path", _cmd_path, help="print the GGUF path of a built organism (checks its sha256)"
+    )
     q.add_argument("name", help="<recipe>[@<base>]")
-    q.set_defaults(func=_cmd_path)
-    return p
-
-
-__all__ = ["register"]

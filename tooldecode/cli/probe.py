@@ -7,6 +7,16 @@ import json
 import re
 from pathlib import Path
 
+from tooldecode.cli.options import (
+    add_backend_option,
+    add_command,
+    add_model_option,
+    add_probe_bounds,
+    add_scenario_dir_option,
+    add_switch,
+)
+from tooldecode.cli.server_flags import add_server_arguments
+
 
 def _cmd_probe(args: argparse.Namespace) -> int:
     from tooldecode.backends import load_backend
@@ -31,7 +41,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     _check_flags(args, call, sc.id)  # before the model loads
     kw = {"n_ctx": 8192, "max_seqs": 32} if args.backend == "llamacpp" else {}
     if args.backend == "openai":
-        from tooldecode.backends.openai import server_kwargs
+        from tooldecode.cli.server_flags import server_kwargs
 
         kw = server_kwargs(args)
     be = load_backend(args.backend, ref, **kw)
@@ -72,7 +82,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
 
 def _check_flags(args: argparse.Namespace, call: str, scenario: str) -> None:
     """The probe's bounds by the rules specs follow, the server flags, and ``--select`` naming a key of ``call``."""
-    from tooldecode.backends.openai import check_server_flags
+    from tooldecode.cli.server_flags import check_server_flags
     from tooldecode.experiments.spec import PROBE_RULES, check_options
     from tooldecode.prompts import PromptError
 
@@ -87,58 +97,37 @@ def _check_flags(args: argparse.Namespace, call: str, scenario: str) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "probe", help="P(close) / P(continue) at each decision point of a scenario's gold call"
+    """Add ``probe`` to the command line."""
+    from tooldecode.probe import ProbeConfig
+
+    p = add_command(
+        sub,
+        "probe",
+        _cmd_probe,
+        help="P(close) / P(continue) at each decision point of a scenario's gold call",
     )
-    p.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    add_model_option(p)
     p.add_argument("--scenario", required=True)
-    p.add_argument(
-        "--dir",
-        action="append",
-        type=Path,
-        metavar="FOLDER",
-        help="read scenarios from this folder of *.yaml files instead of the built-in corpus (repeatable)",
-    )
+    add_scenario_dir_option(p)
     p.add_argument(
         "--variant", default="", help="transcript variant words, e.g. agentic,thinking (see docs/prompts.md)"
     )
-    p.add_argument("--backend", default="llamacpp", choices=["llamacpp", "hf", "openai"])
-    from tooldecode.backends.openai import add_server_arguments
-
+    add_backend_option(p)
     add_server_arguments(p)
     p.add_argument("--select", help="only decision points after this key (e.g. newText)")
-    p.add_argument(
-        "--depth", type=int, default=3, help="expansion depth for tokens that stop before the decision"
-    )
-    p.add_argument(
-        "--key-depth",
-        type=int,
-        default=6,
-        help="further expansion levels to resolve the key after a ',' (0: close/continue/other only)",
-    )
-    from tooldecode.probe import ProbeConfig
-
     d = ProbeConfig()
-    p.add_argument(
-        "--min-mass",
-        type=float,
-        default=d.min_mass,
-        help=f"expand an undetermined branch only above this path probability (default {d.min_mass:g})",
-    )
-    p.add_argument(
-        "--max-branches",
-        type=int,
-        default=d.max_branches,
-        help=f"expansions per level (default {d.max_branches})",
-    )
-    p.add_argument(
-        "--tail",
-        type=float,
-        default=d.tail,
-        help=f"classify tokens until this much mass is left; the rest is reported undetermined (default {d.tail:g})",
+    add_probe_bounds(
+        p,
+        {"depth": 3, "key_depth": 6, "min_mass": d.min_mass, "max_branches": d.max_branches, "tail": d.tail},
+        {
+            "depth": "expansion depth for tokens that stop before the decision",
+            "key_depth": "further expansion levels to resolve the key after a ',' (0: close/continue/other only)",
+            "min_mass": f"expand an undetermined branch only above this path probability (default {d.min_mass:g})",
+            "max_branches": f"expansions per level (default {d.max_branches})",
+            "tail": f"classify tokens until this much mass is left; the rest is reported undetermined (default {d.tail:g})",
+        },
     )
     p.add_argument(
         "--samples", type=int, default=0, help="also sample K continuations per point and tally keys"
     )
-    p.add_argument("--json", action="store_true", help="one JSON object per decision point")
-    p.set_defaults(func=_cmd_probe)
+    add_switch(p, "--json", "one JSON object per decision point")

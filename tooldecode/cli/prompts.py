@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from tooldecode.cli.options import add_command, add_model_option, add_switch
 from tooldecode.errors import ModelError
 from tooldecode.models import ModelRef
 
@@ -92,8 +93,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def register_show(scenarios_subparsers: argparse._SubParsersAction) -> None:
     """Add ``show`` to the ``tooldecode scenarios`` group."""
-    q = scenarios_subparsers.add_parser(
-        "show", help="print the exact prompt a model sees for a scenario in a transcript variant"
+    q = add_command(
+        scenarios_subparsers,
+        "show",
+        _cmd_show,
+        help="print the exact prompt a model sees for a scenario in a transcript variant",
     )
     q.add_argument("id", help="scenario id (see `tooldecode scenarios list`)")
     q.add_argument(
@@ -102,9 +106,7 @@ def register_show(scenarios_subparsers: argparse._SubParsersAction) -> None:
         help="comma-separated variant words, e.g. agentic,thinking,prior,flat-edit,closed,antml,gold-prefix "
         "(docs/prompts.md lists them)",
     )
-    q.add_argument(
-        "--model", default="qwen2.5-coder-0.5b-instruct", help="model id, .gguf file or model folder"
-    )
+    add_model_option(q, help="model id, .gguf file or model folder")
     q.add_argument(
         "--dir",
         dest="dirs",
@@ -114,5 +116,4 @@ def register_show(scenarios_subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="scenario folder to look in (repeatable; default: the built-in corpus)",
     )
-    q.add_argument("--json", action="store_true", help="print every Prompt field as JSON instead")
-    q.set_defaults(func=_cmd_show)
+    add_switch(q, "--json", "print every Prompt field as JSON instead")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from tooldecode.cli.options import add_command, add_switch
 from tooldecode.repair import (
     JSON_REPAIR,
     REPAIR_VERSION,
@@ -19,8 +20,10 @@ from tooldecode.repair import (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "repair",
+        _run,
         help="repair a run's calls like a lenient harness; write repaired-<version>.jsonl beside the samples",
         description="Score every raw sample strictly, repair it as a tolerant client would, write "
         f"repaired-{REPAIR_VERSION}.jsonl beside samples.jsonl (raw files are never rewritten) "
@@ -35,14 +38,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="REPAIR",
         help=f"switch a repair off (repeatable): {', '.join(REPAIRS)}",
     )
-    p.add_argument(
+    add_switch(
+        p,
         "--no-json-repair",
-        action="store_true",
-        help="switch off the json-repair stage (the json-repair library run on each call's raw text, "
+        "switch off the json-repair stage (the json-repair library run on each call's raw text, "
         "reported apart from the repairs above)",
     )
-    p.add_argument("--json", action="store_true", help="print the accounting as JSON instead of Markdown")
-    p.set_defaults(func=_run)
+    add_switch(p, "--json", "print the accounting as JSON instead of Markdown")
 
 
 def derived_name(disabled: list[str]) -> str:

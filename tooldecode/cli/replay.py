@@ -20,6 +20,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tooldecode.cli.options import (
+    add_backend_option,
+    add_command,
+    add_model_option,
+    add_probe_bounds,
+    add_switch,
+)
+
 MASKED_KINDS = ("repeat", "wrong_level", "schema_word", "invented", "other")
 
 
@@ -215,26 +223,34 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    """Add ``replay`` to the command line."""
+    p = add_command(
+        sub,
         "replay",
+        _cmd_replay,
         help="probe every tool call of a session (P(close) / P(continue) by kind, loose and strict)",
         description="Replay a session file (OpenAI chat, Anthropic messages, Claude Code or Pi JSONL): "
         "probe each tool call at its decision points and print one row per call, with the first call at "
         "risk (see docs/scenarios.md).",
     )
     p.add_argument("session", type=Path, metavar="SESSION")
-    p.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    p.add_argument("--backend", default="llamacpp", choices=["llamacpp", "hf"])
+    add_model_option(p)
+    add_backend_option(p, ("llamacpp", "hf"))
     p.add_argument("--format", help="the session's format (default: detected)")
     p.add_argument("--tools", help="tool definitions to use (any shape `tooldecode grammar` reads)")
     p.add_argument("--calls", help="only these calls, e.g. 1,3 (1-based)")
     p.add_argument(
         "--threshold", type=float, default=0.05, help="P(masked continue) that puts a call at risk"
     )
-    p.add_argument("--depth", type=int, default=3, help="probe expansion depth")
-    p.add_argument("--key-depth", type=int, default=4, help="further levels to resolve a continue's key")
-    p.add_argument("--min-mass", type=float, default=2e-3, help="expand a branch only above this probability")
-    p.add_argument("--max-branches", type=int, default=12, help="expansions per level")
-    p.add_argument("--tail", type=float, default=1e-3, help="mass left unclassified (reported undetermined)")
-    p.add_argument("--json", action="store_true", help="one JSON object per call, with its decision points")
-    p.set_defaults(func=_cmd_replay)
+    add_probe_bounds(
+        p,
+        {"depth": 3, "key_depth": 4, "min_mass": 2e-3, "max_branches": 12, "tail": 1e-3},
+        {
+            "depth": "probe expansion depth",
+            "key_depth": "further levels to resolve a continue's key",
+            "min_mass": "expand a branch only above this probability",
+            "max_branches": "expansions per level",
+            "tail": "mass left unclassified (reported undetermined)",
+        },
+    )
+    add_switch(p, "--json", "one JSON object per call, with its decision points")

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+from tooldecode.cli.options import add_command
 from tooldecode.report import report
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``report`` to the command line."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "report",
+        cmd_report,
         help="write summary.md and a self-contained report.html for runs",
         description="Score the runs' raw samples (using verdicts-<scorer>.jsonl when it is current, else "
         "writing it) and write summary.md and report.html: rates with Wilson intervals per arm, "
@@ -23,7 +26,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="output folder (default: the run's directory for one run, ./report for several)",
     )
-    p.set_defaults(func=cmd_report)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from tooldecode.cli.options import add_command, add_switch
+from tooldecode.cli.server_flags import add_server_arguments
 from tooldecode.experiments import load_spec, run_spec, validate_spec
 
 
@@ -18,11 +20,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.backend:
         spec.backend = args.backend
         validate_spec(spec)
-    from tooldecode.backends.openai import check_server_flags
+    from tooldecode.cli.server_flags import check_server_flags
 
     check_server_flags(args, spec.backend)
     if spec.backend == "openai":
-        from tooldecode.backends.openai import server_kwargs
+        from tooldecode.cli.server_flags import server_kwargs
 
         server = server_kwargs(args)
     out = Path(args.out) if args.out else Path("runs") / (spec.name + ("-quick" if args.quick else ""))
@@ -39,26 +41,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``run`` to the command line."""
-    p = sub.add_parser("run", help="run an experiment spec (experiments/*.toml); resumable")
+    p = add_command(sub, "run", cmd_run, help="run an experiment spec (experiments/*.toml); resumable")
     p.add_argument("spec")
     p.add_argument("--out", help="run directory (default runs/<name>)")
-    p.add_argument("--quick", action="store_true", help="use the spec's [quick] overrides (small N)")
+    add_switch(p, "--quick", "use the spec's [quick] overrides (small N)")
     p.add_argument(
         "--model",
         action="append",
         metavar="ID_OR_PATH",
         help="run on this model instead of the spec's (id, .gguf file or model folder; repeatable)",
     )
-    p.add_argument(
+    add_switch(
+        p,
         "--fresh",
-        action="store_true",
-        help="replace an existing run: with its write lock held and the model loaded, delete the files "
+        "replace an existing run: with its write lock held and the model loaded, delete the files "
         "tooldecode wrote there (a run directory only; other files stay and are named)",
     )
-    p.add_argument("--report", action="store_true", help="write summary.md and report.html when done")
-    p.add_argument("--no-progress", action="store_true")
+    add_switch(p, "--report", "write summary.md and report.html when done")
+    add_switch(p, "--no-progress")
     p.add_argument("--backend", help="run on this backend instead of the spec's (llamacpp, hf, openai)")
-    from tooldecode.backends.openai import add_server_arguments
-
     add_server_arguments(p)
-    p.set_defaults(func=cmd_run)

@@ -7,25 +7,26 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from tooldecode.cli.options import add_command
 from tooldecode.errors import RunError
 from tooldecode.runstore import MANIFEST, SAMPLE_FIELDS, SAMPLES, RunStore, rescore
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "rescore",
+        cmd_rescore,
         help="score the raw samples of runs again (writes verdicts-<scorer version>.jsonl)",
         description="Score every raw sample of each run with the current scorer and write "
         "verdicts-<scorer version>.jsonl beside it. Raw files are only read.",
     )
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directory, e.g. runs/e1-loose")
-    p.set_defaults(func=cmd_rescore)
 
     runs = sub.add_parser("runs", help="inspect run directories")
     runs_sub = runs.add_subparsers(dest="runs_command", metavar="ACTION")
-    ls = runs_sub.add_parser("list", help="list runs: name, samples, model, created")
+    ls = add_command(runs_sub, "list", cmd_runs_list, help="list runs: name, samples, model, created")
     ls.add_argument("dir", nargs="?", default="runs", metavar="DIR", help="folder of runs (default: ./runs)")
-    ls.set_defaults(func=cmd_runs_list)
 
     def runs_help(args: argparse.Namespace) -> int:
         runs.print_help()

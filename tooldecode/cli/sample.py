@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
+
+from tooldecode.cli.options import (
+    add_backend_option,
+    add_command,
+    add_model_option,
+    add_scenario_dir_option,
+    add_switch,
+)
+from tooldecode.cli.server_flags import add_server_arguments
 
 
 def _cmd_sample(args: argparse.Namespace) -> int:
     from tooldecode.backends import load_backend
-    from tooldecode.backends.openai import check_server_flags
     from tooldecode.cli import Progress
+    from tooldecode.cli.server_flags import check_server_flags
     from tooldecode.engines import build_strict, check_engine, draw
     from tooldecode.experiments.spec import check_options
     from tooldecode.models import resolve
@@ -45,7 +53,7 @@ def _cmd_sample(args: argparse.Namespace) -> int:
     prompt = render_prompt(sc, ref, opts)
     kw = {"n_ctx": 8192, "max_seqs": 33} if args.backend == "llamacpp" else {}
     if args.backend == "openai":
-        from tooldecode.backends.openai import server_kwargs
+        from tooldecode.cli.server_flags import server_kwargs
 
         kw = server_kwargs(args)
     be = load_backend(args.backend, ref, **kw)
@@ -114,19 +122,19 @@ def _cmd_sample(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sample", help="sample a scenario's edit call (loose or strict) and score each sample")
-    p.add_argument("--scenario", required=True, help="scenario id (see `tooldecode scenarios list`)")
-    p.add_argument(
-        "--dir",
-        action="append",
-        type=Path,
-        metavar="FOLDER",
-        help="read scenarios from this folder of *.yaml files instead of the built-in corpus (repeatable)",
-    )
-    p.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    p.add_argument("--backend", default="llamacpp", choices=["llamacpp", "hf", "openai"])
-    from tooldecode.backends.openai import add_server_arguments
+    """Add ``sample`` to the command line."""
+    from tooldecode.engines import ENGINES
 
+    p = add_command(
+        sub,
+        "sample",
+        _cmd_sample,
+        help="sample a scenario's edit call (loose or strict) and score each sample",
+    )
+    p.add_argument("--scenario", required=True, help="scenario id (see `tooldecode scenarios list`)")
+    add_scenario_dir_option(p)
+    add_model_option(p)
+    add_backend_option(p)
     add_server_arguments(p)
     p.add_argument(
         "--variant",
@@ -139,8 +147,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=["loose", "strict", "strict-prefix"],
         help="strict-prefix: strict, with a masked token's mass moved to its longest allowed token prefix",
     )
-    from tooldecode.engines import ENGINES
-
     p.add_argument(
         "--engine",
         default="xgrammar",
@@ -159,6 +165,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--batch-size", type=int, default=None, help="parallel sequences (default: from the backend)"
     )
-    p.add_argument("--show-prefill", action="store_true", help="print the forced prefill before each sample")
-    p.add_argument("--json", action="store_true", help="one JSON record per sample (with its verdict)")
-    p.set_defaults(func=_cmd_sample)
+    add_switch(p, "--show-prefill", "print the forced prefill before each sample")
+    add_switch(p, "--json", "one JSON record per sample (with its verdict)")

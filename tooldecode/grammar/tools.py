@@ -132,7 +132,8 @@ def tool_catalog() -> dict[str, Tool]:
     return dict(_catalog())
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """The JSON document in file ``path``; ``SchemaError`` (one line) when it cannot be read or parsed."""
     if path.is_dir():
         raise SchemaError(f"{path}: is a directory; give a tool list, tool or JSON Schema file")
     try:
@@ -244,7 +245,7 @@ def load_tools(obj_or_path: Any, *, name: str | None = None) -> list[Tool]:
             raise SchemaError(
                 f"{key}: no such file or built-in tool; built-in tools: {', '.join(_catalog())}"
             )
-        data = _read_json(source)
+        data = read_json(source)
         where = str(source)
     tools = read_tools(data, where=where, source=source)
     if tools is not None:

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
+from tooldecode.cli.options import add_command, add_switch
 from tooldecode.errors import SchemaError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``grammar`` to the command line."""
     from tooldecode.grammar import FORMATS, MODES, ORDERS, WIRES, WS_POLICIES
 
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "grammar",
+        run,
         help="print the grammar (GBNF, Lark or regex) of a tool call",
         description="Print the grammar of one call of a tool: a built-in tool name (edit, read, write, bash, "
         "Edit, MultiEdit, Read, Write, Grep, Glob, Bash), a tool JSON file {name, parameters, ...}, a tool "
@@ -34,10 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--ws-max", type=int, default=None, help="whitespace bound (bounded: default 2, pretty: 16)"
     )
     p.add_argument("--name", help="tool name for a bare schema file in a wire that carries the name")
-    p.add_argument(
+    add_switch(
+        p,
         "--lenient",
-        action="store_true",
-        help="ignore keywords the builder knows but cannot express (listed on stderr) instead of failing",
+        "ignore keywords the builder knows but cannot express (listed on stderr) instead of failing",
     )
     p.add_argument(
         "--verbose",
@@ -45,14 +48,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="list on stderr the keywords read as annotations (unknown keywords, unasserted formats)",
     )
-    p.set_defaults(func=run)
 
 
 def _load(source: str) -> tuple[list[Any], Any]:
     """(tools, None) for a built-in tool or a file of tools in any shape ``load_tools`` reads, or
     ([], schema) for a bare JSON Schema file."""
     from tooldecode.grammar import load_tool, read_tools, tool_catalog
-    from tooldecode.grammar.tools import load_tools
+    from tooldecode.grammar.tools import load_tools, read_json
 
     if source in tool_catalog():
         return [load_tool(source)], None
@@ -63,14 +65,7 @@ def _load(source: str) -> tuple[list[Any], Any]:
         )
     if not path.is_file():
         return load_tools(source), None  # a built-in file stem, or one line naming the missing file
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise SchemaError(f"{path}: cannot read ({e})") from e
-    except json.JSONDecodeError as e:
-        raise SchemaError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from e
-    except RecursionError:
-        raise SchemaError(f"{path}: JSON nested too deeply to read; flatten the schema") from None
+    data = read_json(path)
     tools = read_tools(data, where=str(path), source=path)
     if tools is None:
         return [], data

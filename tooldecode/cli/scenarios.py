@@ -1,4 +1,5 @@
-"""``tooldecode scenarios list|check`` (``show`` is added by the prompts stage, see ``tooldecode.cli``)."""
+"""``tooldecode scenarios list|check|import|show``: the scenario corpus, session scenarios, and the exact
+prompt a model sees (``show``, from ``tooldecode.cli.prompts``)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,11 @@ import json
 import sys
 from pathlib import Path
 
+from tooldecode.cli import prompts
+from tooldecode.cli.options import add_command, add_group
 from tooldecode.errors import ScenarioError
-from tooldecode.scenarios import (
-    Scenario,
-    check_scenario,
-    line_count,
-    load_scenario,
-    load_scenarios,
-    scenario_files,
-)
+from tooldecode.scenarios import line_count, load_scenarios, scenario_files
+from tooldecode.scenarios.check import check_paths
 from tooldecode.scenarios.importers import (
     FORMATS,
     check_session_scenario,
@@ -40,39 +37,6 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print("  ".join(cells).rstrip())
     print(f"{len(scenarios)} scenarios", file=sys.stderr)
     return 0
-
-
-def check_paths(dirs: list[Path] | None) -> tuple[list[Scenario], list[str]]:
-    """Load and check every scenario file in ``dirs``; returns the loaded scenarios and the problem lines."""
-    problems: list[str] = []
-    try:
-        files = scenario_files(dirs)
-    except ScenarioError as err:
-        return [], [str(err)]
-    if not files:
-        shown = ", ".join(str(d) for d in dirs) if dirs else "the built-in corpus"
-        return [], [f"{shown}: no scenario files (*.yaml, *.yml, *.json)"]
-    scenarios: list[Scenario] = []
-    first_file: dict[str, Path] = {}
-    for file in files:
-        session = read_if_session(file)
-        if session is not None:  # a session scenario (docs/scenarios.md): checked on its own terms
-            problems.extend(check_session_scenario(session, str(file)))
-            continue
-        try:
-            scenario = load_scenario(file)
-        except ScenarioError as err:
-            problems.append(str(err))
-            continue
-        scenarios.append(scenario)
-        problems.extend(f"{file}: {p}" for p in check_scenario(scenario))
-        if scenario.id in first_file:
-            problems.append(
-                f"{file}: {scenario.id}: id: also used by {first_file[scenario.id]}; ids must be unique"
-            )
-        else:
-            first_file[scenario.id] = file
-    return scenarios, problems
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -114,27 +78,30 @@ def _cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
-    p = sub.add_parser("scenarios", help="list, check and show editing scenarios")
-    scenarios_subparsers = p.add_subparsers(dest="scenarios_command", metavar="ACTION", required=True)
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``scenarios`` group to the command line."""
+    actions = add_group(sub, "scenarios", help="list, check and show editing scenarios")
 
-    q = scenarios_subparsers.add_parser(
-        "list", help="id, language, edits, newText lines and tags of each scenario"
+    q = add_command(
+        actions, "list", _cmd_list, help="id, language, edits, newText lines and tags of each scenario"
     )
     q.add_argument("dirs", nargs="*", type=Path, metavar="DIR", help="scenario folders (default: built-in)")
     q.add_argument("--tag", action="append", default=[], help="only scenarios with this tag (repeatable)")
-    q.set_defaults(func=_cmd_list)
 
-    q = scenarios_subparsers.add_parser(
-        "check", help="validate scenario files: edits apply once each, do not overlap, give expected"
+    q = add_command(
+        actions,
+        "check",
+        _cmd_check,
+        help="validate scenario files: edits apply once each, do not overlap, give expected",
     )
     q.add_argument(
         "dirs", nargs="*", type=Path, metavar="DIR", help="scenario folders or files (default: built-in)"
     )
-    q.set_defaults(func=_cmd_check)
 
-    q = scenarios_subparsers.add_parser(
+    q = add_command(
+        actions,
         "import",
+        _cmd_import,
         help="a session scenario from a session file (OpenAI chat, Anthropic messages, Claude Code or Pi JSONL)",
         description="Without --call, list the session's tool calls; with --call N, write the session "
         "scenario of call N (the history before it, the tool set, the call as gold; docs/scenarios.md).",
@@ -145,6 +112,5 @@ def register(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     q.add_argument("--tools", help="tool definitions to use (any shape `tooldecode grammar` reads)")
     q.add_argument("--id", help="scenario id (default: <file stem>-call-N)")
     q.add_argument("--out", "-o", type=Path, help="output file or folder (default: <id>.json here)")
-    q.set_defaults(func=_cmd_import)
 
-    return scenarios_subparsers  # `tooldecode.cli` adds `scenarios show` (it renders prompts: a later stage)
+    prompts.register_show(actions)
