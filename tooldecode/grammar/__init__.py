@@ -17,6 +17,7 @@ from tooldecode.grammar.errors import GrammarError, GrammarWarning, InvalidSchem
 from tooldecode.grammar.framing import frame, serialize
 from tooldecode.grammar.gbnf import emit_gbnf
 from tooldecode.grammar.gir import FAIL, Grammar, RuleBook, galt, sanitize
+from tooldecode.grammar.keywords import ECHO_KEYWORDS, JSON_TYPES, json_type
 from tooldecode.grammar.lark import emit_lark
 from tooldecode.grammar.lower import DUPLICATES, Lowerer
 from tooldecode.grammar.regex import emit_regex
@@ -48,6 +49,9 @@ __all__ = [
     "GrammarWarning",
     "WIRES",
     "WIRE_FORMATS",
+    "JSON_TYPES",
+    "ECHO_KEYWORDS",
+    "json_type",
     "WireFormat",
     "wire_format",
     "FORMATS",

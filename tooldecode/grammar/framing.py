@@ -11,6 +11,7 @@ from tooldecode.grammar import ir
 from tooldecode.grammar.errors import GrammarError
 from tooldecode.grammar.gir import EMPTY, FAIL, GExpr, GLit, galt, gseq
 from tooldecode.grammar.ir import AnyA, ArrA, BoolA, ConstA, Node, NullA, NumA, ObjA, RefA, StrA
+from tooldecode.grammar.keywords import json_type
 from tooldecode.grammar.lower import Lowerer
 from tooldecode.grammar.schema import SchemaIR
 from tooldecode.grammar.terminals import delimiter_narrowed, json_str, number_ast, number_text, ws_max_for
@@ -109,7 +110,7 @@ class Canon:
 
     # values
     def any_value(self, v: Any, level: int) -> str:
-        t = ir.json_type(v)
+        t = json_type(v)
         if t == "null":
             return "null"
         if t == "boolean":
@@ -171,7 +172,7 @@ class Canon:
 
     def array(self, a: ArrA, v: Any, level: int) -> str | None:
         """Canonical text of ``v`` under the array alternative ``a`` (None: not in its language)."""
-        if ir.json_type(v) != "array" or not ir.accepts_alt(a, v, self.defs):
+        if json_type(v) != "array" or not ir.accepts_alt(a, v, self.defs):
             return None
         parts = []
         for i, x in enumerate(v):
@@ -183,7 +184,7 @@ class Canon:
 
     def object(self, a: ObjA, v: Any, level: int) -> str | None:
         """Canonical text of ``v`` under the object alternative ``a`` (None: not in its language)."""
-        if ir.json_type(v) != "object" or not ir.accepts_alt(a, v, self.defs):
+        if json_type(v) != "object" or not ir.accepts_alt(a, v, self.defs):
             return None
         parts = []
         for k in self.key_order(a, v):

@@ -39,8 +39,8 @@ from tooldecode.grammar.ir import (
     RefA,
     StrA,
     intersect,
-    json_type,
 )
+from tooldecode.grammar.keywords import json_type
 from tooldecode.grammar.negation import difference
 from tooldecode.grammar.schema import SchemaIR
 from tooldecode.grammar.strlang import ALL_STRINGS, StrLang
