@@ -68,6 +68,9 @@ class Names:
 
 # -- printing terminals (shared by the regex and GBNF printers)
 
+# the short escapes of tab, newline and carriage return (the same in GBNF and regex syntax)
+CONTROL_ESCAPES = {0x09: r"\t", 0x0A: r"\n", 0x0D: r"\r"}
+
 
 def class_body(cs: Charset, esc: Callable[[int, bool], str]) -> str:
     parts = []

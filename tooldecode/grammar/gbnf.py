@@ -7,6 +7,7 @@ from functools import lru_cache
 
 from tooldecode.grammar.automata import Cat, Chars, Charset, Or, Rep, RNode, Sym, ast_literal, cs_neg
 from tooldecode.grammar.emit_common import (
+    CONTROL_ESCAPES,
     Grouping,
     Names,
     class_body,
@@ -90,12 +91,8 @@ def esc_cp_gbnf(cp: int, in_class: bool) -> str:
         if c == "\\":
             return "\\\\"
         return c
-    if cp == 0x09:
-        return r"\t"
-    if cp == 0x0A:
-        return r"\n"
-    if cp == 0x0D:
-        return r"\r"
+    if cp in CONTROL_ESCAPES:
+        return CONTROL_ESCAPES[cp]
     if cp < 0x10000:
         return f"\\u{cp:04x}"
     return f"\\U{cp:08x}"
