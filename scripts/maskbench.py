@@ -41,9 +41,9 @@ sys.path.insert(0, str(ROOT))
 
 from tooldecode.errors import SchemaError  # noqa: E402
 from tooldecode.grammar import build_grammar, check, compile_schema, strictify  # noqa: E402
+from tooldecode.grammar.framing import serialize_args  # noqa: E402
 from tooldecode.grammar.gbnf import emit_gbnf  # noqa: E402
 from tooldecode.grammar.lark import emit_lark  # noqa: E402
-from tooldecode.grammar.wire import serialize_args  # noqa: E402
 
 
 def split_of(path: Path) -> str:

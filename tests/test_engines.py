@@ -49,6 +49,20 @@ def test_every_setting_declares_what_it_reads():
     assert set(COMPARED) <= set(ENGINES)
 
 
+def test_one_name_and_one_format_per_grammar_engine():
+    """The mask engines, the engine settings that feed them and the conformance engines agree on each
+    engine's name and the grammar format it reads (grammar.check.FORMAT_OF)."""
+    from tooldecode.grammar.check import FORMAT_OF
+    from tooldecode.masking import ENGINE_FORMATS
+    from tooldecode.masking import ENGINES as MASK_ENGINES
+
+    assert set(MASK_ENGINES) <= set(FORMAT_OF) and set(MASK_ENGINES) <= set(ENGINES)
+    assert ENGINE_FORMATS == {e: FORMAT_OF[e] for e in MASK_ENGINES}
+    for info in ENGINES.values():
+        if info.mask_engine is not None:
+            assert info.reads == ENGINE_FORMATS[info.mask_engine], info.name
+
+
 def test_unknown_engine_is_one_line_naming_the_settings():
     with pytest.raises(EngineError) as err:
         engine_info("xgrammer")

@@ -85,7 +85,7 @@ def _check_exact(schema: dict, instances: list, validator_cls) -> None:
     g = render(schema, mode="spec")
     sir = compile_schema(schema, mode="spec")
     v = validator_cls(schema)
-    from tooldecode.grammar.wire import serialize_args
+    from tooldecode.grammar.framing import serialize_args
 
     for inst in instances:
         text = serialize_args(sir, inst, wire="json", ws="compact", ws_max=None)

@@ -78,12 +78,12 @@ def test_every_rendered_text_is_read_by_its_engines(name, wire):
                 check.validate(eng, g)
 
 
-@pytest.mark.skipif(not check.available("llama.cpp"), reason="llama-cpp-python not installed")
+@pytest.mark.skipif(not check.available("llama-grammar"), reason="llama-cpp-python not installed")
 @pytest.mark.parametrize("wire", WIRES)
 def test_gbnf_read_by_llama_cpp(wire):
     for tool in tool_catalog().values():
         for ws in ("compact", "bounded", "pretty"):
-            check.validate("llama.cpp", render(tool, format="gbnf", wire=wire, ws=ws))
+            check.validate("llama-grammar", render(tool, format="gbnf", wire=wire, ws=ws))
 
 
 OK_EDIT = '{"path":"a","edits":[{"oldText":"x","newText":"y"}]}'

@@ -510,7 +510,7 @@ def _arrays(values: list, maxlen: int):
 @pytest.mark.parametrize("prefix", [[], [{"const": 0}], [{"type": "integer"}, {"type": "string"}]])
 @pytest.mark.parametrize("contains", [None, {"const": 1}, "max1"])
 def test_arrays_exhaustively(prefix, contains):
-    from tooldecode.grammar.wire import serialize_args
+    from tooldecode.grammar.framing import serialize_args
 
     values = [0, 1, "a", None]
     for items in ({"type": "integer"}, False, {"enum": [1, None]}):
@@ -549,7 +549,7 @@ def test_arrays_exhaustively(prefix, contains):
 def test_objects_exhaustively(mode, extra):
     import itertools
 
-    from tooldecode.grammar.wire import serialize_args
+    from tooldecode.grammar.framing import serialize_args
 
     keys = ["a", "b", "c", "bb"]
     objects = [

@@ -23,10 +23,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from tooldecode.errors import MaskError
+from tooldecode.grammar.check import FORMAT_OF
 
 ENGINES = ("xgrammar", "llguidance", "llama-grammar")
 # The grammar format each engine reads (``tooldecode.grammar.render(format=...)``).
-ENGINE_FORMATS = {"xgrammar": "gbnf", "llguidance": "lark", "llama-grammar": "gbnf"}
+ENGINE_FORMATS = {e: FORMAT_OF[e] for e in ENGINES}
 
 
 def engine_format(engine: str) -> str:

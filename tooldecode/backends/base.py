@@ -10,9 +10,11 @@ together. Every backend states its mode in ``info()["eval_mode"]``.
 
 from __future__ import annotations
 
+import ctypes
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from functools import cached_property, lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -147,3 +149,28 @@ def byte_level_decoder() -> dict[str, int]:
             cs.append(256 + n)
             n += 1
     return {chr(c): b for b, c in zip(bs, cs, strict=True)}
+
+
+# --- llama.cpp's tokenizer (the llamacpp backend and the openai backend's GGUF vocabulary) -------------
+def llama_tokenize(lc: Any, vocab: Any, text: str, *, add_bos: bool, special: bool) -> list[int]:
+    """Token ids of ``text`` under llama.cpp's ``vocab`` (``lc``: the ``llama_cpp`` module); the
+    buffer grows to what llama.cpp asks for."""
+    data = text.encode("utf-8")
+    cap = len(data) + 16
+    buf = (lc.llama_token * cap)()
+    n = lc.llama_tokenize(vocab, data, len(data), buf, cap, add_bos, special)
+    if n < 0:
+        cap = -n
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(vocab, data, len(data), buf, cap, add_bos, special)
+    return list(buf[:n])
+
+
+def llama_piece(lc: Any, vocab: Any, token_id: int, *, special: bool) -> bytes:
+    """The bytes of one token of llama.cpp's ``vocab`` (special tokens as their text when ``special``)."""
+    buf = ctypes.create_string_buffer(256)
+    n = lc.llama_token_to_piece(vocab, int(token_id), buf, 256, 0, special)
+    if n < 0:
+        buf = ctypes.create_string_buffer(-n)
+        n = lc.llama_token_to_piece(vocab, int(token_id), buf, -n, 0, special)
+    return buf.raw[:n]

@@ -12,13 +12,12 @@ step. ``forward`` (teacher forcing, used by the probe) uses the same aligned chu
 
 from __future__ import annotations
 
-import ctypes
 import os
 from collections.abc import Sequence
 
 import numpy as np
 
-from tooldecode.backends.base import Backend, feed_branches
+from tooldecode.backends.base import Backend, feed_branches, llama_piece, llama_tokenize
 from tooldecode.errors import ModelError
 from tooldecode.models import ModelRef
 
@@ -111,24 +110,10 @@ class LlamaCppBackend(Backend):
 
     # --- tokens -------------------------------------------------------------------------------
     def tokenize(self, text: str, *, special: bool = True, add_bos: bool = False) -> list[int]:
-        data = text.encode("utf-8")
-        lc = self._lc
-        cap = len(data) + 16
-        buf = (lc.llama_token * cap)()
-        n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos and self._add_bos, special)
-        if n < 0:
-            cap = -n
-            buf = (lc.llama_token * cap)()
-            n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos and self._add_bos, special)
-        return list(buf[:n])
+        return llama_tokenize(self._lc, self._vocab, text, add_bos=add_bos and self._add_bos, special=special)
 
     def token_bytes(self, token_id: int) -> bytes:
-        buf = ctypes.create_string_buffer(256)
-        n = self._lc.llama_token_to_piece(self._vocab, int(token_id), buf, 256, 0, True)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = self._lc.llama_token_to_piece(self._vocab, int(token_id), buf, -n, 0, True)
-        return buf.raw[:n]
+        return llama_piece(self._lc, self._vocab, token_id, special=True)
 
     @property
     def bos_id(self) -> int | None:

@@ -37,13 +37,13 @@ here.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from functools import cached_property
 from typing import Any
 
@@ -68,6 +68,7 @@ from tooldecode.backends.openai_records import (
     MASKED_LOGPROBS,
     NOT_REQUESTED,
     ServerSample,
+    draw_concurrently,
     request_seed,
 )
 from tooldecode.backends.openai_vocab import GGUFVocab
@@ -372,28 +373,8 @@ class OpenAIBackend(ServerProbe, Backend):
         per = self.n_per_request if self.honours_n else 1
         groups = [indices[k : k + per] for k in range(0, len(indices), per)]
         t0 = time.perf_counter()
-        out: list[ServerSample] = []
-        error: BaseException | None = None
-        pool = ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(groups) or 1)))
-        try:
-            futures = [pool.submit(self._draw, ids, prompt, g, params, grammar, logprobs, t0) for g in groups]
-            for fut in as_completed(futures):
-                try:
-                    got = fut.result()
-                except BaseException as err:  # keep what completed; stop the rest
-                    if error is None:
-                        error = err
-                        for f in futures:
-                            f.cancel()
-                    continue
-                out.extend(got)
-                if on_batch is not None and got:
-                    on_batch(got)
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-        if error is not None:
-            raise error
-        return sorted(out, key=lambda s: s.index)
+        jobs = [functools.partial(self._draw, ids, prompt, g, params, grammar, logprobs, t0) for g in groups]
+        return draw_concurrently(jobs, self.concurrency, on_batch)
 
     def _draw(
         self,

@@ -3,6 +3,8 @@ cannot supply them, each ``None`` with its reason in ``absent``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -59,3 +61,37 @@ def request_seed(params: Any, index: int) -> int:
     from tooldecode.streams import stream_seed31
 
     return stream_seed31(params, index)
+
+
+def draw_concurrently(
+    jobs: Sequence[Callable[[], list[ServerSample]]],
+    workers: int,
+    on_batch: Callable[[list[ServerSample]], None] | None = None,
+) -> list[ServerSample]:
+    """Run the request ``jobs`` on up to ``workers`` threads; their samples in index order.
+
+    ``on_batch`` receives each job's samples as they arrive. The first job that raises stops the ones
+    not yet started; what completed is kept (and passed to ``on_batch``), then the error is raised.
+    """
+    out: list[ServerSample] = []
+    error: BaseException | None = None
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs) or 1)))
+    try:
+        futures = [pool.submit(job) for job in jobs]
+        for fut in as_completed(futures):
+            try:
+                got = fut.result()
+            except BaseException as err:  # keep what completed; stop the rest
+                if error is None:
+                    error = err
+                    for f in futures:
+                        f.cancel()
+                continue
+            out.extend(got)
+            if on_batch is not None and got:
+                on_batch(got)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    if error is not None:
+        raise error
+    return sorted(out, key=lambda s: s.index)

@@ -32,11 +32,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from tooldecode.backends.openai_http import ServerError, check_chat
-from tooldecode.backends.openai_records import PARSED_CALL, ServerSample, request_seed
+from tooldecode.backends.openai_records import PARSED_CALL, ServerSample, draw_concurrently, request_seed
 
 TOOL_MODES = ("tools-strict", "tools-loose")
 
@@ -149,26 +148,12 @@ def chat_tool_samples(
     """
     fns = chat_tools(tools, strict=strict)
     msgs = [dict(m) for m in messages]
-    out: list[ServerSample] = []
-    error: BaseException | None = None
-    indices = range(start_index, start_index + n)
-    with ThreadPoolExecutor(max_workers=max(1, min(backend.concurrency, n or 1))) as pool:
-        futures = [pool.submit(_one, backend, msgs, fns, tool_choice, params, i) for i in indices]
-        for fut in as_completed(futures):
-            try:
-                got = fut.result()
-            except BaseException as err:  # keep what completed; stop the rest
-                if error is None:
-                    error = err
-                    for f in futures:
-                        f.cancel()
-                continue
-            out.append(got)
-            if on_batch is not None:
-                on_batch([got])
-    if error is not None:
-        raise error
-    return sorted(out, key=lambda s: s.index)
+
+    def job(i: int) -> Callable[[], list[ServerSample]]:
+        return lambda: [_one(backend, msgs, fns, tool_choice, params, i)]
+
+    jobs = [job(i) for i in range(start_index, start_index + n)]
+    return draw_concurrently(jobs, backend.concurrency, on_batch)
 
 
 def draw_tools(

@@ -3,9 +3,9 @@ on the server)."""
 
 from __future__ import annotations
 
-import ctypes
 import os
 
+from tooldecode.backends.base import llama_piece, llama_tokenize
 from tooldecode.errors import ModelError
 from tooldecode.models import ModelRef
 
@@ -49,25 +49,11 @@ class GGUFVocab:
 
     def tokenize(self, text: str, special: bool, add_bos: bool) -> list[int]:
         """Token ids of ``text`` (special-token text parsed when ``special``)."""
-        data = text.encode("utf-8")
-        lc = self._lc
-        cap = len(data) + 16
-        buf = (lc.llama_token * cap)()
-        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_bos and self.add_bos, special)
-        if n < 0:
-            cap = -n
-            buf = (lc.llama_token * cap)()
-            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_bos and self.add_bos, special)
-        return list(buf[:n])
+        return llama_tokenize(self._lc, self.vocab, text, add_bos=add_bos and self.add_bos, special=special)
 
     def piece(self, token_id: int, special: bool) -> bytes:
         """The bytes of one token (special tokens as their text when ``special``, else empty)."""
-        buf = ctypes.create_string_buffer(256)
-        n = self._lc.llama_token_to_piece(self.vocab, int(token_id), buf, 256, 0, special)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = self._lc.llama_token_to_piece(self.vocab, int(token_id), buf, -n, 0, special)
-        return buf.raw[:n]
+        return llama_piece(self._lc, self.vocab, token_id, special=special)
 
     def close(self) -> None:
         model = getattr(self, "_model", None)

@@ -48,7 +48,6 @@ from tooldecode.engines.build import (
 from tooldecode.engines.frames import (
     call_frame,
     closed_schema,
-    gbnf_literal,
     prefix_gbnf_rules,
     tool_frames,
 )
@@ -89,7 +88,6 @@ __all__ = [
     "call_frame",
     "check_engine",
     "closed_schema",
-    "gbnf_literal",
     "draw",
     "engine_info",
     "gbnf_json_frame",

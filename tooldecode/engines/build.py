@@ -7,9 +7,10 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tooldecode.engines.frames import closed_schema, gbnf_literal, prefix_gbnf_rules, tool_frames
+from tooldecode.engines.frames import closed_schema, prefix_gbnf_rules, tool_frames
 from tooldecode.engines.outlines import OutlinesSampler
 from tooldecode.engines.registry import check_engine
+from tooldecode.grammar.gbnf import gbnf_literal
 
 # ---------------------------------------------------------------------------------------------
 # building an engine setting for a tool set

@@ -58,22 +58,6 @@ def closed_schema(schema: Any) -> Any:
     return out
 
 
-def gbnf_literal(text: str) -> str:
-    out = []
-    for ch in text:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
 _IDENT = re.compile(r"[A-Za-z0-9_-]+")
 
 

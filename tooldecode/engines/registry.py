@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tooldecode.errors import ToolDecodeError
+from tooldecode.grammar.check import FORMAT_OF
 
 GRAMMAR_FORMATS = ("gbnf", "lark", "json-schema")
 
@@ -34,7 +35,9 @@ class EngineInfo:
     closes_objects: bool | None
     backends: tuple[str, ...] = ("llamacpp", "hf")
     grammar_mode: str | None = None
-    mask_engine: str | None = None  # the masking.py engine a tooldecode grammar is fed to
+    mask_engine: str | None = (
+        None  # the masking.py engine a tooldecode grammar is fed to (it reads FORMAT_OF's)
+    )
 
 
 ENGINES: dict[str, EngineInfo] = {
@@ -43,7 +46,7 @@ ENGINES: dict[str, EngineInfo] = {
         EngineInfo(
             "xgrammar",
             "xgrammar",
-            "gbnf",
+            FORMAT_OF["xgrammar"],
             "mask",
             "xgrammar.Grammar.from_ebnf(tooldecode grammar)",
             "mode from the arm",
@@ -53,7 +56,7 @@ ENGINES: dict[str, EngineInfo] = {
         EngineInfo(
             "llguidance",
             "llguidance",
-            "lark",
+            FORMAT_OF["llguidance"],
             "mask",
             "llguidance.LLMatcher(lark tooldecode grammar)",
             "mode from the arm",
@@ -63,7 +66,7 @@ ENGINES: dict[str, EngineInfo] = {
         EngineInfo(
             "llama-grammar",
             "llama-cpp-python",
-            "gbnf",
+            FORMAT_OF["llama-grammar"],
             "mask",
             "llama_sampler_init_grammar(tooldecode grammar)",
             "mode from the arm",
@@ -74,7 +77,7 @@ ENGINES: dict[str, EngineInfo] = {
         EngineInfo(
             "tooldecode-strict",
             "tooldecode",
-            "gbnf",
+            FORMAT_OF["xgrammar"],
             "mask",
             "render_toolset(..., mode='strict')",
             "default (closed)",
@@ -85,7 +88,7 @@ ENGINES: dict[str, EngineInfo] = {
         EngineInfo(
             "tooldecode-spec",
             "tooldecode",
-            "gbnf",
+            FORMAT_OF["xgrammar"],
             "mask",
             "render_toolset(..., mode='spec')",
             "schema as written",

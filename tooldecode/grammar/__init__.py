@@ -14,15 +14,17 @@ from functools import lru_cache
 from typing import Any
 
 from tooldecode.grammar.errors import GrammarError, GrammarWarning, InvalidSchemaError, UnsupportedSchemaError
+from tooldecode.grammar.framing import frame, serialize
 from tooldecode.grammar.gbnf import emit_gbnf
 from tooldecode.grammar.gir import FAIL, Grammar, RuleBook, galt, sanitize
+from tooldecode.grammar.keywords import ECHO_KEYWORDS, JSON_TYPES, json_type
 from tooldecode.grammar.lark import emit_lark
 from tooldecode.grammar.lower import DUPLICATES, Lowerer
 from tooldecode.grammar.regex import emit_regex
 from tooldecode.grammar.schema import MODES, ORDERS, SchemaIR, check_budget, compile_schema, strictify
 from tooldecode.grammar.terminals import WS_POLICIES, ws_max_for
 from tooldecode.grammar.tools import Tool, is_schema, load_tool, load_tools, read_tools, tool_catalog
-from tooldecode.grammar.wire import FORBID, WIRES, check_name, check_wire, frame, serialize
+from tooldecode.grammar.wire import WIRE_FORMATS, WIRES, WireFormat, check_name, check_wire, wire_format
 
 FORMATS = ("gbnf", "lark", "regex")
 
@@ -46,6 +48,12 @@ __all__ = [
     "GrammarError",
     "GrammarWarning",
     "WIRES",
+    "WIRE_FORMATS",
+    "JSON_TYPES",
+    "ECHO_KEYWORDS",
+    "json_type",
+    "WireFormat",
+    "wire_format",
     "FORMATS",
     "MODES",
     "ORDERS",
@@ -127,7 +135,7 @@ def build_grammar(
         book,
         ws=ws,
         ws_max=n,
-        forbid=FORBID[wire],
+        forbid=wire_format(wire).forbid,
         order=items[0][1].order if items else "schema",
         duplicates=duplicates,
     )
@@ -140,11 +148,12 @@ def build_grammar(
         alts.append(frame(wire, name, low, sir, prefix))
     root = galt(*alts)
     if low.narrowed:
-        first = FORBID[wire][0]  # type: ignore[index]
+        forbid = wire_format(wire).forbid or ""
+        first = forbid[0]
         warnings.warn(
             f"in the {wire} wire, the constrained string(s) at {', '.join(dict.fromkeys(low.narrowed))} "
             f"never hold a raw {first!r}: JSON strings write it as \\u{ord(first):04x}, raw antml "
-            f"parameters go without it (the exact exclusion of {FORBID[wire]!r} is too large to render)",
+            f"parameters go without it (the exact exclusion of {forbid!r} is too large to render)",
             GrammarWarning,
             stacklevel=3,
         )

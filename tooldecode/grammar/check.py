@@ -12,7 +12,9 @@ from functools import lru_cache
 from typing import Any
 
 ENGINES = ("lark", "llguidance", "xgrammar", "re")
-FORMAT_OF = {"lark": "lark", "llguidance": "lark", "xgrammar": "gbnf", "re": "regex", "llama.cpp": "gbnf"}
+# the grammar format each engine reads, by the engine's name (the mask engines of tooldecode.masking
+# among them: their formats are these)
+FORMAT_OF = {"lark": "lark", "llguidance": "lark", "xgrammar": "gbnf", "re": "regex", "llama-grammar": "gbnf"}
 
 
 class EngineError(Exception):
@@ -25,7 +27,7 @@ def available(engine: str) -> bool:
         "llguidance": "llguidance",
         "xgrammar": "xgrammar",
         "re": "re",
-        "llama.cpp": "llama_cpp",
+        "llama-grammar": "llama_cpp",
     }[engine]
     import importlib.util
 
@@ -170,7 +172,7 @@ def validate(engine: str, grammar: str) -> None:
         xgrammar_validate(grammar)
     elif engine == "re":
         _re(grammar)
-    elif engine == "llama.cpp":
+    elif engine == "llama-grammar":
         llamacpp_validate(grammar)
     else:
         raise ValueError(engine)

@@ -31,7 +31,15 @@ from tooldecode.grammar.ir import (
     node,
     union,
 )
-from tooldecode.grammar.keywords import ANNOTATIONS, DIALECTS, JSON_TYPES, KNOWN, UNEXPRESSIBLE
+from tooldecode.grammar.keywords import (
+    ANNOTATIONS,
+    DIALECTS,
+    JSON_TYPES,
+    KNOWN,
+    UNEXPRESSIBLE,
+    VALUE_TYPES,
+    json_type,
+)
 from tooldecode.grammar.negation import complement, difference
 
 MAX_MEET_ALTS = (
@@ -436,7 +444,7 @@ class Compiler(TypeKeywords):
     def _dependents(self, cur: Node, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> Node:
         """dependentRequired, dependentSchemas."""
         # dependentRequired / dependentSchemas
-        non_obj = node(*(TOP[t] for t in ir.TYPES if t != "object"))
+        non_obj = node(*(TOP[t] for t in VALUE_TYPES if t != "object"))
         dr = s.get("dependentRequired")
         if isinstance(dr, dict):
             for k, needs in dr.items():
@@ -551,7 +559,7 @@ class Compiler(TypeKeywords):
     # -- per-type keyword groups
 
 
-ALL_TYPES = frozenset({"null", "boolean", "number", "string", "array", "object"})
+ALL_TYPES = frozenset(VALUE_TYPES)
 
 
 def _type_bound(s: Any, resolver: Any, depth: int = 0) -> frozenset[str]:
@@ -568,9 +576,9 @@ def _type_bound(s: Any, resolver: Any, depth: int = 0) -> frozenset[str]:
         out &= frozenset("number" if x == "integer" else x for x in names if isinstance(x, str))
     try:
         if "const" in s:
-            out &= {ir.json_type(s["const"])}
+            out &= {json_type(s["const"])}
         if isinstance(s.get("enum"), list):
-            out &= frozenset(ir.json_type(v) for v in s["enum"])
+            out &= frozenset(json_type(v) for v in s["enum"])
     except TypeError:
         pass
     for sub in s.get("allOf", []) if isinstance(s.get("allOf"), list) else []:
@@ -589,7 +597,7 @@ def _type_bound(s: Any, resolver: Any, depth: int = 0) -> frozenset[str]:
 
 def _expand(n: Node) -> Node:
     """ANY written as one unconstrained alternative per type."""
-    return node(*(TOP[t] for t in ir.TYPES)) if n.is_any else n
+    return node(*(TOP[t] for t in VALUE_TYPES)) if n.is_any else n
 
 
 def _provably_empty(n: Node, depth: int = 0) -> bool:

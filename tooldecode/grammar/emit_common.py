@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from tooldecode.grammar.automata import Charset, RNode, Sym
 from tooldecode.grammar.gir import GAlt, GExpr, Grammar, GRep, GSeq, GTok, sanitize
@@ -67,6 +68,9 @@ class Names:
 
 # -- printing terminals (shared by the regex and GBNF printers)
 
+# the short escapes of tab, newline and carriage return (the same in GBNF and regex syntax)
+CONTROL_ESCAPES = {0x09: r"\t", 0x0A: r"\n", 0x0D: r"\r"}
+
 
 def class_body(cs: Charset, esc: Callable[[int, bool], str]) -> str:
     parts = []
@@ -92,3 +96,50 @@ def rep_suffix(lo: int, hi: int | None) -> str:
     if lo == hi:
         return f"{{{lo}}}"
     return f"{{{lo},{hi}}}"
+
+
+# -- printing expressions (shared by the GBNF, Lark and regex printers)
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """How a grammar syntax writes sequences, alternatives and repetition operands.
+
+    ``prec`` is where an expression stands: 0 where an alternation may stand bare, 1 inside a
+    sequence, 2 as the operand of a repetition. ``never`` is the expression no text matches.
+    """
+
+    open: str
+    close: str
+    never: str
+
+    def group(self, s: str) -> str:
+        return self.open + s + self.close
+
+    def seq(self, parts: Sequence[str], prec: int) -> str:
+        s = " ".join(parts)
+        return self.group(s) if prec >= 2 and len(parts) > 1 else s
+
+    def alt(self, parts: Sequence[str], prec: int) -> str:
+        if not parts:
+            return self.never
+        s = " | ".join(parts)
+        return self.group(s) if prec >= 1 and len(parts) > 1 else s
+
+    def operand(self, inner: str, nested_rep: bool) -> str:
+        """A repetition's operand (a repetition of a repetition is grouped)."""
+        return self.group(inner) if nested_rep else inner
+
+
+def memoized(go1: Callable[[RNode, int], str]) -> Callable[[RNode, int], str]:
+    """``go1`` with its results kept by (node identity, precedence): a shared subtree is printed once."""
+    memo: dict[tuple[int, int], str] = {}
+
+    def go(x: RNode, prec: int) -> str:
+        key = (id(x), prec)
+        r = memo.get(key)
+        if r is None:
+            r = memo[key] = go1(x, prec)
+        return r
+
+    return go

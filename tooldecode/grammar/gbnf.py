@@ -6,15 +6,29 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from tooldecode.grammar.automata import Cat, Chars, Charset, Or, Rep, RNode, Sym, ast_literal, cs_neg
-from tooldecode.grammar.emit_common import Names, class_body, collect_syms, collect_tokens, rep_suffix
+from tooldecode.grammar.emit_common import (
+    CONTROL_ESCAPES,
+    Grouping,
+    Names,
+    class_body,
+    collect_syms,
+    collect_tokens,
+    memoized,
+    rep_suffix,
+)
 from tooldecode.grammar.errors import GrammarError
 from tooldecode.grammar.gir import GAlt, GExpr, GLit, Grammar, GRef, GRep, GSeq, GTok
+
+
+def gbnf_literal(s: str) -> str:
+    """A GBNF string literal of ``s`` (``""`` for the empty string)."""
+    return '"' + "".join(esc_cp_gbnf(ord(c), False) for c in s) + '"'
 
 
 def _lit(s: str) -> str:
     if not s:
         raise GrammarError("empty literal cannot be written in GBNF")
-    return '"' + "".join(esc_cp_gbnf(ord(c), False) for c in s) + '"'
+    return gbnf_literal(s)
 
 
 def emit_gbnf(g: Grammar, header: str = "") -> str:
@@ -40,18 +54,11 @@ def emit_gbnf(g: Grammar, header: str = "") -> str:
         if isinstance(e, GSeq):
             if not e.items:
                 raise GrammarError("empty sequence cannot be written in GBNF")
-            s = " ".join(expr(i, 1) for i in e.items)
-            return f"( {s} )" if prec >= 2 and len(e.items) > 1 else s
+            return GBNF_GROUPING.seq([expr(i, 1) for i in e.items], prec)
         if isinstance(e, GAlt):
-            if not e.items:
-                return GBNF_NEVER
-            s = " | ".join(expr(i, 0) for i in e.items)
-            return f"( {s} )" if prec >= 1 and len(e.items) > 1 else s
+            return GBNF_GROUPING.alt([expr(i, 0) for i in e.items], prec)
         if isinstance(e, GRep):
-            inner = expr(e.item, 2)
-            if isinstance(e.item, GRep):
-                inner = f"( {inner} )"
-            return gbnf_rep(inner, e.lo, e.hi)
+            return gbnf_rep(GBNF_GROUPING.operand(expr(e.item, 2), isinstance(e.item, GRep)), e.lo, e.hi)
         raise TypeError(e)
 
     lines = [header] if header else []
@@ -84,12 +91,8 @@ def esc_cp_gbnf(cp: int, in_class: bool) -> str:
         if c == "\\":
             return "\\\\"
         return c
-    if cp == 0x09:
-        return r"\t"
-    if cp == 0x0A:
-        return r"\n"
-    if cp == 0x0D:
-        return r"\r"
+    if cp in CONTROL_ESCAPES:
+        return CONTROL_ESCAPES[cp]
     if cp < 0x10000:
         return f"\\u{cp:04x}"
     return f"\\U{cp:08x}"
@@ -97,6 +100,7 @@ def esc_cp_gbnf(cp: int, in_class: bool) -> str:
 
 GBNF_MAX_REP = 1000
 GBNF_NEVER = "[^\\u0000-\\U0010ffff]"  # a class no character is in
+GBNF_GROUPING = Grouping("( ", " )", GBNF_NEVER)
 
 
 def gbnf_str(n: RNode, sym_name: Callable[[Sym], str] | None = None) -> str:
@@ -105,24 +109,12 @@ def gbnf_str(n: RNode, sym_name: Callable[[Sym], str] | None = None) -> str:
     ``sym_name`` maps a ``Sym`` to the rule name that stands for it (the caller defines that rule).
     """
 
-    cls = _gbnf_class
-    memo: dict[tuple[int, int], str] = {}
-
-    def go(x: RNode, prec: int) -> str:
-        key = (id(x), prec)
-        r = memo.get(key)
-        if r is None:
-            r = memo[key] = go1(x, prec)
-        return r
-
     def go1(x: RNode, prec: int) -> str:
         s = ast_literal(x)
         if s is not None and s and not (isinstance(x, Rep)):
-            return '"' + "".join(esc_cp_gbnf(ord(c), False) for c in s) + '"'
+            return gbnf_literal(s)
         if isinstance(x, Chars):
-            if not x.cs:
-                return GBNF_NEVER
-            return cls(x.cs)
+            return _gbnf_class(x.cs) if x.cs else GBNF_NEVER
         if isinstance(x, Cat):
             # merge runs of single literal chars into one string literal
             parts: list[str] = []
@@ -133,29 +125,21 @@ def gbnf_str(n: RNode, sym_name: Callable[[Sym], str] | None = None) -> str:
                     run += c
                     continue
                 if run:
-                    parts.append('"' + "".join(esc_cp_gbnf(ord(ch), False) for ch in run) + '"')
+                    parts.append(gbnf_literal(run))
                     run = ""
                 parts.append(go(it, 1))
             if run:
-                parts.append('"' + "".join(esc_cp_gbnf(ord(ch), False) for ch in run) + '"')
-            if not parts:
-                return '""'
-            s = " ".join(parts)
-            return f"( {s} )" if prec >= 2 and len(parts) > 1 else s
+                parts.append(gbnf_literal(run))
+            return GBNF_GROUPING.seq(parts, prec) if parts else '""'
         if isinstance(x, Or):
-            if not x.items:
-                return GBNF_NEVER
-            s = " | ".join(go(i, 0) for i in x.items)
-            return f"( {s} )" if prec >= 1 and len(x.items) > 1 else s
+            return GBNF_GROUPING.alt([go(i, 0) for i in x.items], prec)
         if isinstance(x, Rep):
-            inner = go(x.item, 2)
-            if isinstance(x.item, Rep):
-                inner = f"( {inner} )"
-            return gbnf_rep(inner, x.lo, x.hi)
+            return gbnf_rep(GBNF_GROUPING.operand(go(x.item, 2), isinstance(x.item, Rep)), x.lo, x.hi)
         if isinstance(x, Sym):
             return sym_name(x) if sym_name is not None else go(x.node, prec)
         raise TypeError(x)
 
+    go = memoized(go1)
     return go(n, 0)
 
 

@@ -15,9 +15,8 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any
 
+from tooldecode.grammar.keywords import VALUE_TYPES, json_type
 from tooldecode.grammar.strlang import ALL_STRINGS, StrLang
-
-TYPES = ("null", "boolean", "number", "string", "array", "object")
 
 
 class Inexact(Exception):
@@ -26,22 +25,6 @@ class Inexact(Exception):
 
 # ---------------------------------------------------------------------------------------------
 # JSON values: equality and canonical keys
-
-
-def json_type(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, (int, float)):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, list):
-        return "array"
-    if isinstance(v, dict):
-        return "object"
-    raise TypeError(f"not a JSON value: {type(v).__name__}")
 
 
 def value_key(v: Any) -> Any:
@@ -214,7 +197,7 @@ class Node:
         out: set[str] = set()
         for a in self.alts:
             if isinstance(a, AnyA):
-                return set(TYPES)
+                return set(VALUE_TYPES)
             out.add(a.type)
         return out
 

@@ -1,6 +1,9 @@
-"""The JSON Schema keywords the compiler knows, by group, and the options it takes."""
+"""The JSON Schema keywords and JSON type names: the one table the compiler and the scorer's schema-echo
+check read, by group; the options the compiler takes; ``json_type``."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from tooldecode.grammar.strlang import FORMAT_PATTERNS
 
@@ -59,8 +62,56 @@ KNOWN = frozenset(OBJECT_KW + ARRAY_KW + STRING_KW + NUMBER_KW + APPLICATORS + (
 # keywords that constrain values but have no exact rendering: refused (or skipped under lenient)
 UNEXPRESSIBLE = frozenset({"$dynamicRef", "$recursiveRef"})
 JSON_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
+# the types of JSON values (an integer is a number)
+VALUE_TYPES = tuple(t for t in JSON_TYPES if t != "integer")
+# the schema words a model copies from a tool block into its arguments (as keys): what the scorer's
+# schema-echo check looks for (``tooldecode.scoring.checks.schema_echo``); "type" is checked with its value
+ECHO_KEYWORDS = frozenset(
+    {
+        "additionalProperties",
+        "properties",
+        "required",
+        "items",
+        "$schema",
+        "$ref",
+        "$defs",
+        "minItems",
+        "maxItems",
+        "minLength",
+        "maxLength",
+        "prefixItems",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "const",
+        "pattern",
+        "enum",
+        "patternProperties",
+        "unevaluatedProperties",
+    }
+)
 FORMATS = tuple(FORMAT_PATTERNS)
 MAX_UNIQUE_ENUM = 2000
 DIALECTS = frozenset(
     {"https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2020-12/schema#"}
 )
+
+
+def json_type(v: Any, *, integer: bool = False) -> str:
+    """The JSON type of a JSON value (one of ``VALUE_TYPES``; with ``integer=True`` an ``int`` is
+    ``"integer"``). ``TypeError`` for a value that is not JSON."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer" if integer else "number"
+    if isinstance(v, float):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, dict):
+        return "object"
+    raise TypeError(f"not a JSON value: {type(v).__name__}")

@@ -8,12 +8,13 @@ Python ``re`` and Rust ``regex``), no terminal matches the empty string, repetit
 from __future__ import annotations
 
 from tooldecode.grammar.automata import RNode
-from tooldecode.grammar.emit_common import Names, collect_tokens
+from tooldecode.grammar.emit_common import Grouping, Names, collect_tokens
 from tooldecode.grammar.errors import GrammarError
 from tooldecode.grammar.gir import GAlt, GExpr, GLit, Grammar, GRef, GRep, GSeq, GTok
 from tooldecode.grammar.regex import regex_str
 
 MAX_TILDE_SPAN = 16
+LARK_GROUPING = Grouping("(", ")", "NEVER")
 
 
 def _lit(s: str) -> str:
@@ -60,19 +61,12 @@ def emit_lark(g: Grammar, header: str = "") -> str:
         if isinstance(e, GSeq):
             if not e.items:
                 raise GrammarError("empty sequence cannot be written in Lark")
-            s = " ".join(expr(i, 1) for i in e.items)
-            return f"({s})" if prec >= 2 and len(e.items) > 1 else s
+            return LARK_GROUPING.seq([expr(i, 1) for i in e.items], prec)
         if isinstance(e, GAlt):
-            if not e.items:
-                never[0] = True
-                return "NEVER"
-            s = " | ".join(expr(i, 0) for i in e.items)
-            return f"({s})" if prec >= 1 and len(e.items) > 1 else s
+            never[0] = never[0] or not e.items
+            return LARK_GROUPING.alt([expr(i, 0) for i in e.items], prec)
         if isinstance(e, GRep):
-            inner = expr(e.item, 2)
-            if isinstance(e.item, GRep):
-                inner = f"({inner})"
-            return rep(inner, e.lo, e.hi, prec)
+            return rep(LARK_GROUPING.operand(expr(e.item, 2), isinstance(e.item, GRep)), e.lo, e.hi, prec)
         raise TypeError(e)
 
     def rep(item: str, lo: int, hi: int | None, prec: int) -> str:

@@ -39,8 +39,8 @@ from tooldecode.grammar.ir import (
     RefA,
     StrA,
     intersect,
-    json_type,
 )
+from tooldecode.grammar.keywords import json_type
 from tooldecode.grammar.negation import difference
 from tooldecode.grammar.schema import SchemaIR
 from tooldecode.grammar.strlang import ALL_STRINGS, StrLang
@@ -54,6 +54,7 @@ from tooldecode.grammar.terminals import (
     string_content,
     string_rules,
 )
+from tooldecode.grammar.wire import ANTML_PARAMETER, ANTML_PARAMETER_CLOSE
 
 ANY_ORDER_MAX_KEYS = 8
 MAX_EXTRA_RULES = 6
@@ -322,7 +323,7 @@ class Lowerer:
                 if ctx == "antml":
                     if '"' in k:
                         raise GrammarError(f"parameter name {k!r} cannot be written in the antml wire")
-                    return gseq(GLit(f'<parameter name="{k}">'), self.antml_value(n, f"{hint}-{k}"))
+                    return gseq(GLit(ANTML_PARAMETER.format(name=k)), self.antml_value(n, f"{hint}-{k}"))
                 return gseq(self.key_lit(k), p.colon, self.value(n, f"{hint}-{k}"))
 
         extra = (
@@ -596,7 +597,7 @@ class Lowerer:
 
     # -- antml parameter values
     def antml_value(self, n: Node, hint: str) -> GExpr:
-        close = "</parameter>"
+        close = ANTML_PARAMETER_CLOSE
         if n.alts and all(
             isinstance(x, StrA) or (isinstance(x, ConstA) and isinstance(x.value, str)) for x in n.alts
         ):

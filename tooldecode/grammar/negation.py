@@ -21,7 +21,6 @@ from tooldecode.grammar.ir import (
     ANY,
     NEVER,
     TOP,
-    TYPES,
     Alt,
     ArrA,
     BoolA,
@@ -41,6 +40,7 @@ from tooldecode.grammar.ir import (
     norm_arr,
     norm_obj,
 )
+from tooldecode.grammar.keywords import VALUE_TYPES
 from tooldecode.grammar.strlang import StrLang
 
 MAX_PIECES = 64  # alternatives one difference may grow to (more: Inexact, or cut under ``loss``)
@@ -62,7 +62,7 @@ def difference(x: Node, y: Node, loss: Loss = None, defs: Defs = None, depth: in
         return x
     if y.is_any:
         return NEVER
-    xs = tuple(TOP[t] for t in TYPES) if x.is_any else x.alts
+    xs = tuple(TOP[t] for t in VALUE_TYPES) if x.is_any else x.alts
     out: list[Alt] = []
     for a in xs:
         out.extend(_minus(a, y, loss, defs, depth))

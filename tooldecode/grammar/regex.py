@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from tooldecode.grammar import automata as A
 from tooldecode.grammar.automata import UNIVERSE, Cat, Chars, Charset, Or, Rep, RNode, Sym, cs_neg
-from tooldecode.grammar.emit_common import class_body, rep_suffix
+from tooldecode.grammar.emit_common import CONTROL_ESCAPES, class_body, memoized, rep_suffix
 from tooldecode.grammar.errors import GrammarError
 from tooldecode.grammar.gir import GAlt, GExpr, GLit, Grammar, GRef, GRep, GSeq, GTok
 
@@ -127,12 +127,8 @@ def _esc_cp_regex(cp: int, in_class: bool) -> str:
         return "\\" + c if c in special else c
     if cp == 0x20:
         return " "
-    if cp == 0x09:
-        return r"\t"
-    if cp == 0x0A:
-        return r"\n"
-    if cp == 0x0D:
-        return r"\r"
+    if cp in CONTROL_ESCAPES:
+        return CONTROL_ESCAPES[cp]
     if cp < 0x100:
         return f"\\x{cp:02x}"
     if cp < 0x10000:
@@ -155,14 +151,6 @@ def _class_regex(cs: Charset) -> str:
 @lru_cache(maxsize=1024)
 def regex_str(n: RNode) -> str:
     """Print in the common subset of Python ``re`` and Rust ``regex`` syntax."""
-    memo: dict[tuple[int, int], str] = {}
-
-    def go(x: RNode, prec: int) -> str:
-        key = (id(x), prec)
-        r = memo.get(key)
-        if r is None:
-            r = memo[key] = go1(x, prec)
-        return r
 
     def go1(x: RNode, prec: int) -> str:
         # prec: 0 = alternation ok, 1 = inside concatenation, 2 = operand of a quantifier
@@ -189,4 +177,5 @@ def regex_str(n: RNode) -> str:
             return go(x.node, prec)
         raise TypeError(x)
 
+    go = memoized(go1)
     return go(n, 0)

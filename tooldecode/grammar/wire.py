@@ -1,4 +1,4 @@
-"""Tool-call wire formats: the framing around the arguments, and the canonical text of a call.
+"""Tool-call wire formats: the one table of each wire's delimiters, stop strings and extraction patterns.
 
 =============  ==========================================================================================
 ``json``       the bare arguments object
@@ -17,319 +17,206 @@ Each wire but ``json``/``call-json`` has a closing delimiter (``</tool_call>``, 
 ``<|call|>``). The grammar never lets that delimiter occur raw inside a JSON string (the canonical
 text writes its ``<`` as ``\\u003c``) nor inside a raw antml parameter (a raw value that contains
 ``</parameter>`` cannot be written in the antml wire).
+
+Every reader of a wire's text (the grammar's frame and canonical text in ``framing``, the prompts'
+stop strings and format instructions, the scorer's extraction, the repairs' markup check) takes the
+delimiters from ``WIRE_FORMATS``; no other module spells them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from dataclasses import dataclass
 
-from tooldecode.grammar import automata as A
-from tooldecode.grammar import ir
 from tooldecode.grammar.errors import GrammarError
-from tooldecode.grammar.gir import EMPTY, FAIL, GExpr, GLit, galt, gseq
-from tooldecode.grammar.ir import AnyA, ArrA, BoolA, ConstA, Node, NullA, NumA, ObjA, RefA, StrA
-from tooldecode.grammar.lower import Lowerer
-from tooldecode.grammar.schema import SchemaIR
-from tooldecode.grammar.terminals import delimiter_narrowed, json_str, number_ast, number_text, ws_max_for
 
-WIRES = ("json", "call-json", "hermes", "antml", "harmony", "call-list")
 # the keys of the JSON envelope around the arguments (call-json, hermes, call-list)
 ENVELOPE_KEYS = ("name", "arguments")
-FORBID: dict[str, str | None] = {
-    "json": None,
-    "call-json": None,
-    "hermes": "</tool_call>",
-    "antml": "</parameter>",
-    "harmony": "<|call|>",
-    "call-list": "</tool_call>",
+
+HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
+ANTML_OPEN, ANTML_CLOSE = "<function_calls>", "</function_calls>"
+ANTML_INVOKE, ANTML_INVOKE_CLOSE = '<invoke name="{name}">', "</invoke>"
+ANTML_PARAMETER, ANTML_PARAMETER_CLOSE = '<parameter name="{name}">', "</parameter>"
+HARMONY_MESSAGE, HARMONY_CALL = "<|message|>", "<|call|>"
+HARMONY_HEAD = (
+    "<|start|>assistant<|channel|>commentary to=functions.{name} <|constrain|>json" + HARMONY_MESSAGE
+)
+
+# -- extraction patterns: lenient about spacing, the ``antml:`` prefix and a missing closing tag
+HERMES_REGION = re.compile(r"<tool_call>(.*?)(?:(</tool_call>)|(?=<tool_call>)|\Z)", re.S)
+HERMES_OPEN_RE = re.compile(re.escape(HERMES_OPEN))
+HERMES_CLOSE_RE = re.compile(re.escape(HERMES_CLOSE))
+ANTML_BLOCK = re.compile(r"<(?:antml:)?function_calls>(.*?)(?:(</(?:antml:)?function_calls>)|\Z)", re.S)
+ANTML_INVOKE_RE = re.compile(
+    r"<(?:antml:)?invoke\s+name\s*=\s*\"([^\"]*)\"\s*>(.*?)(?:(</(?:antml:)?invoke>)|\Z)", re.S
+)
+ANTML_PARAMETER_RE = re.compile(
+    r"<(?:antml:)?parameter\s+name\s*=\s*\"([^\"]*)\"\s*>(.*?)"
+    r"(?:(</(?:antml:)?parameter>)|(?=<(?:antml:)?parameter\b)|\Z)",
+    re.S,
+)
+_HARMONY_HEADER = (
+    r"(?:<\|start\|>\s*assistant\s*)?(?:<\|channel\|>\s*\w+\s*)?to=functions\.(?P<name>[\w\-.]+)"
+    r"(?:(?!<\|message\|>|<\|start\|>|<\|end\|>|<\|call\|>).){0,200}"
+)
+HARMONY_REGION = re.compile(_HARMONY_HEADER + r"?<\|message\|>", re.S)
+HARMONY_HEADER_ONLY = re.compile(_HARMONY_HEADER + r"\Z", re.S)
+HARMONY_END = re.compile(r"<\|(?:call|end|return|start)\|>")
+
+# -- the markup of each wire family (a leaked tag is text a server for another wire would show)
+HERMES_MARKUP = re.compile(r"</?tool_call>")
+ANTML_MARKUP = re.compile(r"</?(?:antml:)?(?:function_calls|invoke|parameter)\b")
+HARMONY_MARKUP = re.compile(r"<\|(?:channel|message|constrain|call)\|>|\bto=functions\.[\w\-]")
+
+
+@dataclass(frozen=True)
+class WireFormat:
+    """One wire format: the text around a call, and how readers find it again.
+
+    Attributes
+    ----------
+    name : str
+        The wire's name (one of ``WIRES``).
+    open, close : str
+        The text before and after one call (``""`` for the bare wires); harmony's ``open`` holds the
+        tool name as ``{name}``.
+    pad : str
+        Written between ``open`` and the call, and between the call and ``close`` (hermes: a newline).
+    forbid : str or None
+        The delimiter that never occurs raw inside a value (None: the wire has none).
+    envelope : bool
+        The call is the JSON envelope ``{"name": …, "arguments": …}`` (``ENVELOPE_KEYS``).
+    region : re.Pattern or None
+        The scorer's pattern of one call region of this wire (None: found as bare JSON).
+    markup : re.Pattern or None
+        The tags of this wire's family, for the leaked-markup check (None: the wire has no tags).
+    instruction : str or None
+        The system prompt's instruction on how to write a call in this wire (None: no prompt asks
+        for it).
+    """
+
+    name: str
+    open: str = ""
+    close: str = ""
+    pad: str = ""
+    forbid: str | None = None
+    envelope: bool = False
+    region: re.Pattern[str] | None = None
+    markup: re.Pattern[str] | None = None
+    instruction: str | None = None
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        """The stop strings that end a call in this wire (its closing text; none for the bare wires)."""
+        return (self.close,) if self.close else ()
+
+    def wrap(self, body: str, name: str = "") -> str:
+        """``body`` framed by the wire's opening and closing text (``name`` fills harmony's head)."""
+        return self.open.format(name=name) + self.pad + body + self.pad + self.close
+
+
+WIRE_FORMATS: dict[str, WireFormat] = {
+    w.name: w
+    for w in (
+        WireFormat("json"),
+        WireFormat(
+            "call-json",
+            envelope=True,
+            instruction=(
+                "For each function call, reply with only a json object with function name and arguments, "
+                'nothing before or after it:\n{"name": <function-name>, "arguments": <args-json-object>}'
+            ),
+        ),
+        WireFormat(
+            "hermes",
+            HERMES_OPEN,
+            HERMES_CLOSE,
+            pad="\n",
+            forbid=HERMES_CLOSE,
+            envelope=True,
+            region=HERMES_REGION,
+            markup=HERMES_MARKUP,
+            instruction=(
+                "For each function call, return a json object with function name and arguments within "
+                f"{HERMES_OPEN}{HERMES_CLOSE} XML tags:\n{HERMES_OPEN}\n"
+                '{"name": <function-name>, "arguments": '
+                f"<args-json-object>}}\n{HERMES_CLOSE}"
+            ),
+        ),
+        WireFormat(
+            "antml",
+            ANTML_OPEN,
+            ANTML_CLOSE,
+            forbid=ANTML_PARAMETER_CLOSE,
+            region=ANTML_BLOCK,
+            markup=ANTML_MARKUP,
+            instruction=(
+                f"For each function call, write a {ANTML_OPEN} block. String parameters are written as they "
+                f"are; arrays and objects as JSON:\n{ANTML_OPEN}\n{ANTML_INVOKE.format(name='<function-name>')}\n"
+                f"{ANTML_PARAMETER.format(name='<parameter-name>')}<parameter-value>{ANTML_PARAMETER_CLOSE}\n"
+                f"{ANTML_INVOKE_CLOSE}\n{ANTML_CLOSE}"
+            ),
+        ),
+        WireFormat(
+            "harmony",
+            HARMONY_HEAD,
+            HARMONY_CALL,
+            forbid=HARMONY_CALL,
+            region=HARMONY_REGION,
+            markup=HARMONY_MARKUP,
+            instruction=(
+                "For each function call, write a message to the function on the commentary channel with the "
+                f"arguments as a json object, ending with {HARMONY_CALL}:\n"
+                + HARMONY_HEAD.removeprefix("<|start|>assistant").format(name="<function-name>")
+                + f"<args-json-object>{HARMONY_CALL}"
+            ),
+        ),
+        WireFormat(
+            "call-list",
+            HERMES_OPEN,
+            HERMES_CLOSE,
+            forbid=HERMES_CLOSE,
+            envelope=True,
+            region=HERMES_REGION,
+            markup=HERMES_MARKUP,
+            instruction=(
+                "The output MUST strictly adhere to the following format, and NO other text MUST be included.\n"
+                "The example format is as follows. Please make sure the parameter type is correct. If no "
+                "function call is needed, please make the tool calls an empty list '[]'.\n"
+                f'{HERMES_OPEN}[\n{{"name": "func_name1", "arguments": {{"argument1": "value1", "argument2": '
+                f'"value2"}}}},\n... (more tool calls as required)\n]{HERMES_CLOSE}'
+            ),
+        ),
+    )
 }
-HARMONY_HEAD = "<|start|>assistant<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>"
-ANTML_CLOSE = "</parameter>"
+WIRES = tuple(WIRE_FORMATS)
+
+
+def wire_format(wire: str) -> WireFormat:
+    """The ``WireFormat`` called ``wire``; ``GrammarError`` naming the wires for an unknown one."""
+    try:
+        return WIRE_FORMATS[wire]
+    except (KeyError, TypeError):
+        raise GrammarError(f"unknown wire format {wire!r}; use one of {', '.join(WIRES)}") from None
 
 
 def check_wire(wire: str) -> None:
-    if wire not in WIRES:
-        raise GrammarError(f"unknown wire format {wire!r}; use one of {', '.join(WIRES)}")
+    """``GrammarError`` unless ``wire`` is one of ``WIRES``."""
+    wire_format(wire)
 
 
 def check_name(name: str, wire: str) -> None:
+    """``GrammarError`` unless tool ``name`` can be framed in ``wire`` (no quote, tag or space in it)."""
     if wire != "json" and (not name or any(c in name for c in ' "<>\n\t\\')):
         raise GrammarError(f"tool name {name!r} cannot be framed in the {wire} wire")
 
 
-def frame(wire: str, name: str, low: Lowerer, sir: SchemaIR, hint: str) -> GExpr:
-    """Grammar expression of one call of tool ``name`` in ``wire``."""
-    p = low.p
-    if wire == "antml":
-        alts = []
-        for a in sir.root.alts:
-            if not isinstance(a, ObjA):
-                raise GrammarError(f"the antml wire needs an object schema for the arguments of {name!r}")
-            members, empty_ok = low.members(a, hint, ctx="antml")
-            alts.append(galt(members, EMPTY) if empty_ok else members)
-        params = galt(*alts) if alts else FAIL
-        return gseq(
-            GLit("<function_calls>"),
-            p.gap,
-            GLit(f'<invoke name="{name}">'),
-            params,
-            p.gap,
-            GLit("</invoke>"),
-            p.gap,
-            GLit("</function_calls>"),
-        )
-    args = low.value(sir.root, hint, inline=(wire == "json"))
-    if wire == "json":
-        return args
-    if wire == "harmony":
-        return gseq(GLit(HARMONY_HEAD.format(name=name)), args, GLit("<|call|>"))
-    call = gseq(
-        p.lbrace,
-        GLit(json_str(ENVELOPE_KEYS[0])),
-        p.colon,
-        GLit(json_str(name)),
-        p.comma,
-        GLit(json_str(ENVELOPE_KEYS[1])),
-        p.colon,
-        args,
-        p.rbrace,
-    )
-    if wire == "call-json":
-        return call
-    if wire == "call-list":
-        return gseq(GLit("<tool_call>"), p.lbrack, call, p.rbrack, GLit("</tool_call>"))
-    return gseq(GLit("<tool_call>\n"), call, GLit("\n</tool_call>"))
-
-
-# ---------------------------------------------------------------------------------------------
-# canonical text
-
-
-class Canon:
-    """Canonical text of values under an IR: key order of the schema (or the order policy), the
-    whitespace policy's canonical spacing, strings with short escapes and the wire's delimiter
-    escaped. ``value`` returns None when the value is not in the node's language."""
-
-    def __init__(self, sir: SchemaIR | None, *, ws: str, ws_max: int | None, forbid: str | None) -> None:
-        self.sir = sir
-        self.defs = sir.defs if sir is not None else {}
-        self.order = sir.order if sir is not None else "schema"
-        self.ws = ws
-        self.n = ws_max_for(ws, ws_max)
-        self.forbid = forbid
-
-    # spacing
-    def _indent(self, level: int) -> str:
-        return " " * min(2 * level, self.n)
-
-    def _open(self, ch: str, level: int) -> str:
-        return ch + ("\n" + self._indent(level + 1) if self.ws == "pretty" else "")
-
-    def _close(self, ch: str, level: int) -> str:
-        return ("\n" + self._indent(level) if self.ws == "pretty" else "") + ch
-
-    def _comma(self, level: int) -> str:
-        if self.ws == "pretty":
-            return ",\n" + self._indent(level + 1)
-        return ", " if self.ws == "bounded" and self.n >= 1 else ","
-
-    def colon(self) -> str:
-        return ": " if (self.ws == "pretty" or (self.ws == "bounded" and self.n >= 1)) else ":"
-
-    def tag_gap(self) -> str:
-        return "\n" if self.ws == "pretty" or (self.ws == "bounded" and self.n >= 1) else ""
-
-    # values
-    def any_value(self, v: Any, level: int) -> str:
-        t = ir.json_type(v)
-        if t == "null":
-            return "null"
-        if t == "boolean":
-            return "true" if v else "false"
-        if t == "number":
-            return number_text(v)
-        if t == "string":
-            return json_str(v, self.forbid)
-        if t == "array":
-            if not v:
-                return "[]"
-            return (
-                self._open("[", level)
-                + self._comma(level).join(self.any_value(x, level + 1) for x in v)
-                + self._close("]", level)
-            )
-        if not v:
-            return "{}"
-        return (
-            self._open("{", level)
-            + self._comma(level).join(
-                json_str(k, self.forbid) + self.colon() + self.any_value(x, level + 1) for k, x in v.items()
-            )
-            + self._close("}", level)
-        )
-
-    def value(self, n: Node, v: Any, level: int = 0) -> str | None:
-        for a in n.alts:
-            out = self.alt(a, v, level)
-            if out is not None:
-                return out
-        return None
-
-    def alt(self, a: ir.Alt, v: Any, level: int) -> str | None:
-        if isinstance(a, AnyA):
-            return self.any_value(v, level)
-        if isinstance(a, RefA):
-            return self.value(self.defs[a.name], v, level)
-        if isinstance(a, ConstA):
-            return self.any_value(a.value, level) if ir.json_equal(a.value, v) else None
-        try:
-            if not isinstance(a, (ArrA, ObjA)) and not ir.accepts_alt(a, v, self.defs):
-                return None
-        except ir.Inexact:
-            return None
-        if isinstance(a, StrA) and self.forbid and delimiter_narrowed(a.lang, self.forbid):
-            return json_str(v, self.forbid).replace(self.forbid[0], f"\\u{ord(self.forbid[0]):04x}")
-        if isinstance(a, (NullA, BoolA, StrA)):
-            return self.any_value(v, level)
-        if isinstance(a, NumA):
-            return self.number(a, v)
-        if isinstance(a, ArrA):
-            if ir.json_type(v) != "array" or not ir.accepts_alt(a, v, self.defs):
-                return None
-            if not v:
-                return "[]"
-            parts = []
-            for i, x in enumerate(v):
-                s = self.value(a.item(i), x, level + 1)
-                if s is None:
-                    return None
-                parts.append(s)
-            return self._open("[", level) + self._comma(level).join(parts) + self._close("]", level)
-        if isinstance(a, ObjA):
-            if ir.json_type(v) != "object" or not ir.accepts_alt(a, v, self.defs):
-                return None
-            if not v:
-                return "{}"
-            parts = []
-            for k in self.key_order(a, v):
-                s = self.value(a.value_for(k), v[k], level + 1)
-                if s is None:
-                    return None
-                parts.append(json_str(k, self.forbid) + self.colon() + s)
-            return self._open("{", level) + self._comma(level).join(parts) + self._close("}", level)
-        raise TypeError(a)
-
-    def key_order(self, a: ObjA, v: dict[str, Any]) -> list[str]:
-        if self.order == "any":
-            return list(v)
-        declared = [k for k, _ in a.keys]
-        if self.order == "required-first":
-            declared = [k for k in declared if k in a.required] + [k for k in declared if k not in a.required]
-        return [k for k in declared if k in v] + [k for k in v if k not in a.keymap]
-
-    def number(self, a: NumA, v: Any) -> str | None:
-        text = number_text(v)
-        try:
-            d = A.to_dfa(number_ast(a))
-        except (A.TooComplex, GrammarError):
-            return text
-        if d.accepts(text):
-            return text
-        if isinstance(v, float):
-            from decimal import Decimal
-
-            exact = format(Decimal(v), "f")
-            if "." not in exact:
-                exact += ".0"
-            if d.accepts(exact):
-                return exact
-        return None
-
-    # antml parameters
-    def antml_params(self, n: Node, args: dict[str, Any]) -> str:
-        gap = self.tag_gap()
-        for a in n.alts:
-            if not isinstance(a, ObjA):
-                continue
-            try:
-                if not ir.accepts_alt(a, args, self.defs):
-                    continue
-            except ir.Inexact:
-                continue
-            parts = []
-            for k in self.key_order(a, args):
-                parts.append(
-                    gap + f'<parameter name="{k}">' + self.antml_value(a.value_for(k), args[k]) + ANTML_CLOSE
-                )
-            return "".join(parts)
-        # not valid for the schema: best effort
-        return "".join(
-            gap + f'<parameter name="{k}">' + self.antml_value(ir.ANY, x) + ANTML_CLOSE
-            for k, x in args.items()
-        )
-
-    def antml_value(self, n: Node, v: Any) -> str:
-        string_only = bool(n.alts) and all(
-            isinstance(x, StrA) or (isinstance(x, ConstA) and isinstance(x.value, str)) for x in n.alts
-        )
-        if string_only and isinstance(v, str):
-            if ANTML_CLOSE in v:
-                raise GrammarError(
-                    "a raw antml parameter cannot contain '</parameter>'; this value cannot be "
-                    "written in the antml wire"
-                )
-            if "<" in v and any(
-                isinstance(x, StrA) and delimiter_narrowed(x.lang, ANTML_CLOSE) for x in n.alts
-            ):
-                raise GrammarError(
-                    "a raw antml parameter with length bounds or a pattern is written without '<' "
-                    "(see docs/grammar.md); this value cannot be written in the antml wire"
-                )
-            return v
-        s = self.value(n, v, 0)
-        return s if s is not None else self.any_value(v, 0)
-
-
-def serialize_args(
-    sir: SchemaIR | None, args: Any, *, wire: str, ws: str, ws_max: int | None, level: int = 0
-) -> str:
-    canon = Canon(sir, ws=ws, ws_max=ws_max, forbid=FORBID[wire])
-    node = sir.root if sir is not None else ir.ANY
-    s = canon.value(node, args, level)
-    return s if s is not None else canon.any_value(args, level)
-
-
-def serialize(name: str, sir: SchemaIR | None, args: Any, *, wire: str, ws: str, ws_max: int | None) -> str:
-    check_wire(wire)
-    check_name(name, wire)
-    canon = Canon(sir, ws=ws, ws_max=ws_max, forbid=FORBID[wire])
-    if wire == "antml":
-        if not isinstance(args, dict):
-            raise GrammarError("antml calls need an object of arguments")
-        node = sir.root if sir is not None else ir.ANY
-        gap = canon.tag_gap()
-        params = canon.antml_params(node, args)
-        return f'<function_calls>{gap}<invoke name="{name}">{params}{gap}</invoke>{gap}</function_calls>'
-    if wire in ("json", "harmony"):
-        body = serialize_args(sir, args, wire=wire, ws=ws, ws_max=ws_max)
-        return body if wire == "json" else HARMONY_HEAD.format(name=name) + body + "<|call|>"
-    body = serialize_args(sir, args, wire=wire, ws=ws, ws_max=ws_max, level=1)
-    call = (
-        canon._open("{", 0)
-        + '"name"'
-        + canon.colon()
-        + json_str(name)
-        + canon._comma(0)
-        + '"arguments"'
-        + canon.colon()
-        + body
-        + canon._close("}", 0)
-    )
-    if wire == "call-json":
-        return call
-    if wire == "call-list":
-        return "<tool_call>" + canon._open("[", -1) + call + canon._close("]", -1) + "</tool_call>"
-    return "<tool_call>\n" + call + "\n</tool_call>"
-
-
-__all__ = ["WIRES", "FORBID", "frame", "serialize", "serialize_args", "Canon", "check_wire"]
+__all__ = [
+    "WIRES",
+    "WIRE_FORMATS",
+    "WireFormat",
+    "wire_format",
+    "check_wire",
+    "check_name",
+    "ENVELOPE_KEYS",
+]

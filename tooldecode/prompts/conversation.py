@@ -7,8 +7,9 @@ import re
 from collections.abc import Sequence
 
 from tooldecode.chat_templates import tojson
-from tooldecode.grammar import Tool
-from tooldecode.prompts.options import SMOLLM2_WIRE, TranscriptOptions
+from tooldecode.errors import PromptError
+from tooldecode.grammar import Tool, wire_format
+from tooldecode.prompts.options import TranscriptOptions
 from tooldecode.prompts.tools import read_call, tool_json
 from tooldecode.scenarios import Scenario
 from tooldecode.toolsets import READ_TOOL
@@ -116,27 +117,6 @@ QWEN_TOOLS_HEADER = (
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
     "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
 )
-FORMAT_INSTRUCTIONS = {
-    "hermes": (
-        "For each function call, return a json object with function name and arguments within "
-        '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
-        "<args-json-object>}\n</tool_call>"
-    ),
-    "call-json": (
-        "For each function call, reply with only a json object with function name and arguments, "
-        'nothing before or after it:\n{"name": <function-name>, "arguments": <args-json-object>}'
-    ),
-    "antml": (
-        "For each function call, write a <function_calls> block. String parameters are written as they "
-        'are; arrays and objects as JSON:\n<function_calls>\n<invoke name="<function-name>">\n'
-        '<parameter name="<parameter-name>"><parameter-value></parameter>\n</invoke>\n</function_calls>'
-    ),
-    "harmony": (
-        "For each function call, write a message to the function on the commentary channel with the "
-        "arguments as a json object, ending with <|call|>:\n"
-        "<|channel|>commentary to=functions.<function-name> <|constrain|>json<|message|><args-json-object><|call|>"
-    ),
-}
 SMOLLM2_SYSTEM = (
     "You are an expert in composing functions. You are given a question and a set of possible functions. \n"
     "Based on the question, you will need to make one or more function/tool calls to achieve the purpose. \n"
@@ -144,13 +124,6 @@ SMOLLM2_SYSTEM = (
     "If the given question lacks the parameters required by the function, also point it out.\n\n"
     "You have access to the following tools:\n<tools>{tools}</tools>\n\n"
     "{instruction}"
-)
-SMOLLM2_FORMAT = (
-    "The output MUST strictly adhere to the following format, and NO other text MUST be included.\n"
-    "The example format is as follows. Please make sure the parameter type is correct. If no function call "
-    "is needed, please make the tool calls an empty list '[]'.\n"
-    '<tool_call>[\n{"name": "func_name1", "arguments": {"argument1": "value1", "argument2": '
-    '"value2"}},\n... (more tool calls as required)\n]</tool_call>'
 )
 TOOL_SWITCH = "The tool set has changed. The earlier tools are no longer available; use only these."
 
@@ -161,13 +134,22 @@ def _tool_lines(tools: Sequence[Tool]) -> str:
 
 def qwen_tool_block(tools: Sequence[Tool], wire: str) -> str:
     """Qwen2.5's own tool block (same words as its template), with the format instruction for ``wire``."""
-    return f"{QWEN_TOOLS_HEADER}{_tool_lines(tools)}\n</tools>\n\n{FORMAT_INSTRUCTIONS[wire]}"
+    return f"{QWEN_TOOLS_HEADER}{_tool_lines(tools)}\n</tools>\n\n{_instruction(wire)}"
 
 
 def smollm2_tool_block(tools: Sequence[Tool], wire: str) -> str:
     """SmolLM2's trained system prompt with ``tools``, and the instruction for ``wire``."""
-    instruction = SMOLLM2_FORMAT if wire == SMOLLM2_WIRE else FORMAT_INSTRUCTIONS[wire]
-    return SMOLLM2_SYSTEM.format(tools=json.dumps([tool_json(t) for t in tools]), instruction=instruction)
+    return SMOLLM2_SYSTEM.format(
+        tools=json.dumps([tool_json(t) for t in tools]), instruction=_instruction(wire)
+    )
+
+
+def _instruction(wire: str) -> str:
+    """The format instruction of ``wire`` (the wire table's)."""
+    instruction = wire_format(wire).instruction
+    if instruction is None:
+        raise PromptError(f"no prompt asks for calls in the {wire} wire")
+    return instruction
 
 
 def switch_text(tools: Sequence[Tool], family: str) -> str:

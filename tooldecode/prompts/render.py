@@ -19,7 +19,7 @@ from tooldecode.prompts.conversation import (
 )
 from tooldecode.prompts.options import FAMILIES, Prompt, TranscriptOptions
 from tooldecode.prompts.tools import cut_point, edit_calls, offered_tools, tool_json
-from tooldecode.prompts.wires import calls_text, model_ref, stop_strings, wires_for
+from tooldecode.prompts.wires import calls_text, model_ref, stop_strings, wires_for, writes_hermes
 from tooldecode.scenarios import Scenario
 from tooldecode.toolsets import EDIT_TOOL
 
@@ -98,7 +98,7 @@ def _render_chat(
     history_wire, wire = wires_for(family, options.call_format, template)
     # Qwen2.5 and generic templates write the tools and hermes calls themselves.
     template_tools = history_wire == "hermes" and (
-        family == "qwen2.5" or (family == "generic" and "<tool_call>" in template)
+        family == "qwen2.5" or (family == "generic" and writes_hermes(template))
     )
     messages = _prepare(family, scenario, options, tools, prior_tools, history_wire, not template_tools)
     messages += [dict(m) for m in epilogue]

@@ -8,7 +8,8 @@ from typing import Any
 
 from tooldecode.chat_templates import template_info
 from tooldecode.errors import PromptError
-from tooldecode.grammar import Tool, load_tool, strictify
+from tooldecode.grammar import Tool, load_tool, strictify, wire_format
+from tooldecode.grammar.wire import ANTML_PARAMETER
 from tooldecode.models import ModelRef
 from tooldecode.prompts.options import CUT_RE, TranscriptOptions
 from tooldecode.prompts.wires import calls_text, model_ref, wires_for
@@ -129,7 +130,7 @@ def gold_call_text(scenario: Scenario, options: TranscriptOptions, family: str |
     ``family`` decides the native wire. A ``generic`` model's native wire depends on its chat template:
     pass its ``ModelRef`` (a bare ``"generic"`` counts as hermes).
     """
-    template = "<tool_call>"
+    template = wire_format("hermes").open  # a template that writes hermes calls
     if isinstance(family, ModelRef):
         template = template_info(family)[0] if family.family == "generic" else None
         family = family.family
@@ -187,7 +188,7 @@ def cut_point(scenario: Scenario, options: TranscriptOptions, wire: str, kind: s
     if where == "end":
         return pos
     if wire == "antml" and item is None:
-        return text.rfind("<parameter", 0, pos)  # a top-level parameter: cut before its tag
+        return text.rfind(ANTML_PARAMETER.format(name=key), 0, pos)  # a top-level parameter: before its tag
     return text.rfind(f'"{key}"', 0, pos) + 1  # a JSON key: cut after its opening quote
 
 

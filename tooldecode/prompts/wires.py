@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tooldecode.errors import PromptError
-from tooldecode.grammar import serialize_call
+from tooldecode.grammar import serialize_call, wire_format
 from tooldecode.models import REGISTRY, ModelRef, model_dir, resolve
 from tooldecode.prompts.options import FAMILIES, FORMAT_WIRE, SMOLLM2_WIRE
 
@@ -29,9 +29,14 @@ def wires_for(family: str, call_format: str, template: str | None = None) -> tup
     if family == "gemma3-base":
         return "call-json", "call-json"
     if family == "generic":
-        wire = "hermes" if template and "<tool_call>" in template else "call-json"
+        wire = "hermes" if writes_hermes(template) else "call-json"
         return wire, wire
     raise PromptError(f"unknown model family '{family}'; known: {', '.join(FAMILIES)}")
+
+
+def writes_hermes(template: str | None) -> bool:
+    """Whether a chat template writes calls as hermes blocks (it holds the hermes opening tag)."""
+    return template is not None and wire_format("hermes").open in template
 
 
 def native_wire(family: str, template: str | None = None) -> str:
@@ -55,24 +60,19 @@ def calls_text(calls: Sequence[tuple[str, dict]], wire: str, style: str) -> str:
             body = "[\n" + ",\n".join(items) + "\n]"
         else:
             body = "[" + ("," if style == "tight" else ", ").join(items) + "]"
-        return f"<tool_call>{body}</tool_call>"
+        return wire_format(wire).wrap(body)
     return "\n".join(serialize_call(name, args, wire=wire, ws=_WS[style]) for name, args in calls)
 
 
 def _list_item(one: str) -> str:
     """The call inside a one-call ``call-list`` text (``<tool_call>[`` … ``]</tool_call>``)."""
-    return one[len("<tool_call>") : -len("</tool_call>")].strip()[1:-1].strip()
+    w = wire_format(SMOLLM2_WIRE)
+    return one[len(w.open) : -len(w.close)].strip()[1:-1].strip()
 
 
 def stop_strings(family: str, wire: str, eos: str | None = None) -> tuple[str, ...]:
     """The strings that end a call in ``wire`` for ``family`` (the model's end-of-turn ``eos`` included)."""
-    close = {
-        "hermes": ("</tool_call>",),
-        SMOLLM2_WIRE: ("</tool_call>",),
-        "antml": ("</function_calls>",),
-        "harmony": ("<|call|>",),
-        "call-json": (),
-    }[wire]
+    close = wire_format(wire).stop
     if family == "gemma3-base":
         turn_end: tuple[str, ...] = ("\nUser:", "\nTool result", "<eos>")
     elif family == "generic":

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tooldecode.errors import ToolDecodeError
-from tooldecode.grammar import Tool
+from tooldecode.grammar import Tool, json_type
 from tooldecode.scoring import (
     JSONParseError,
     parse_json,
@@ -148,24 +148,8 @@ def _rename(obj: dict, old: str, new: str) -> dict:
     return {(new if k == old else k): v for k, v in obj.items()}
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
 def _type_ok(value: Any, types: set[str]) -> bool:
-    t = _json_type(value)
+    t = json_type(value, integer=True)
     return (
         t in types
         or (t == "integer" and "number" in types)

@@ -6,7 +6,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from tooldecode.grammar import Tool
+from tooldecode.grammar import Tool, wire_format
 from tooldecode.repair.arguments import harness_errors
 from tooldecode.repair.rescue import format_rate, rate_record
 from tooldecode.scoring import (
@@ -43,7 +43,8 @@ def _json_repair_candidate(text: str, wire: str | None, tools: Sequence[Tool], e
     else:
         k = text.find("{")
         raw = text[k:] if k >= 0 else text
-    for tag in ("<tool_call>", "</tool_call>"):
+    hermes = wire_format("hermes")
+    for tag in (hermes.open, hermes.close):
         raw = raw.replace(tag, "")
     return raw.strip()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 
-from tooldecode.grammar import Tool
+from tooldecode.grammar import WIRE_FORMATS, Tool
 from tooldecode.repair.arguments import REPAIRS, Change, RepairResult, check_repairs, repair_arguments
 from tooldecode.scoring import (
     ExtractedCall,
@@ -13,18 +13,23 @@ from tooldecode.scoring import (
     primary_call,
 )
 
-# Markup of each wire family, and the wire formats whose servers parse it.
-_MARKUP = {
-    "hermes": (re.compile(r"</?tool_call>"), {"hermes", "call-list"}),
-    "antml": (re.compile(r"</?(?:antml:)?(?:function_calls|invoke|parameter)\b"), {"antml"}),
-    "harmony": (re.compile(r"<\|(?:channel|message|constrain|call)\|>|\bto=functions\.[\w\-]"), {"harmony"}),
-}
+
+def _markup_families() -> dict[re.Pattern[str], set[str]]:
+    """Each wire family's markup pattern, and the wire formats whose servers parse it."""
+    out: dict[re.Pattern[str], set[str]] = {}
+    for w in WIRE_FORMATS.values():
+        if w.markup is not None:
+            out.setdefault(w.markup, set()).add(w.name)
+    return out
+
+
+_MARKUP = _markup_families()
 
 
 def leaked_markup(text: str, calls: Sequence[ExtractedCall], wire: str | None) -> bool:
     """Tool-call markup in visible text: outside every parsed call, or of a wire format other than ``wire``
     (a server for that wire would have shown it as text)."""
-    for rx, wires in _MARKUP.values():
+    for rx, wires in _MARKUP.items():
         for m in rx.finditer(text):
             inside = any(c.error is None and c.span[0] <= m.start() < c.span[1] for c in calls)
             if not inside or (wire is not None and wire not in wires):

@@ -355,27 +355,15 @@ def _tool_dict(t: Any) -> dict[str, Any]:
     return {"name": t.name, "description": t.description, "parameters": t.parameters}
 
 
-def _json_type(v: Any) -> str:
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, int):
-        return "integer"
-    if isinstance(v, float):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, list):
-        return "array"
-    return "object" if isinstance(v, dict) else "null"
-
-
 def infer_schema(calls: list[dict[str, Any]]) -> dict[str, Any]:
     """An arguments schema from observed calls: every key seen, typed by its values (``integer`` widened to
     ``number`` when both occur), required when present in every call. Deliberately loose inside values."""
+    from tooldecode.grammar import json_type
+
     types: dict[str, set[str]] = {}
     for c in calls:
         for k, v in c.items():
-            types.setdefault(k, set()).add(_json_type(v))
+            types.setdefault(k, set()).add(json_type(v, integer=True))
     props: dict[str, Any] = {}
     for k, ts in types.items():
         if ts == {"integer", "number"}:

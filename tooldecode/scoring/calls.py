@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tooldecode.grammar.wire import ANTML_PARAMETER_RE
 from tooldecode.scoring.jsonparse import JSONParseError, ParsedJSON, parse_json
 from tooldecode.scoring.records import ARGS_KEYS, NAME_KEYS, ExtractedCall
 from tooldecode.scoring.scan import CallContext, TakenSpans
@@ -18,11 +19,6 @@ from tooldecode.scoring.schemas import (
     schema_properties,
     schema_types,
     tool_keys,
-)
-
-_PARAMETER = re.compile(
-    r"<(?:antml:)?parameter\s+name\s*=\s*\"([^\"]*)\"\s*>(.*?)(?:(</(?:antml:)?parameter>)|(?=<(?:antml:)?parameter\b)|\Z)",
-    re.S,
 )
 
 
@@ -197,7 +193,7 @@ def call_from_invoke(m: re.Match, offset: int, ctx: CallContext) -> ExtractedCal
     fixes: list[tuple[str, Any, Any]] = []
     error = None
     unbalanced = False
-    params = list(_PARAMETER.finditer(body))
+    params = list(ANTML_PARAMETER_RE.finditer(body))
     for pm in params:
         key, raw = pm.group(1), pm.group(2)
         if pm.group(3) is None:

@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 
 from tooldecode.errors import ScenarioError
-from tooldecode.grammar import Tool, strictify
+from tooldecode.grammar import ECHO_KEYWORDS, JSON_TYPES, Tool, strictify
 from tooldecode.scenarios import Edit, Scenario, apply_edits
 from tooldecode.scoring.schemas import render_path, resolve_schema, schema_properties
 
@@ -121,30 +121,6 @@ def validate_arguments(arguments: Any, tool: Tool) -> list[str]:
 
 # ----------------------------------------------------------------------------------------- schema echo
 
-_SCHEMA_WORDS = {
-    "additionalProperties",
-    "properties",
-    "required",
-    "items",
-    "$schema",
-    "$ref",
-    "$defs",
-    "minItems",
-    "maxItems",
-    "minLength",
-    "maxLength",
-    "prefixItems",
-    "anyOf",
-    "oneOf",
-    "allOf",
-    "const",
-    "pattern",
-    "enum",
-    "patternProperties",
-    "unevaluatedProperties",
-}
-_TYPE_NAMES = {"string", "object", "array", "boolean", "integer", "number", "null"}
-
 
 def _descriptions(tool: Tool) -> set[str]:
     out = {tool.description.strip()} if isinstance(tool.description, str) else set()
@@ -174,8 +150,8 @@ def schema_echo(arguments: Any, tool: Tool, invented: Sequence[dict]) -> list[st
     for item in invented:
         key, value = item["key"], item["value"]
         if (
-            key in _SCHEMA_WORDS
-            or (key == "type" and (value in _TYPE_NAMES or isinstance(value, dict)))
+            key in ECHO_KEYWORDS
+            or (key == "type" and (value in JSON_TYPES or isinstance(value, dict)))
             or (key in ("description", "title") and isinstance(value, str) and value.strip() in descriptions)
         ):
             hits.append(item["path"])
@@ -190,7 +166,7 @@ def schema_echo(arguments: Any, tool: Tool, invented: Sequence[dict]) -> list[st
             t = v.get("type")
             if (
                 isinstance(t, str)
-                and t in _TYPE_NAMES
+                and t in JSON_TYPES
                 and path
                 and (len(v) == 1 or {"description", "properties", "items"} & set(v))
             ):

@@ -7,6 +7,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tooldecode.grammar import Tool
+from tooldecode.grammar.wire import (
+    ANTML_BLOCK,
+    ANTML_INVOKE_RE,
+    ANTML_OPEN,
+    HARMONY_END,
+    HARMONY_HEADER_ONLY,
+    HARMONY_MESSAGE,
+    HARMONY_REGION,
+    HERMES_CLOSE_RE,
+    HERMES_OPEN_RE,
+    HERMES_REGION,
+)
 from tooldecode.scoring.calls import call_from_invoke, interpret_parsed, nested_envelopes, python_calls
 from tooldecode.scoring.jsonparse import JSONParseError, parse_json
 from tooldecode.scoring.records import ExtractedCall
@@ -91,18 +103,18 @@ def _hermes_calls(text: str, ctx: CallContext, taken: TakenSpans, markup_free: _
 def _antml_calls(text: str, ctx: CallContext, taken: TakenSpans, markup_free: _Free) -> list[ExtractedCall]:
     """Calls in antml markup: ``<function_calls>`` blocks, then lone ``<invoke>`` elements."""
     calls: list[ExtractedCall] = []
-    for m in _FUNCTION_CALLS.finditer(text):
+    for m in ANTML_BLOCK.finditer(text):
         if not markup_free(*m.span()):
             continue
         taken.append(m.span())
-        found = [call_from_invoke(im, m.start(1), ctx) for im in _INVOKE.finditer(m.group(1))]
+        found = [call_from_invoke(im, m.start(1), ctx) for im in ANTML_INVOKE_RE.finditer(m.group(1))]
         if not found:
             found = [
                 _failed(
                     text,
                     m.span(),
                     "antml",
-                    "no <invoke> inside <function_calls>",
+                    f"no <invoke> inside {ANTML_OPEN}",
                     unbalanced=m.group(2) is None,
                 )
             ]
@@ -113,7 +125,7 @@ def _antml_calls(text: str, ctx: CallContext, taken: TakenSpans, markup_free: _F
             found[0].span = m.span()
             found[0].raw = m.group()
         calls.extend(found)
-    for m in _INVOKE.finditer(text):
+    for m in ANTML_INVOKE_RE.finditer(text):
         if markup_free(*m.span()):
             taken.append(m.span())
             calls.append(call_from_invoke(m, 0, ctx))
@@ -123,10 +135,10 @@ def _antml_calls(text: str, ctx: CallContext, taken: TakenSpans, markup_free: _F
 def _harmony_calls(text: str, ctx: CallContext, taken: TakenSpans, markup_free: _Free) -> list[ExtractedCall]:
     """Calls in harmony channels (``to=functions.NAME ... <|message|>``), headers without a body too."""
     calls: list[ExtractedCall] = []
-    for m in _HARMONY.finditer(text):
+    for m in HARMONY_REGION.finditer(text):
         if not markup_free(m.start(), m.end()):
             continue
-        body = _HARMONY_END.search(text, m.end())
+        body = HARMONY_END.search(text, m.end())
         end = body.start() if body else len(text)
         span = (m.start(), body.end() if body else len(text))
         taken.append(span)
@@ -145,7 +157,7 @@ def _harmony_calls(text: str, ctx: CallContext, taken: TakenSpans, markup_free: 
             c.name = m.group("name")
             c.shape = "markup"
         calls.extend(found)
-    for m in _HARMONY_HEADER_ONLY.finditer(text):
+    for m in HARMONY_HEADER_ONLY.finditer(text):
         if markup_free(*m.span()):
             taken.append((m.start(), len(text)))
             calls.append(
@@ -153,7 +165,7 @@ def _harmony_calls(text: str, ctx: CallContext, taken: TakenSpans, markup_free: 
                     text,
                     (m.start(), len(text)),
                     "harmony",
-                    "harmony call without <|message|>",
+                    f"harmony call without {HARMONY_MESSAGE}",
                     unbalanced=True,
                     name=m.group("name"),
                 )
@@ -208,7 +220,7 @@ def _hermes_regions(text: str) -> list[tuple[tuple[int, int], tuple[int, int], b
     pos = 0
     scanner = BalancedScanner(text)
     while True:
-        m = _HERMES.search(text, pos)
+        m = HERMES_REGION.search(text, pos)
         if m is None:
             return out
         end, body_end, closed = m.end(), m.end(1), m.group(2) is not None
@@ -216,8 +228,8 @@ def _hermes_regions(text: str) -> list[tuple[tuple[int, int], tuple[int, int], b
             brace = re.search(r"[\[{]", text[m.start(1) : m.end(1)])
             json_end = scanner.end(m.start(1) + brace.start()) if brace else None
             if json_end is not None and json_end > m.end(1):
-                close = _HERMES_CLOSE.search(text, json_end)
-                nxt = _HERMES_OPEN.search(text, json_end)
+                close = HERMES_CLOSE_RE.search(text, json_end)
+                nxt = HERMES_OPEN_RE.search(text, json_end)
                 if close and (nxt is None or close.start() < nxt.start()):
                     body_end, end, closed = close.start(), close.end(), True
                 else:
@@ -226,25 +238,7 @@ def _hermes_regions(text: str) -> list[tuple[tuple[int, int], tuple[int, int], b
         pos = max(end, m.start() + 1)
 
 
-_HERMES_OPEN = re.compile(r"<tool_call>")
-_HERMES_CLOSE = re.compile(r"</tool_call>")
 _SKIP_REGIONS = re.compile(r"<think>.*?</think>|<tool_response>.*?(?:</tool_response>|\Z)", re.S)
-_HERMES = re.compile(r"<tool_call>(.*?)(?:(</tool_call>)|(?=<tool_call>)|\Z)", re.S)
-_FUNCTION_CALLS = re.compile(r"<(?:antml:)?function_calls>(.*?)(?:(</(?:antml:)?function_calls>)|\Z)", re.S)
-_INVOKE = re.compile(
-    r"<(?:antml:)?invoke\s+name\s*=\s*\"([^\"]*)\"\s*>(.*?)(?:(</(?:antml:)?invoke>)|\Z)", re.S
-)
-_HARMONY = re.compile(
-    r"(?:<\|start\|>\s*assistant\s*)?(?:<\|channel\|>\s*\w+\s*)?to=functions\.(?P<name>[\w\-.]+)"
-    r"(?:(?!<\|message\|>|<\|start\|>|<\|end\|>|<\|call\|>).){0,200}?<\|message\|>",
-    re.S,
-)
-_HARMONY_HEADER_ONLY = re.compile(
-    r"(?:<\|start\|>\s*assistant\s*)?(?:<\|channel\|>\s*\w+\s*)?to=functions\.(?P<name>[\w\-.]+)"
-    r"(?:(?!<\|message\|>|<\|start\|>|<\|end\|>|<\|call\|>).){0,200}\Z",
-    re.S,
-)
-_HARMONY_END = re.compile(r"<\|(?:call|end|return|start)\|>")
 _FENCE = re.compile(r"```[ \t]*([\w+\-]*)[^\n]*\n(.*?)(?:(```)|\Z)", re.S)
 _SPECIAL = re.compile(r"<\|[^|<>\s]{1,40}\|>|</?s>|<eos>|<end_of_turn>|<start_of_turn>(?:model)?")
 
