@@ -2,43 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from tooldecode.experiments.spec import Spec, SpecError, as_list
+from tooldecode.records import label
 
 
 def arm_label(arm: dict[str, Any]) -> str:
-    """The arm's part of a sample key: model, level, mode and the variant fields it sets."""
-    keys = [
-        "model",
-        "level",
-        "mode",
-        "history",
-        "thinking",
-        "prior",
-        "toolset",
-        "schema_view",
-        "call_format",
-        "temperature",
-        "gold_cut",
-        "call_style",
-    ]
-    parts = []
-    for k in keys:
-        if k in arm:
-            v = arm[k]
-            if k == "model":
-                v = str(v).replace("qwen2.5-coder-", "qwen-").replace("-instruct", "")
-            parts.append(f"{v}" if k in ("model", "level", "mode") else f"{k}={v}")
-    if arm.get("schema_extra"):
-        parts.append("extra=" + json.dumps(arm["schema_extra"], sort_keys=True, separators=(",", ":")))
-    if arm.get("engine", "xgrammar") != "xgrammar":  # the default engine stays out of older runs' keys
-        parts.append(f"engine={arm['engine']}")
-    if arm.get("duplicates", "forbid") != "forbid":
-        parts.append(f"duplicates={arm['duplicates']}")
-    return ",".join(parts)
+    """The arm's part of a sample key: model, level, mode and the variant fields it sets
+    (``tooldecode.records.label``, the one definition)."""
+    return label(arm)
 
 
 def select_scenarios(spec: Spec) -> list[Any]:
