@@ -235,8 +235,8 @@ def test_strict_smollm2_panel_run_scores_and_reports(tmp_path):
 def test_strict_spec_mode_masks_with_the_open_grammar(tmp_path):
     from types import SimpleNamespace
 
-    from tooldecode.experiments.arms import arm_grammar
     from tooldecode.grammar import check, load_tool
+    from tooldecode.trial import strict_grammar
 
     spec = load_spec(ROOT / "experiments" / "e13_open_grammar.toml")
     assert {a["mode"]: a.get("engine") for a in spec.arms()} == {
@@ -246,18 +246,18 @@ def test_strict_spec_mode_masks_with_the_open_grammar(tmp_path):
     }
     prompt = SimpleNamespace(tools=[load_tool("edit")], wire="call-json")
     extra = '{"name": "edit", "arguments": {"path": "a", "edits": [{"oldText": "x", "newText": "y", "required": 1}]}}'
-    assert check.accepts("xgrammar", arm_grammar(prompt, "bounded", "strict-spec"), extra)
-    assert not check.accepts("xgrammar", arm_grammar(prompt, "bounded", "strict"), extra)
+    assert check.accepts("xgrammar", strict_grammar(prompt, "bounded", "strict-spec"), extra)
+    assert not check.accepts("xgrammar", strict_grammar(prompt, "bounded", "strict"), extra)
     # E13 runs the open grammar both ways: a present key again is refused (forbid) or admitted (admit)
     dups = [(a.get("duplicates", "forbid"), arm_label(a)) for a in spec.arms() if a["mode"] == "strict-spec"]
     assert [d for d, _ in dups] == ["forbid", "admit"]
     assert "duplicates" not in dups[0][1] and dups[1][1].endswith("duplicates=admit")
     again = '{"name": "edit", "arguments": {"path": "a", "edits": [{"oldText": "x", "newText": "y", "newText": "z"}]}}'
     assert not check.accepts(
-        "xgrammar", arm_grammar(prompt, "bounded", "strict-spec", "xgrammar", "forbid"), again
+        "xgrammar", strict_grammar(prompt, "bounded", "strict-spec", "xgrammar", "forbid"), again
     )
     assert check.accepts(
-        "xgrammar", arm_grammar(prompt, "bounded", "strict-spec", "xgrammar", "admit"), again
+        "xgrammar", strict_grammar(prompt, "bounded", "strict-spec", "xgrammar", "admit"), again
     )
 
 

@@ -344,11 +344,9 @@ def test_every_committed_run_was_made_from_a_clean_commit_it_names():
 
 
 def test_probe_suite_views_change_only_the_tool_block(qwen_ref):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from probe_suite import apply_view
-
     from tooldecode.prompts import TranscriptOptions, render_prompt
     from tooldecode.scenarios import get_scenario
+    from tooldecode.trial import apply_view
 
     p = render_prompt(get_scenario("c-config-trim-crlf"), qwen_ref, TranscriptOptions())
     start, end = p.text.index("<tools>\n"), p.text.index("\n</tools>")

@@ -157,15 +157,15 @@ def test_an_empty_engine_list_is_an_error(tmp_path):
 CHILD = """
 import os, signal, sys
 from tooldecode.experiments import load_spec, run_spec
-from tooldecode.experiments import arms
+from tooldecode.trial import session
 
-real_get = arms.ModelCache.get
+real_get = session.ModelCache.get
 
 def get(self, backend, model):  # SIGTERM while the model loads, as `kill` would send it
     os.kill(os.getpid(), signal.SIGTERM)
     return real_get(self, backend, model)
 
-arms.ModelCache.get = get
+session.ModelCache.get = get
 run_spec(load_spec(sys.argv[1]), __import__("pathlib").Path(sys.argv[2]), progress=False)
 """
 

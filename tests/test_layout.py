@@ -29,6 +29,7 @@ LAYERS = (
     {"backends", "masking", "organisms"},  # organisms: models trained inside a stated harness
     {"sampling", "engines", "classify", "probe"},  # model + prompt (+ grammar) → samples
     {"scoring"},  # samples → verdicts
+    {"trial"},  # one condition on one scenario: prompt → constraint → draw → verdict (draws through them all)
     {"repair"},
     {"distortion", "findings", "report"},  # statistics → report
     {"experiments"},  # orchestration
@@ -203,3 +204,147 @@ def test_the_study_checks_see_what_they_check():
         "study",
         "e15_table",
     }
+
+
+# --- tooldecode/trial/: the one place that builds an arm's constraint and draws its samples -------------
+
+# What draws samples or builds a mask: a call of any of these names (imported from tooldecode, or a method
+# of that name on any object: a server backend's ``sample``, an engine sampler's ``sample``).
+DRAW_CALLS = {
+    "sample",  # tooldecode.sampling.sample; OpenAIBackend.sample, OutlinesSampler.sample
+    "sample_aligned",  # tooldecode.sampling
+    "sample_adaptive",  # tooldecode.sampling
+    "draw",  # tooldecode.engines.draw, tooldecode.backends.openai.draw
+    "tool_drawer",  # tooldecode.backends.openai_tools
+    "draw_tools",  # tooldecode.backends.openai_tools
+    "chat_tool_samples",  # tooldecode.backends.openai_tools; OpenAIBackend.chat_tool_samples
+    "compile_mask",  # tooldecode.masking
+    "build_strict",  # tooldecode.engines
+    "prefix_keeping",  # tooldecode.masking
+}
+METHOD_DRAWS = {"sample", "chat_tool_samples"}  # called on a backend or a sampler object
+# Modules that may call them besides tooldecode/trial/: where they are defined, and what those modules
+# build on each other inside their own stage (tests are outside tooldecode/ and not checked).
+DRAW_DEFINERS = {
+    "tooldecode/sampling/draw.py",  # sample
+    "tooldecode/sampling/aligned.py",  # sample_aligned: masked particles drawn through sample / sample_adaptive
+    "tooldecode/sampling/adaptive.py",  # sample_adaptive
+    "tooldecode/masking.py",  # compile_mask, prefix_keeping
+    "tooldecode/engines/build.py",  # build_strict (through compile_mask), draw (through sample or the sampler)
+    "tooldecode/engines/outlines.py",  # OutlinesSampler.sample
+    "tooldecode/engines/soundness.py",  # the engines' soundness table builds each engine's channel to test it
+    "tooldecode/backends/openai.py",  # OpenAIBackend.sample, draw, chat_tool_samples
+    "tooldecode/backends/openai_tools.py",  # tool_drawer, draw_tools, chat_tool_samples
+    "tooldecode/probe.py",  # probe_call's continuation tally draws through sample
+}
+
+
+def _trials(tree: ast.AST) -> set[str]:
+    """Names bound to a ``Trial(…)`` in a module (their ``.sample`` is the trial's)."""
+    return {
+        t.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+        if ast.unparse(node.value.func).split(".")[-1] == "Trial"
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+
+
+def _draw_calls(tree: ast.AST) -> list[str]:
+    """The draw and mask calls of a module: ``name`` for a name imported from tooldecode (under any alias)
+    or a tooldecode module's attribute, ``.name`` for a method call of ``METHOD_DRAWS`` (on anything but
+    a name bound to a ``Trial``)."""
+    imported: dict[str, str] = {}  # local name -> the tooldecode name it binds
+    modules: set[str] = set()  # local names of tooldecode modules
+    trials = _trials(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tooldecode":
+            for a in node.names:
+                imported[a.asname or a.name] = a.name
+                modules.add(a.asname or a.name)  # `from tooldecode import sampling` binds a module
+        elif isinstance(node, ast.Import):
+            modules |= {a.asname or a.name for a in node.names if a.name.split(".")[0] == "tooldecode"}
+    hits = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and imported.get(f.id) in DRAW_CALLS:
+            hits.append(f"{imported[f.id]} (line {node.lineno})")
+        elif isinstance(f, ast.Attribute) and f.attr in DRAW_CALLS:
+            base = ast.unparse(f.value)
+            if base.split(".")[0] in modules or base.startswith("tooldecode"):
+                hits.append(f".{f.attr} (line {node.lineno})")
+            elif f.attr in METHOD_DRAWS and base not in trials:
+                hits.append(f".{f.attr} (line {node.lineno})")
+    return hits
+
+
+def test_only_the_trial_draws_samples_and_builds_masks():
+    """No module outside tooldecode/trial/ (and the modules that define them) calls the draw functions or
+    builds a mask: a command, the runner or the distortion reference draws through a ``Trial``."""
+    bad = []
+    for p in sorted(PACKAGE.rglob("*.py")):
+        rel = str(p.relative_to(ROOT))
+        if rel.startswith("tooldecode/trial/") or rel in DRAW_DEFINERS:
+            continue
+        hits = _draw_calls(ast.parse(p.read_text(encoding="utf-8")))
+        if hits:
+            bad.append(f"{rel}: {', '.join(hits)}")
+    assert not bad, f"draw through tooldecode.trial.Trial instead: {bad}"
+    missing = sorted(d for d in DRAW_DEFINERS if not (ROOT / d).is_file())
+    assert not missing, f"DRAW_DEFINERS names files that do not exist: {missing}"
+
+
+def test_the_draw_check_sees_what_it_checks():
+    """The check above finds direct, aliased, module-attribute and method draws, and passes other calls."""
+    src = (
+        "from tooldecode.engines import draw as engine_draw\n"
+        "from tooldecode import sampling\n"
+        "import tooldecode.masking\n"
+        "from tooldecode.masking import compile_mask\n"
+        "engine_draw(be, t, 1, p)\nsampling.sample_aligned(be)\ntooldecode.masking.prefix_keeping(m, be)\n"
+        "compile_mask('xgrammar', g, be)\nbe.sample(t, 1, p)\n"
+        "draw(x)\nrandom.choice(x)\nprobe_call(be, t, c)\ntrial = Trial(arm, sc)\ntrial.sample(be, 1, p)\n"
+    )
+    hits = _draw_calls(ast.parse(src))
+    assert [h.split(" ")[0] for h in hits] == [
+        "draw",
+        ".sample_aligned",
+        ".prefix_keeping",
+        "compile_mask",
+        ".sample",
+    ], hits
+
+
+# llama.cpp contexts are sized by one rule (tooldecode.trial.session.llamacpp_size): no other module passes
+# n_ctx or max_seqs. Besides it: the backends that take them, and outlines' own llama_cpp.Llama (the
+# outlines-llamacpp engine setting builds its model itself, beside tooldecode's backend).
+SIZING_ALLOWED = {"tooldecode/trial/session.py", "tooldecode/engines/outlines.py"}
+SIZING_KEYS = {"n_ctx", "max_seqs"}
+
+
+def _sizes(tree: ast.AST) -> list[int]:
+    """Lines that pass ``n_ctx`` / ``max_seqs``: as a keyword argument or a dict literal's key."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and any(k.arg in SIZING_KEYS for k in node.keywords):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Dict) and any(
+            isinstance(k, ast.Constant) and k.value in SIZING_KEYS for k in node.keys
+        ):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_one_sizing_rule_for_llamacpp_contexts():
+    bad = {
+        rel: lines
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if not (rel := str(p.relative_to(ROOT))).startswith("tooldecode/backends/")
+        and rel not in SIZING_ALLOWED
+        if (lines := _sizes(ast.parse(p.read_text(encoding="utf-8"))))
+    }
+    assert not bad, f"size a llama.cpp context with tooldecode.trial.llamacpp_size: {bad}"
+    assert _sizes(ast.parse('load_backend("llamacpp", ref, n_ctx=8192)\nkw = {"max_seqs": 33}')) == [1, 2]

@@ -19,13 +19,15 @@ from tooldecode.cli.server_flags import add_server_arguments
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
-    from tooldecode.backends import load_backend
     from tooldecode.cli import Progress
+    from tooldecode.cli.server_flags import server_kwargs
     from tooldecode.models import resolve
-    from tooldecode.probe import ProbeConfig, probe_call, summarize
-    from tooldecode.prompts import TranscriptOptions, gold_call_text, parse_variant, render_prompt
+    from tooldecode.probe import ProbeConfig, summarize
+    from tooldecode.prompts import TranscriptOptions, parse_variant
+    from tooldecode.records import Condition
     from tooldecode.scenarios import get_scenario
     from tooldecode.scenarios.importers import read_if_session
+    from tooldecode.trial import ModelCache, Trial, variant_of
 
     session = read_if_session(Path(args.scenario)) if Path(args.scenario).is_file() else None
     if session is not None:  # a session scenario file (docs/scenarios.md)
@@ -35,48 +37,55 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     ref = resolve(args.model, fetch=True)
     sc = get_scenario(args.scenario, args.dir)
     opts = parse_variant(args.variant) if args.variant else TranscriptOptions()
-    opts = TranscriptOptions(**{**opts.__dict__, "conditioning": "free"})
-    prompt = render_prompt(sc, ref, opts)
-    call = gold_call_text(sc, opts, ref.family)
-    _check_flags(args, call, sc.id)  # before the model loads
-    kw = {"n_ctx": 8192, "max_seqs": 32} if args.backend == "llamacpp" else {}
-    if args.backend == "openai":
-        from tooldecode.cli.server_flags import server_kwargs
-
-        kw = server_kwargs(args)
-    be = load_backend(args.backend, ref, **kw)
-    progress = Progress(f"probe {sc.id}", 1, unit="call")
-    progress.log.info("probe: the gold call of %s on %s (an exact probe: minutes on CPU)", sc.id, ref.id)
-    points = probe_call(
-        be,
-        prompt.text,
-        call,
-        select=args.select,
-        config=ProbeConfig(
-            depth=args.depth,
-            key_depth=args.key_depth,
-            min_mass=args.min_mass,
-            max_branches=args.max_branches,
-            tail=args.tail,
-        ),
-        samples=args.samples,
-        tools=prompt.tools,
-        expected_tool=prompt.expected_tool,
+    cond = Condition(args.model, args.backend, "loose", 1.0, **{**variant_of(opts), "conditioning": "free"})
+    trial = Trial(cond, sc, ref=ref)
+    _check_flags(args, trial.call, sc.id)  # before the model loads
+    config = ProbeConfig(
+        depth=args.depth,
+        key_depth=args.key_depth,
+        min_mass=args.min_mass,
+        max_branches=args.max_branches,
+        tail=args.tail,
     )
-    progress.step(note=f"{len(points)} decision points")
+    server = server_kwargs(args) if args.backend == "openai" else None
+    with ModelCache(branches=config.max_branches, server=server) as models:
+        be = models.get(args.backend, args.model)
+        progress = Progress(f"probe {sc.id}", 1, unit="call")
+        progress.log.info("probe: the gold call of %s on %s (an exact probe: minutes on CPU)", sc.id, ref.id)
+        points = trial.probe(be, select=args.select, config=config, samples=args.samples)
+        progress.step(note=f"{len(points)} decision points")
+        n_prompt = len(be.tokenize(trial.text))
     if args.json:
         for p in points:
             print(json.dumps(p.to_dict()))
         return 0
     print(
         f"model {ref.id} ({args.backend}), scenario {sc.id}, variant {args.variant or 'default'}, "
-        f"wire {prompt.wire}, style {opts.call_style}, prompt {len(be.tokenize(prompt.text))} tokens"
+        f"wire {trial.prompt.wire}, style {trial.options.call_style}, prompt {n_prompt} tokens"
     )
     print(summarize(points))
     if args.samples:
         for p in points:
             if p.continuations:
                 print(f"{p.path}.{p.after}: {p.continuations}")
+    return 0
+
+
+def _cmd_probe_suite(args: argparse.Namespace) -> int:
+    from tooldecode.experiments.probes import run_probe_suite
+    from tooldecode.experiments.spec import check_options
+
+    check_options(
+        {"--max-scenarios": (args.max_scenarios, "count"), "--hours": (args.hours, "number0")},
+        "probe-suite: ",
+    )
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    run_probe_suite(
+        args.spec, args.out, args.model, max_scenarios=args.max_scenarios, hours=args.hours, say=say
+    )
     return 0
 
 
@@ -131,3 +140,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--samples", type=int, default=0, help="also sample K continuations per point and tally keys"
     )
     add_switch(p, "--json", "one JSON object per decision point")
+    _register_suite(sub)
+
+
+def _register_suite(sub: argparse._SubParsersAction) -> None:
+    s = add_command(
+        sub,
+        "probe-suite",
+        _cmd_probe_suite,
+        help="an exact-probe suite (experiments/p*.toml): transcript variants and tool views over the corpus",
+        description="Run an exact-probe suite spec into a resumable run folder: P(close) / P(continue by kind) "
+        "after a key for each variant (transcript options and a tool_view: as-written, required-first, "
+        "no-required, typescript), scenarios in the spec's fixed shuffled order (see docs/report.md).",
+    )
+    s.add_argument("spec", type=Path, metavar="SPEC")
+    s.add_argument("--out", type=Path, required=True, help="the run folder (resumed where it exists)")
+    s.add_argument("--model", required=True)
+    s.add_argument("--max-scenarios", type=int, default=None, help="only the first N scenarios of the order")
+    s.add_argument("--hours", type=float, default=None, help="stop after this long (rerun to resume)")

@@ -174,10 +174,10 @@ def probe_session_file(args: argparse.Namespace, data: dict[str, Any]) -> int:
     from tooldecode.backends import load_backend
     from tooldecode.models import resolve
     from tooldecode.probe import summarize
+    from tooldecode.trial import backend_kwargs
 
     ref = resolve(args.model, fetch=True)
-    kw = {"n_ctx": 8192, "max_seqs": 32} if args.backend == "llamacpp" else {}
-    be = load_backend(args.backend, ref, **kw)
+    be = load_backend(args.backend, ref, **backend_kwargs(args.backend, branches=args.max_branches))
     points = probe_scenario(be, ref, data, _config(args))
     if args.select:
         points = [p for p in points if p.after == args.select]
@@ -194,13 +194,13 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from tooldecode.backends import load_backend
     from tooldecode.models import resolve
     from tooldecode.scenarios.importers import load_session, session_scenario
+    from tooldecode.trial import backend_kwargs
 
     session = load_session(args.session, args.format, args.tools)
     calls = session.calls()
     wanted = [int(x) for x in args.calls.split(",")] if args.calls else list(range(1, len(calls) + 1))
     ref = resolve(args.model, fetch=True)
-    kw = {"n_ctx": 8192, "max_seqs": 32} if args.backend == "llamacpp" else {}
-    be = load_backend(args.backend, ref, **kw)
+    be = load_backend(args.backend, ref, **backend_kwargs(args.backend, branches=args.max_branches))
     cfg = _config(args)
     from tooldecode.cli import Progress
 

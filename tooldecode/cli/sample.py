@@ -16,16 +16,14 @@ from tooldecode.cli.server_flags import add_server_arguments
 
 
 def _cmd_sample(args: argparse.Namespace) -> int:
-    from tooldecode.backends import load_backend
     from tooldecode.cli import Progress
-    from tooldecode.cli.server_flags import check_server_flags
-    from tooldecode.engines import build_strict, check_engine, draw
+    from tooldecode.cli.server_flags import check_server_flags, server_kwargs
     from tooldecode.experiments.spec import check_options
     from tooldecode.models import resolve
-    from tooldecode.prompts import TranscriptOptions, parse_variant, render_prompt
-    from tooldecode.sampling import SamplingParams
+    from tooldecode.prompts import TranscriptOptions, parse_variant
+    from tooldecode.records import Condition
     from tooldecode.scenarios import get_scenario
-    from tooldecode.scoring import score_text
+    from tooldecode.trial import ModelCache, Trial, channel_of, variant_of
 
     check_server_flags(args)
     check_options(
@@ -40,72 +38,47 @@ def _cmd_sample(args: argparse.Namespace) -> int:
         },
         "sample: ",
     )
-    strict = args.mode in ("strict", "strict-prefix")
-    if args.mode == "strict-prefix" and args.backend == "openai":
-        from tooldecode.errors import MaskError
-
-        raise MaskError("--mode strict-prefix needs the full logits; use --backend llamacpp or hf")
-    if strict and args.backend != "openai":
-        check_engine(args.engine, backend=args.backend, modes=[args.mode])  # before any model loads
+    opts = parse_variant(args.variant) if args.variant else TranscriptOptions()
+    cond = Condition(
+        args.model,
+        args.backend,
+        args.mode,
+        args.temperature,
+        engine=args.engine,
+        duplicates=args.duplicates,
+        **variant_of(opts),
+    )
+    # the same one-line errors as `tooldecode run` for a mode the backend cannot draw, before any model loads
+    channel_of(
+        args.mode, args.backend, args.engine, conditioning=opts.conditioning, duplicates=args.duplicates
+    )
+    server = server_kwargs(args) if args.backend == "openai" else None
     ref = resolve(args.model, fetch=True)
     sc = get_scenario(args.scenario, args.dir)
-    opts = parse_variant(args.variant) if args.variant else TranscriptOptions()
-    prompt = render_prompt(sc, ref, opts)
-    kw = {"n_ctx": 8192, "max_seqs": 33} if args.backend == "llamacpp" else {}
-    if args.backend == "openai":
-        from tooldecode.cli.server_flags import server_kwargs
-
-        kw = server_kwargs(args)
-    be = load_backend(args.backend, ref, **kw)
-    mask = None
-    if strict and args.backend != "openai":
-        # an engine setting: tooldecode's grammar or the engine's own JSON-schema mode (or its own sampler)
-        mask = build_strict(args.engine, prompt.tools, prompt.wire, be, mode=args.mode, ws="bounded")
-        if args.mode == "strict-prefix":  # a masked token's mass moved to its longest allowed token prefix
-            from tooldecode.masking import prefix_keeping
-
-            mask = prefix_keeping(mask, be)
-    params = SamplingParams(
-        temperature=args.temperature,
-        top_p=args.top_p,
-        max_new_tokens=args.max_new_tokens,
-        stop=tuple(prompt.stop),
-        seed=args.seed,
-        top_logprobs=args.top_logprobs,
+    trial = Trial(cond, sc, ref=ref)
+    prompt = trial.prompt
+    params = trial.params(
+        top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed, top_logprobs=args.top_logprobs
     )
-    progress = Progress(f"sample {sc.id} ({args.mode})", args.n, unit="sample")
-    progress.log.info(
-        "sample: %d draws of %s on %s, up to %d new tokens each", args.n, sc.id, ref.id, args.max_new_tokens
-    )
-    if args.backend == "openai":
-        # the server's own strict mode (its grammar field) with tooldecode's strict GBNF; --engine unused
-        grammar = None
-        if args.mode == "strict":
-            from tooldecode.grammar import render_toolset
-
-            grammar = render_toolset(
-                list(prompt.tools), format="gbnf", wire=prompt.wire, mode="strict", ws="bounded"
-            )
-        out = be.sample(prompt.text, args.n, params, grammar=grammar, prefill=prompt.prefill)
-    else:
-        out = draw(
-            be, prompt.text, args.n, params, mask=mask, prefill=prompt.prefill, batch_size=args.batch_size
+    with ModelCache(batch_size=args.batch_size, server=server) as models:
+        be = models.get(args.backend, args.model)
+        progress = Progress(f"sample {sc.id} ({args.mode})", args.n, unit="sample")
+        progress.log.info(
+            "sample: %d draws of %s on %s, up to %d new tokens each",
+            args.n,
+            sc.id,
+            ref.id,
+            args.max_new_tokens,
         )
-    progress.step(len(out))
+        out = trial.sample(be, args.n, params, batch_size=args.batch_size)
+        progress.step(len(out))
     if not args.json:
         print(
             f"model {ref.id} ({args.backend}), scenario {sc.id}, variant {args.variant or 'default'}, "
             f"mode {args.mode}, wire {prompt.wire}, conditioning {opts.conditioning}"
         )
     for s in out:
-        v = score_text(
-            prompt.prefill + s.text,
-            list(prompt.tools),
-            wire=prompt.wire,
-            expected_tool=prompt.expected_tool,
-            scenario=sc,
-            finish_reason=s.finish_reason,
-        )
+        v = trial.score(s)
         if args.json:
             rec = s.to_record()
             rec["prefill"] = prompt.prefill
@@ -141,18 +114,31 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="",
         help="transcript variant words, e.g. agentic,gold-prefix (see docs/prompts.md)",
     )
+    from tooldecode.records import MODES
+
     p.add_argument(
         "--mode",
         default="loose",
-        choices=["loose", "strict", "strict-prefix"],
-        help="strict-prefix: strict, with a masked token's mass moved to its longest allowed token prefix",
+        choices=list(MODES),
+        help="strict: every object closed; strict-spec: the schema as written; strict-aligned: masked "
+        "particles resampled by importance weight; strict-prefix: a masked token's mass moved to its longest "
+        "allowed token prefix; tools-strict / tools-loose: chat completions with tools=[...] on a server "
+        "(the modes of `tooldecode run`)",
+    )
+    from tooldecode.grammar import DUPLICATES
+
+    p.add_argument(
+        "--duplicates",
+        default="forbid",
+        choices=list(DUPLICATES),
+        help="with --mode strict-spec: whether the open grammar admits a key its object already has",
     )
     p.add_argument(
         "--engine",
         default="xgrammar",
         choices=list(ENGINES),
         metavar="ENGINE",
-        help="strict channel (with --mode strict): "
+        help="strict channel (with a strict mode): "
         + ", ".join(f"{e.name} ({e.library}, {e.setting})" for e in ENGINES.values())
         + " (see docs/engines.md)",
     )

@@ -42,7 +42,6 @@ from tooldecode.distortion.reference import (
     cached_validity,
     has_masked_arm,
     reference_validity,
-    replay_status,
 )
 from tooldecode.distortion.weights import (
     CENSOR_Z,
@@ -92,6 +91,5 @@ __all__ = [
     "per_sample",
     "plain_rate",
     "reference_validity",
-    "replay_status",
     "sample_log_weight",
 ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import shlex
 import signal
@@ -15,16 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from tooldecode.errors import ToolDecodeError
-from tooldecode.experiments.arms import (
-    ModelCache,
-    arm_grammar,
-    arm_label,
-    select_scenarios,
-    transcript_options,
-)
-from tooldecode.experiments.probes import run_probe
+from tooldecode.experiments.arms import arm_label, select_scenarios
+from tooldecode.experiments.probes import probe_config, run_probe
 from tooldecode.experiments.rundir import RunStoreRefusal, check_models_match, discard_empty_run, is_run_dir
-from tooldecode.experiments.spec import STRICT_MODES, Spec, SpecError, load_spec, validate_spec
+from tooldecode.experiments.spec import Spec, SpecError, load_spec, validate_spec
+from tooldecode.trial import ModelCache, TrialError, channel_of
 
 
 def check_fresh_target(out: Path) -> None:
@@ -42,7 +36,8 @@ def check_fresh_target(out: Path) -> None:
 
 
 def check_arms(spec: Spec, arms: list[dict[str, Any]]) -> None:
-    """Every mode the spec lists has at least one arm (an empty engine or duplicates list loses one)."""
+    """Every mode the spec lists has at least one arm (an empty engine or duplicates list loses one), and
+    every arm's mode can be drawn on its backend (``tooldecode.trial.channel_of``; before any model loads)."""
     have = {a["mode"] for a in arms}
     lost = [m for m in spec.modes if m not in have]
     if lost:
@@ -50,6 +45,11 @@ def check_arms(spec: Spec, arms: list[dict[str, Any]]) -> None:
             f"{spec.path or spec.name}: mode {lost[0]!r} has no arm (its 'engine' or 'duplicates' list is "
             "empty); name at least one engine setting"
         )
+    for arm in arms:
+        try:
+            channel_of(arm["mode"], arm["backend"], arm.get("engine"), conditioning=arm.get("conditioning"))
+        except TrialError as err:
+            raise SpecError(f"{spec.path or spec.name}: {err}") from None
 
 
 def _clear_for_fresh(
@@ -102,7 +102,8 @@ def run_spec(
     check_arms(spec, arms)
     # the write lock before anything is resolved, loaded or deleted: a second writer learns of it at once
     lock = RunLock(out) if out.is_dir() else None
-    models = ModelCache(n_ctx=8192, max_seqs=max(spec.batch_size, 16) + 1, server=server)
+    branches = probe_config(spec.probe).max_branches if spec.probe else 0
+    models = ModelCache(batch_size=spec.batch_size, branches=branches, server=server)
     store = None
     try:
         manifest = _run_manifest(spec, out, arms, scenarios, fresh=fresh)
@@ -335,9 +336,7 @@ def _sample_job(
     """
     import hashlib
 
-    from tooldecode.models import resolve
-    from tooldecode.prompts import render_prompt
-    from tooldecode.sampling import SamplingParams
+    from tooldecode.trial import Trial
 
     arm, sc, seed = job
     label = arm_label(arm)
@@ -346,12 +345,11 @@ def _sample_job(
     if not todo:
         return
     be = models.get(arm["backend"], arm["model"])
-    prompt = render_prompt(sc, resolve(arm["model"]), transcript_options(arm))
-    params = SamplingParams(
-        temperature=arm["temperature"],
+    trial = Trial(arm, sc, ws=spec.ws, aligned=spec.aligned)
+    prompt = trial.prompt
+    params = trial.params(
         top_p=spec.top_p,
         max_new_tokens=spec.max_new_tokens,
-        stop=tuple(prompt.stop),
         seed=seed,
         stream=scenario_stream(sc.id) if spec.streams == "scenario" else None,
         top_logprobs=20,
@@ -381,77 +379,10 @@ def _sample_job(
         mine.update((r["index"], r) for r in recs)
         advance(len(recs))
 
-    mask = _arm_mask(spec, arm, prompt, be)  # after the copies: an arm copied whole compiles nothing
-    if arm["mode"] == "strict-prefix":  # a masked token's mass moved to its longest allowed token prefix
-        from tooldecode.masking import prefix_keeping
-
-        mask = prefix_keeping(mask, be)
-    draw = _drawer(spec, arm, mask, prompt)
-    # contiguous runs of missing indices keep per-index seeds identical on resume
+    # contiguous runs of missing indices keep per-index seeds identical on resume; the constraint is
+    # built at the first draw (an arm copied whole compiles nothing)
     for start, count in index_runs(todo):
-        draw(
-            be,
-            prompt.text,
-            count,
-            params,
-            mask=mask,
-            prefill=prompt.prefill,
-            batch_size=spec.batch_size,
-            start_index=start,
-            on_batch=write,
-        )
-
-
-def _arm_mask(spec: Spec, arm: dict[str, Any], prompt: Any, be: Any) -> Any:
-    """What constrains an arm's samples: None (loose), the GBNF a server's strict mode takes, a compiled
-    mask, or an engine setting's own strict channel."""
-    from tooldecode.engines import build_strict
-    from tooldecode.masking import ENGINE_FORMATS, compile_mask
-
-    if arm["mode"] not in STRICT_MODES:
-        return None
-    if arm["backend"] == "openai":
-        if arm["mode"] == "strict-aligned":
-            raise SpecError(
-                f"{spec.path}: mode 'strict-aligned' needs the full logits; "
-                "--backend openai runs 'loose', 'strict' and 'strict-spec'"
-            )
-        dup = arm.get("duplicates", "forbid")
-        return arm_grammar(prompt, spec.ws, arm["mode"], "xgrammar", dup)  # GBNF for the server
-    engine = arm.get("engine", spec.engine)
-    if engine in ENGINE_FORMATS:
-        grammar = arm_grammar(prompt, spec.ws, arm["mode"], engine, arm.get("duplicates", "forbid"))
-        return compile_mask(engine, grammar, be)
-    # an engine setting: its own grammar of the schema, or its own sampler
-    return build_strict(
-        engine,
-        prompt.tools,
-        prompt.wire,
-        be,
-        mode=arm["mode"],
-        ws=spec.ws,
-        duplicates=arm.get("duplicates", "forbid"),
-    )
-
-
-def _drawer(spec: Spec, arm: dict[str, Any], mask: Any, prompt: Any) -> Callable[..., Any]:
-    """The draw function of an arm (all share ``tooldecode.sampling.sample``'s call shape)."""
-    from tooldecode.backends.openai_tools import TOOL_MODES, tool_drawer
-    from tooldecode.engines import OutlinesSampler
-    from tooldecode.engines import draw as engine_draw
-    from tooldecode.sampling import sample, sample_aligned
-
-    if arm["mode"] in TOOL_MODES:  # chat completions with tools=[…] and per-tool strict, on a server
-        return tool_drawer(prompt, arm["mode"], arm.get("conditioning", "free"))
-    if arm["backend"] == "openai":  # the server draws; its own strict mode takes the GBNF
-        from tooldecode.backends.openai import draw
-
-        return draw
-    if isinstance(mask, OutlinesSampler):
-        return engine_draw
-    if arm["mode"] == "strict-aligned":  # masked particles resampled by their importance weights
-        return functools.partial(sample_aligned, **spec.aligned)
-    return sample
+        trial.sample(be, count, params, batch_size=spec.batch_size, start_index=start, on_batch=write)
 
 
 def _write_timing(store: Any, elapsed: float) -> None:
