@@ -100,6 +100,9 @@ def configure_logging(verbose: int = 0, quiet: bool = False) -> None:
     level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
     log = logging.getLogger("tooldecode")
     log.setLevel(level)
+    for h in log.handlers:  # main() called again (a library caller, a test): write to today's stderr
+        if getattr(h, "tooldecode_cli", False) and isinstance(h, logging.StreamHandler):
+            h.stream = sys.stderr  # not setStream: it flushes the old stream, which may be closed
     if not any(getattr(h, "tooldecode_cli", False) for h in log.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("tooldecode: %(message)s"))
