@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from tooldecode.findings import sample_continuation
-from tooldecode.runstore import RunStore
+from tooldecode.runs import RunStore
 from tooldecode.scoring import score_record
 from tooldecode.stats import cluster_rate
 

@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     from tooldecode.models import resolve
     from tooldecode.probe import ProbeConfig, probe_call
     from tooldecode.prompts import TranscriptOptions, gold_call_text, render_prompt
-    from tooldecode.runstore import RunStore, build_manifest
+    from tooldecode.runs import RunStore, build_manifest
     from tooldecode.scenarios import load_scenarios
 
     spec_path = Path(args.spec)

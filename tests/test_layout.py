@@ -16,9 +16,6 @@ LAYERS = (
         "errors",
         "toolsets",
         "stats",
-        "runstore",
-        "runfiles",
-        "provenance",
         "streams",
         "records",
     },  # leaves
@@ -30,6 +27,7 @@ LAYERS = (
     {"sampling", "engines", "classify", "probe"},  # model + prompt (+ grammar) → samples
     {"scoring"},  # samples → verdicts
     {"repair"},
+    {"runs"},  # run folders: the store, and the loader that scores verdicts once
     {"distortion", "findings", "report"},  # statistics → report
     {"experiments"},  # orchestration
     {"cli", "__main__"},  # command line

@@ -30,7 +30,7 @@ def test_a_report_scores_each_sample_once(tmp_path, monkeypatch):
     import tooldecode.repair.rescue as repair_rescue
     import tooldecode.scoring as scoring
     from tooldecode.report import load_run
-    from tooldecode.runstore import RunStore, build_manifest
+    from tooldecode.runs import RunStore, build_manifest
 
     store = RunStore.create(tmp_path / "run", build_manifest({"spec": "t"}))
     gold = (

@@ -118,7 +118,7 @@ class Run:
 
 def load_run(path: Path, *, score: bool = True) -> Run | None:
     """The run at ``path`` (None when it has no manifest); verdicts are computed if missing."""
-    from tooldecode.runstore import RunStore
+    from tooldecode.runs import RunStore
 
     if not (path / "manifest.json").exists():
         return None
@@ -136,7 +136,7 @@ def load_run(path: Path, *, score: bool = True) -> Run | None:
                     verdicts[v["key"]] = v
         missing = [s for s in samples if s["key"] not in verdicts]
         if missing:
-            from tooldecode.runstore import rescore
+            from tooldecode.runs import rescore
 
             rescore(store, score_record, SCORER_VERSION)
             return load_run(path, score=score)

@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from tooldecode.errors import RunError
-from tooldecode.runstore import MANIFEST, SAMPLE_FIELDS, SAMPLES, RunStore, rescore
+from tooldecode.runs import MANIFEST, SAMPLE_FIELDS, SAMPLES, RunStore, rescore
 
 
 def register(sub: argparse._SubParsersAction) -> None:

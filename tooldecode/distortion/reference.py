@@ -50,7 +50,7 @@ def reference_validity(run_dir: str | Path, *, backend: Any | None = None) -> di
     from tooldecode.masking import compile_mask
     from tooldecode.models import resolve
     from tooldecode.prompts import TranscriptOptions, render_prompt
-    from tooldecode.runstore import RunStore
+    from tooldecode.runs import RunStore
     from tooldecode.scenarios import get_scenario
 
     path = Path(run_dir)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tooldecode.errors import ToolDecodeError
-from tooldecode.runstore import SAMPLE_FIELDS, DerivedWriteError, RunStore, rescore
+from tooldecode.runs import SAMPLE_FIELDS, DerivedWriteError, RunStore, rescore
 
 # Fields of a record's arm dict that do not define the arm (they vary within it).
 NOT_ARM_FIELDS = ("seed", "index")

@@ -12,7 +12,7 @@ from tooldecode.report.data import ReportError, load_run
 from tooldecode.report.page import clean_text, summary_html
 from tooldecode.report.summary import summarize
 from tooldecode.report.tables import summary_markdown
-from tooldecode.runstore import RunStore
+from tooldecode.runs import RunStore
 
 
 def _write_text(path: Path, text: str) -> Path:
