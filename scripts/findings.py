@@ -17,7 +17,8 @@ import study  # noqa: E402
 from headline import FIGURE, headline_table, write_figure  # noqa: E402
 from study import build_rows, provenance, reruns  # noqa: E402
 
-from tooldecode.findings import load_runs, write_findings  # noqa: E402
+from tooldecode.findings import write_findings  # noqa: E402
+from tooldecode.runs import load_runs  # noqa: E402
 
 PREAMBLE = """
 ## How to read this

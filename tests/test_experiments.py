@@ -213,7 +213,7 @@ def test_strict_smollm2_panel_run_scores_and_reports(tmp_path):
     sys.path.insert(0, str(ROOT / "experiments"))
     from study import row_panel
 
-    from tooldecode.findings import load_run
+    from tooldecode.runs import load_run
 
     spec_path, out, recs = _tiny_run(
         tmp_path,

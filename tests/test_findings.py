@@ -450,7 +450,8 @@ def test_outcome_counts_on_the_committed_runs_match_an_independent_recount():
     keys are mangled repeats whose key string never closes cleanly."""
     from collections import Counter
 
-    from tooldecode.findings import load_run, sample_context, sample_continuation, sample_outcome
+    from tooldecode.findings import sample_context, sample_continuation, sample_outcome
+    from tooldecode.runs import load_run
 
     mine, theirs, mangled = Counter(), Counter(), 0
     for manifest in sorted((ROOT / "runs").glob("*/manifest.json")):

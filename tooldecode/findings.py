@@ -49,6 +49,7 @@ from tooldecode.classify import (
     source_shaped,
 )
 from tooldecode.errors import ToolDecodeError
+from tooldecode.runs import Run
 from tooldecode.stats import (
     ClusterRate,
     EffectClaim,
@@ -67,101 +68,6 @@ class FindingsError(ToolDecodeError):
 
 class SharedStreamsError(FindingsError):
     """A cluster interval asked of samples drawn with one random stream shared by every scenario."""
-
-
-@dataclass
-class Run:
-    name: str
-    path: Path
-    manifest: dict
-    samples: list[dict]
-    verdicts: dict[str, dict]
-    probe: list[dict]
-
-    def __post_init__(self) -> None:
-        if self.shared_streams:
-            for smp in self.samples:
-                smp["_run_streams"] = f"shared:{self.name}"
-
-    @property
-    def shared_streams(self) -> bool:
-        """Whether the run sampled at all and its manifest lacks per-scenario streams (``"streams":
-        "scenario"`` in its config): every scenario then drew from the same random stream, so its
-        scenarios are not independent clusters."""
-        return bool(self.samples) and self.manifest.get("config", {}).get("streams") != "scenario"
-
-    def command(self) -> str:
-        spec = self.manifest.get("config", {}).get("spec", self.name)
-        return self.manifest.get("command") or f"tooldecode run experiments/{spec}.toml"
-
-    @property
-    def spec(self) -> str:
-        return str(self.manifest.get("config", {}).get("spec", self.name))
-
-    @property
-    def git_dirty(self) -> bool | None:
-        return self.manifest.get("tooldecode", {}).get("git_dirty")
-
-    @property
-    def git_sha(self) -> str:
-        return str(self.manifest.get("tooldecode", {}).get("git_sha") or "?")
-
-    @property
-    def expected_samples(self) -> int:
-        """Samples the run's config asks for: each arm's ``n`` (or its mode's ``n_by_mode``) × scenarios ×
-        seeds (0 for a probe-only run)."""
-        c = self.manifest.get("config", {})
-        per_mode = c.get("n_by_mode", {})
-        per_scenario = sum(int(per_mode.get(a.get("mode"), c.get("n") or 0)) for a in c.get("arms", []))
-        return per_scenario * len(c.get("scenarios", [])) * len(c.get("seeds", [0]))
-
-
-def load_run(path: Path, *, score: bool = True) -> Run | None:
-    """The run at ``path`` (None when it has no manifest); verdicts are computed if missing."""
-    from tooldecode.runs import RunStore
-
-    if not (path / "manifest.json").exists():
-        return None
-    store = RunStore.open(path)
-    samples = list(store.sample_records())
-    verdicts: dict[str, dict] = {}
-    if score and samples:
-        from tooldecode.scoring import SCORER_VERSION, score_record
-
-        vpath = store.derived_path(f"verdicts-{SCORER_VERSION}.jsonl")
-        if vpath.exists():
-            for line in vpath.read_text().splitlines():
-                if line.strip():
-                    v = json.loads(line)
-                    verdicts[v["key"]] = v
-        missing = [s for s in samples if s["key"] not in verdicts]
-        if missing:
-            from tooldecode.runs import rescore
-
-            rescore(store, score_record, SCORER_VERSION)
-            return load_run(path, score=score)
-    probe_path = path / "probe.jsonl"
-    probe = []
-    if probe_path.exists():
-        for line in probe_path.read_text().splitlines():
-            if line.strip():
-                try:
-                    probe.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue  # a torn last line of a run still being written
-    store.close()
-    for smp in samples:
-        if smp["key"] in verdicts:
-            smp["_verdict"] = verdicts[smp["key"]]
-    return Run(path.name, path, store.manifest, samples, verdicts, probe)
-
-
-def load_runs(runs_dir: Path) -> dict[str, Run]:
-    """Every run directly under ``runs_dir`` by directory name."""
-    if not runs_dir.exists():
-        return {}
-    out = {p.name: load_run(p) for p in sorted(runs_dir.iterdir()) if p.is_dir()}
-    return {k: v for k, v in out.items() if v is not None}
 
 
 # ---------------------------------------------------------------------------------------------

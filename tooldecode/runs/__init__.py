@@ -8,6 +8,7 @@ records, verdicts scored once). docs/runs.md describes the folder.
 
 from __future__ import annotations
 
+from tooldecode.runs.load import PROBE_FILE, Run, load_run, load_runs
 from tooldecode.runs.manifest import FORMAT_VERSION, build_manifest
 from tooldecode.runs.store import (
     MANIFEST,
@@ -24,13 +25,17 @@ from tooldecode.runs.store import (
 __all__ = [
     "FORMAT_VERSION",
     "MANIFEST",
+    "PROBE_FILE",
     "SAMPLES",
     "SAMPLE_FIELDS",
     "DerivedWriteError",
     "RunLock",
+    "Run",
     "RunStore",
     "build_manifest",
     "clear_run",
     "is_store_file",
+    "load_run",
+    "load_runs",
     "rescore",
 ]
