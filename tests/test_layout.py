@@ -28,7 +28,8 @@ LAYERS = (
     {"scoring"},  # samples → verdicts
     {"repair"},
     {"runs"},  # run folders: the store, and the loader that scores verdicts once
-    {"distortion", "findings", "report"},  # statistics → report
+    {"measures"},  # verdicts + continuations → what each stored sample shows
+    {"distortion", "report"},  # statistics → report
     {"experiments"},  # orchestration
     {"cli", "__main__"},  # command line
 )
@@ -116,7 +117,7 @@ def test_modules_fit_in_one_head():
 ROOT = PACKAGE.parent
 STUDY_DIRS = ("experiments", "scripts")
 # Known debts: files over MAX_LINES today (split them, then remove them here); a new one fails.
-LONG_KNOWN = {"experiments/study.py"}
+LONG_KNOWN: set[str] = set()
 
 
 def _py_files(*dirs: str) -> list[Path]:

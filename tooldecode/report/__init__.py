@@ -9,11 +9,13 @@ functions (matplotlib figures, Agg backend) and ``report(runs, out)``. docs/repo
 
 Modules, in the order data flows: ``data`` (the report's view of a loaded run) → ``summary`` (arms,
 rates, intervals, differences) → ``tables`` (tables and ``summary.md``), ``plots``, ``distortion`` →
-``page`` (``report.html``) → ``write`` (``report``).
+``page`` (``report.html``) → ``write`` (``report``); ``claims`` (a spec's claimed effects judged
+against runs: ``evaluate_effect``).
 """
 
 from __future__ import annotations
 
+from tooldecode.report.claims import ClaimError, EffectResult, evaluate_effect, parse_claim
 from tooldecode.report.data import ReportError, RunData, run_data
 from tooldecode.report.page import highlight, summary_html
 from tooldecode.report.plots import plot_probe, plot_rates, plot_zoo
@@ -23,10 +25,14 @@ from tooldecode.report.write import report
 
 __all__ = [
     "Arm",
+    "ClaimError",
+    "EffectResult",
     "ReportError",
     "RunData",
     "Summary",
+    "evaluate_effect",
     "highlight",
+    "parse_claim",
     "plot_probe",
     "plot_rates",
     "plot_zoo",
