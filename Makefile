@@ -67,7 +67,7 @@ organisms: setup
 	@for r in experiments/organisms/*.toml; do $(PY) -m tooldecode organisms train $$r --base $(BASE) || exit 1; done
 
 findings: setup
-	$(PY) scripts/findings.py
+	$(PY) -m scripts.findings
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -22,7 +22,7 @@ from tooldecode.repair import (
     json_repair_summary,
     repair_record,
 )
-from tooldecode.runstore import RunStore
+from tooldecode.runs import RunStore
 
 
 def committed_runs() -> list[Path]:

@@ -4,8 +4,8 @@
 
 Rates are pooled over samples with cluster-robust 95% intervals over scenarios (``stats.cluster_rate``,
 CR1 with t on G-1 df), except for a run drawn with shared random streams (no ``"streams": "scenario"`` in
-its manifest: its scenarios are not independent clusters), which gets counts only; kinds are the findings layer's key-resolved continuation classes
-(``findings.sample_continuation``). The kind columns (what follows the forced newText) apply to L2 runs
+its manifest: its scenarios are not independent clusters), which gets counts only; kinds are the key-resolved continuation classes
+(``tooldecode.measures.sample_continuation``). The kind columns (what follows the forced newText) apply to L2 runs
 only: an L1 run shows "—" there and is read by its scorer columns. Raw samples are only read.
 """
 
@@ -15,8 +15,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from tooldecode.findings import sample_continuation
-from tooldecode.runstore import RunStore
+from tooldecode.measures import sample_continuation
+from tooldecode.runs import RunStore
 from tooldecode.scoring import score_record
 from tooldecode.stats import cluster_rate
 

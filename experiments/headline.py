@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tooldecode.findings import Run, distinct_draws
+from tooldecode.measures import distinct_draws
 from tooldecode.report.kinds import KindBar, kind_bars, write_kinds_png
+from tooldecode.runs import Run
 
 FIGURE = Path("docs/figures/kinds-after-newtext.png")
 MODELS = {

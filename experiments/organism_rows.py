@@ -14,7 +14,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tooldecode.findings import Run, distinct_draws, sample_continuation
+from tooldecode.measures import distinct_draws, sample_continuation
+from tooldecode.runs import Run
 from tooldecode.stats import cluster_rate
 
 CR = "cluster-robust CR1 95% CI over scenarios"

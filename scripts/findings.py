@@ -2,22 +2,20 @@
 
 The rows come from experiments/study.py, driven by each spec's ``[findings]`` table; the statistics
 and the classification from tooldecode (``make findings``; tests/test_findings.py checks for drift).
+Run it from the repository root as ``python -m scripts.findings``.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from experiments import study
+from experiments.headline import FIGURE, headline_table, write_figure
+from experiments.study import build_rows, provenance, reruns, write_findings
+from tooldecode.runs import load_runs
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "experiments"))
-
-import study  # noqa: E402
-from headline import FIGURE, headline_table, write_figure  # noqa: E402
-from study import build_rows, provenance, reruns  # noqa: E402
-
-from tooldecode.findings import load_runs, write_findings  # noqa: E402
 
 PREAMBLE = """
 ## How to read this

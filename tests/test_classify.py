@@ -164,7 +164,7 @@ def l2_sample(text: str, **arm) -> dict:
 
 
 def test_source_shaped_failure_parses_and_only_adds_a_key_inside_an_item():
-    from tooldecode.findings import sample_outcome, sample_verdict
+    from tooldecode.measures import sample_outcome, sample_verdict
 
     s = l2_sample('", "required": ["oldText", "newText"]}]}}')
     assert sample_verdict(s)["verdict"] == "invented_key"
@@ -174,7 +174,7 @@ def test_source_shaped_failure_parses_and_only_adds_a_key_inside_an_item():
 
 
 def test_duplicate_key_is_json_legal_and_never_a_validation_failure():
-    from tooldecode.findings import sample_outcome, sample_verdict
+    from tooldecode.measures import sample_outcome, sample_verdict
 
     s = l2_sample('", "newText": "z"}]}}')
     v = sample_verdict(s)
@@ -186,7 +186,7 @@ def test_duplicate_key_is_json_legal_and_never_a_validation_failure():
 
 
 def test_derailment_is_an_extra_key_after_which_the_call_does_not_parse():
-    from tooldecode.findings import sample_outcome, sample_verdict
+    from tooldecode.measures import sample_outcome, sample_verdict
 
     s = l2_sample('", "size": 8}\\n ceramic"}')
     assert sample_verdict(s)["verdict"] == "json_syntax"
@@ -194,14 +194,14 @@ def test_derailment_is_an_extra_key_after_which_the_call_does_not_parse():
 
 
 def test_run_on_string_and_close_keep_their_kind():
-    from tooldecode.findings import sample_outcome
+    from tooldecode.measures import sample_outcome
 
     assert sample_outcome(l2_sample("z = 2\\n    return x")) == "string_goes_on"
     assert sample_outcome(l2_sample('"}]}}')) == "close"
 
 
 def test_prior_arm_schema_words_include_the_earlier_tools():
-    from tooldecode.findings import sample_continuation
+    from tooldecode.measures import sample_continuation
 
     for text, key in (
         ('", "replace_all": true}]}}', "replace_all"),
@@ -220,7 +220,7 @@ def test_mangled_spellings_of_a_present_key_are_repeats(ctx, key):
 
 
 def test_a_mangled_repeat_in_a_call_that_parses_is_the_source_failure_not_a_duplicate():
-    from tooldecode.findings import sample_outcome
+    from tooldecode.measures import sample_outcome
 
     assert sample_outcome(l2_sample('", "newTextDoc": "z"}]}}')) == "source_shaped"
 

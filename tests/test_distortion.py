@@ -164,7 +164,7 @@ def test_remedy_rows_retry_repair_and_masked_arms(tmp_path):
     retries), loose+repair drops the invented key, masked arms are their own remedy; all are scored by
     whether the edit works."""
     from tooldecode.distortion.remedies import format_remedies, remedy_rows, remedy_table
-    from tooldecode.runstore import RunStore, build_manifest
+    from tooldecode.runs import RunStore, build_manifest
 
     d = tmp_path / "scenarios"
     d.mkdir()

@@ -252,7 +252,7 @@ def test_prefix_the_grammar_cannot_continue_is_an_error_not_unconstrained(llama_
 @pytest.mark.model
 def test_run_with_an_engine_list_writes_one_arm_per_setting(tmp_path):
     from tooldecode.experiments import load_spec, run_spec
-    from tooldecode.runstore import RunStore
+    from tooldecode.runs import RunStore
 
     spec_path = tmp_path / "e_engines.toml"
     spec_path.write_text(
@@ -358,7 +358,7 @@ def _run_rows(name: str):
     path = ROOT / "runs" / name
     if not (path / "samples.jsonl").exists():
         pytest.skip(f"runs/{name} is not in this checkout")
-    from tooldecode.runstore import RunStore
+    from tooldecode.runs import RunStore
     from tooldecode.scoring import score_record
 
     store = RunStore.open(path)

@@ -10,7 +10,7 @@ import pytest
 from tooldecode.errors import ModelError
 from tooldecode.experiments import SpecError, arm_label, load_spec, run_spec
 from tooldecode.experiments.runner import index_runs, scenario_stream
-from tooldecode.findings import continuation_class
+from tooldecode.measures import continuation_class
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -208,12 +208,8 @@ def test_n_by_mode_sets_the_sample_count_of_one_mode(tmp_path):
 def test_strict_smollm2_panel_run_scores_and_reports(tmp_path):
     """SmolLM2 writes its calls as a <tool_call>[...] list: the call-list grammar makes strict L2 work,
     and the panel rows of FINDINGS read the run."""
-    import sys
-
-    sys.path.insert(0, str(ROOT / "experiments"))
-    from study import row_panel
-
-    from tooldecode.findings import load_run
+    from experiments.sampled_rows import row_panel
+    from tooldecode.runs import load_run
 
     spec_path, out, recs = _tiny_run(
         tmp_path,

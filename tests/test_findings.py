@@ -1,5 +1,5 @@
 """Findings: key-resolved L2 kinds, distinct draws, identical arms, claimed-effect verdicts, the study's
-rows, and FINDINGS.md against a rebuild from the committed runs (drift)."""
+rows (experiments/), and FINDINGS.md against a rebuild from the committed runs (drift)."""
 
 from __future__ import annotations
 
@@ -10,21 +10,21 @@ from pathlib import Path
 import pytest
 from conftest import make_sample
 
-from tooldecode.findings import (
-    Run,
-    distinct_draws,
-    evaluate_effect,
-    identical_arms,
-    l2_values,
-    l3_values,
-    sample_continuation,
-)
+from experiments.common import identical_arms
+from tooldecode.measures import distinct_draws, l2_values, l3_values, sample_continuation
+from tooldecode.report import evaluate_effect
+from tooldecode.runs import Run
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "experiments"))
 
 PREFILL = '{"name": "edit", "arguments": {"path": "a.py", "edits": [{"oldText": "x", "newText": "y = 1\\n'
-ARM = {"model": "qwen2.5-coder-0.5b-instruct", "mode": "loose", "level": "L2", "temperature": 1.0}
+ARM = {
+    "model": "qwen2.5-coder-0.5b-instruct",
+    "backend": "llamacpp",
+    "mode": "loose",
+    "level": "L2",
+    "temperature": 1.0,
+}
 
 
 def sample(text: str, scenario: str = "s0", i: int = 0, arm: dict | None = None, **kw) -> dict:
@@ -168,7 +168,7 @@ def test_l3_values_match_variants_with_defaults():
 
 
 def test_zoo_row_reads_kinds_not_a_word_list():
-    from study import row_zoo
+    from experiments.corpus_rows import row_zoo
 
     def runs(texts: list[str]) -> dict:
         ss = [sample(t, f"s{i % 4}", i) for i, t in enumerate(texts)]
@@ -184,7 +184,7 @@ def test_zoo_row_reads_kinds_not_a_word_list():
 
 
 def test_wire_and_shape_rows_go_per_model_and_report_copies_once():
-    from study import row_shape, row_wire
+    from experiments.probe_rows import row_shape, row_wire
 
     def row(model, sc, fmt, p, *, copy=None, after="newText", toolset="nested"):
         r = {
@@ -247,7 +247,7 @@ def test_wire_and_shape_rows_go_per_model_and_report_copies_once():
 
 
 def test_an_incomplete_run_is_listed_with_how_to_resume_it(tmp_path):
-    from study import reruns
+    from experiments.study import reruns
 
     arms = [{**ARM}, {**ARM, "mode": "strict", "engine": "xgrammar"}]
     config = {
@@ -285,9 +285,8 @@ def test_an_incomplete_run_is_listed_with_how_to_resume_it(tmp_path):
 
 
 def test_every_spec_effect_is_well_formed():
-    from study import ROWS, load_specs, spec_effects
-
-    from tooldecode.findings import parse_claim
+    from experiments.study import ROWS, load_specs, spec_effects
+    from tooldecode.report import parse_claim
 
     specs = load_specs()
     assert specs
@@ -312,7 +311,8 @@ def test_findings_md_matches_a_rebuild_from_the_committed_runs(tmp_path):
     subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "findings.py"),
+            "-m",
+            "scripts.findings",
             "--out",
             str(out),
             "--readme-out",
@@ -320,6 +320,7 @@ def test_findings_md_matches_a_rebuild_from_the_committed_runs(tmp_path):
         ],
         check=True,
         capture_output=True,
+        cwd=ROOT,
     )
     want = out.read_text()
     have = (ROOT / "FINDINGS.md").read_text()
@@ -367,7 +368,7 @@ def test_probe_suite_views_change_only_the_tool_block(qwen_ref):
 
 
 def test_readme_summary_lists_measured_effects_and_counts_the_rest():
-    from study import summary
+    from experiments.study import summary
 
     rows = [
         {"verdict": "reproduces", "summary": "a: ×0.00 [0.00, 0.60]: **reproduces**"},
@@ -388,7 +389,7 @@ def test_readme_summary_lists_measured_effects_and_counts_the_rest():
 
 
 def test_a_probe_scenario_counts_as_done_only_when_every_variant_has_rows():
-    from study import _probed_in_full
+    from experiments.study import _probed_in_full
 
     m = "qwen2.5-coder-1.5b-instruct"
     rows = [{"model": m, "scenario": "s0", "variant_label": v} for v in ("a", "b", "c")]
@@ -448,7 +449,8 @@ def test_outcome_counts_on_the_committed_runs_match_an_independent_recount():
     keys are mangled repeats whose key string never closes cleanly."""
     from collections import Counter
 
-    from tooldecode.findings import load_run, sample_context, sample_continuation, sample_outcome
+    from tooldecode.measures import sample_context, sample_continuation, sample_outcome
+    from tooldecode.runs import load_run
 
     mine, theirs, mangled = Counter(), Counter(), 0
     for manifest in sorted((ROOT / "runs").glob("*/manifest.json")):
@@ -474,9 +476,8 @@ def test_outcome_counts_on_the_committed_runs_match_an_independent_recount():
 
 
 def test_a_cluster_interval_over_a_run_with_shared_streams_is_refused():
-    from study import row_strict_cost
-
-    from tooldecode.findings import SharedStreamsError, crate, l2_values
+    from experiments.sampled_rows import row_strict_cost
+    from tooldecode.measures import SharedStreamsError, crate, l2_values
 
     run = _l2_run(12, 0.0, 0.25)
     shared = Run("old", Path("old"), {"config": {"spec": "x"}, "created": "t"}, run.samples, {}, [])
@@ -500,8 +501,7 @@ def test_a_cluster_interval_over_a_run_with_shared_streams_is_refused():
 
 
 def test_headline_table_and_the_kinds_figure(tmp_path):
-    from headline import HEADLINES, headline_table
-
+    from experiments.headline import HEADLINES, headline_table
     from tooldecode.report.kinds import kind_bars, write_kinds_png
 
     assert len(HEADLINES) <= 12

@@ -14,7 +14,7 @@ from conftest import SMALL_SPEC
 
 from tooldecode.errors import ModelError, RunError
 from tooldecode.experiments import SpecError, load_spec, run_spec
-from tooldecode.runstore import RunLock, RunStore, build_manifest, clear_run, is_store_file
+from tooldecode.runs import RunLock, RunStore, build_manifest, clear_run, is_store_file
 
 SMALL = SMALL_SPEC  # the spec of conftest's small_run
 

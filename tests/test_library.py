@@ -29,8 +29,8 @@ def test_a_report_scores_each_sample_once(tmp_path, monkeypatch):
 
     import tooldecode.repair.rescue as repair_rescue
     import tooldecode.scoring as scoring
-    from tooldecode.report import load_run
-    from tooldecode.runstore import RunStore, build_manifest
+    from tooldecode.report import run_data
+    from tooldecode.runs import RunStore, build_manifest
 
     store = RunStore.create(tmp_path / "run", build_manifest({"spec": "t"}))
     gold = (
@@ -58,7 +58,7 @@ def test_a_report_scores_each_sample_once(tmp_path, monkeypatch):
 
     monkeypatch.setattr(scoring, "score_record", counting)
     monkeypatch.setattr(repair_rescue, "score_record", counting)
-    run = load_run(tmp_path / "run")
+    run = run_data(tmp_path / "run")
     assert run.rescue is not None and len(run.samples) == len(texts)
     assert sorted(calls) == sorted(f"loose/c-config-trim-crlf/0/{i}" for i in range(len(texts)))
     verdicts = [json.loads(x) for x in run.verdict_file.read_text().splitlines()]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tooldecode.errors import RunError
-from tooldecode.runstore import DerivedWriteError, RunStore, build_manifest
+from tooldecode.runs import DerivedWriteError, RunStore, build_manifest
 from tooldecode.scoring import SCORER_VERSION
 
 

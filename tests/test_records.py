@@ -54,6 +54,30 @@ def test_every_committed_record_round_trips(pattern, cls):
     assert cls is not SampleRecord or levels >= {"L0", "L2"}
 
 
+def test_every_committed_run_loads_through_the_one_loader():
+    """``tooldecode.runs.load_run`` reads every committed run: each sample has its verdict (the committed
+    verdict files are current, so nothing is rewritten) and reads into the typed records."""
+    from tooldecode.runs import load_runs
+
+    runs = load_runs(RUNS)
+    committed = {p.parent.name for p in RUNS.glob("*/manifest.json")}
+    assert set(runs) == committed and committed
+    sampled = 0
+    for name, run in runs.items():
+        assert not run.verdicts_written, name
+        records, verdicts = run.records(), run.verdict_records()
+        assert [r.key for r in records] == [s["key"] for s in run.samples], name
+        assert set(verdicts) == {r.key for r in records}, name
+        assert all(verdicts[r.key].arm == r.arm for r in records), name
+        assert all(isinstance(p, ProbeRow) for p in run.probe_rows()) and len(run.probe_rows()) == len(
+            run.probe
+        )
+        sampled += bool(records)
+        if records:
+            assert run.verdict_file is not None and run.verdict_file.is_file(), name
+    assert sampled and sampled < len(runs)  # sampled runs and probe-only runs alike
+
+
 def _sample(**over):
     arm = {"model": "qwen2.5-coder-0.5b-instruct", "backend": "llamacpp", "mode": "strict"}
     arm.update(temperature=1.0, history="agentic", level="L2", engine="xgrammar", wire="call-json")

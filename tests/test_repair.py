@@ -493,7 +493,7 @@ def test_rescue_accounting(scenario_dir):
 
 def test_cli_writes_repaired_file_beside_raw_samples(scenario_dir, tmp_path, capsys):
     from tooldecode.cli.repair import register
-    from tooldecode.runstore import RunStore, build_manifest
+    from tooldecode.runs import RunStore, build_manifest
 
     run_dir = tmp_path / "run"
     store = RunStore.create(run_dir, build_manifest({"scenario_dirs": [str(scenario_dir)]}))

@@ -15,7 +15,7 @@ from tooldecode import report as rp
 from tooldecode.cli import main
 from tooldecode.errors import RunError, ToolDecodeError
 from tooldecode.report import page as report_page
-from tooldecode.runstore import RunStore, build_manifest, rescore
+from tooldecode.runs import RunStore, build_manifest, rescore
 from tooldecode.scenarios import load_scenarios
 from tooldecode.scoring import SCORER_VERSION, score_record
 from tooldecode.stats import newcombe_diff, wilson

@@ -19,7 +19,7 @@ import pytest
 
 from tooldecode.cli import runs as runstore_cli
 from tooldecode.errors import RunError
-from tooldecode.runstore import RunStore, build_manifest, rescore
+from tooldecode.runs import RunStore, build_manifest, rescore
 
 CONFIG = {"arms": [{"model": "m", "mode": "loose"}], "sampling": {"temperature": 1.0, "n": 4}}
 
@@ -246,8 +246,7 @@ def test_corrupt_line_in_the_middle_is_skipped_with_a_warning_naming_its_line(tm
 CHILD = textwrap.dedent(
     """
     import os, sys, time
-    from tooldecode import runstore
-    from tooldecode.runstore import RunStore
+    from tooldecode.runs import RunStore
 
     mode, path = sys.argv[1], sys.argv[2]
     store = RunStore.create(path, {"config": {"experiment": "kill-test"}})
@@ -460,7 +459,7 @@ def test_rescore_writes_verdicts_and_never_touches_raw_files(tmp_path: Path) -> 
 def test_build_manifest_records_provenance_without_importing_torch(tmp_path: Path) -> None:
     code = (
         "import json, sys\n"
-        "from tooldecode.runstore import build_manifest\n"
+        "from tooldecode.runs import build_manifest\n"
         "m = build_manifest({'a': 1}, model={'id': 'x', 'sha256': 'ab', 'path': '/m'}, seeds=[1, 2],"
         " scenarios={'s1': 'h1'})\n"
         "print(json.dumps({'manifest': m, 'torch_imported': 'torch' in sys.modules}))\n"

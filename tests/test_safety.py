@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tooldecode.errors import ModelError, RunError, ToolDecodeError
 from tooldecode.experiments import SpecError, load_spec, run_spec
 from tooldecode.models import TEST_MODEL, resolve
-from tooldecode.runstore import SAMPLE_FIELDS, RunStore, build_manifest
+from tooldecode.runs import SAMPLE_FIELDS, RunStore, build_manifest
 from tooldecode.scoring import MAX_JSON_DEPTH, extract_calls, score_record, score_text, toolset_tools
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -355,7 +355,7 @@ def test_file_size_limit_is_a_one_line_error(tmp_path):
     """Writes refused by the kernel (RLIMIT_FSIZE → EFBIG) end the run with one line; samples stay."""
     code = f"""
 import resource, signal, sys
-from tooldecode.runstore import RunStore, build_manifest
+from tooldecode.runs import RunStore, build_manifest
 from tooldecode.errors import RunError
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 store = RunStore.create({str(tmp_path / "r")!r}, build_manifest({{"spec": "t"}}))

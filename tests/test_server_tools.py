@@ -131,7 +131,7 @@ def test_run_with_tool_modes_scored_like_any_run(llama_server, tmp_path):
     """`tooldecode run` with modes tools-strict / tools-loose: records of the usual shape, the arm's mode
     in each, verdicts from the same classifier; the modes refuse a backend that is not a server."""
     from tooldecode.experiments import SpecError, load_spec, run_spec
-    from tooldecode.runstore import RunStore
+    from tooldecode.runs import RunStore
     from tooldecode.scoring import score_record
 
     path = tmp_path / "spec.toml"

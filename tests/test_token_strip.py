@@ -64,10 +64,10 @@ def test_byte_level_pieces_decode():
 
 
 def test_the_report_page_carries_the_section():
-    from tooldecode.report import load_run
+    from tooldecode.report import run_data
     from tooldecode.report.page import summary_html
     from tooldecode.report.summary import summarize
 
-    page = summary_html(summarize([load_run(RUN)]))
+    page = summary_html(summarize([run_data(RUN)]))
     assert "<h2>A call, token by token</h2>" in page
     assert page.index("A call, token by token") < page.index("<h2>Samples</h2>")

@@ -54,7 +54,7 @@ def derived_name(disabled: list[str]) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tooldecode.runstore import RunStore
+    from tooldecode.runs import RunStore
 
     store = RunStore.open(args.run)
     manifest = store.manifest

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tooldecode.cli.options import add_command
 from tooldecode.errors import RunError
-from tooldecode.runstore import MANIFEST, SAMPLE_FIELDS, SAMPLES, RunStore, rescore
+from tooldecode.runs import MANIFEST, SAMPLES, load_run
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,18 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_rescore(args: argparse.Namespace) -> int:
-    from tooldecode.scoring import SCORER_VERSION, score_record
-
     for run_path in args.runs:
-        run = RunStore.open(run_path)
-        out = rescore(run, score_record, SCORER_VERSION, require=SAMPLE_FIELDS)
-        counts: Counter[str] = Counter()
-        with open(out, encoding="utf-8") as f:
-            for line in f:
-                counts[str(json.loads(line).get("verdict"))] += 1
+        run = load_run(run_path, rescore=True)
+        counts = Counter(str(v.get("verdict")) for v in run.verdicts.values())
         total = sum(counts.values())
         summary = ", ".join(f"{verdict} {n}" for verdict, n in counts.most_common()) or "no samples"
-        print(out)
+        print(run.verdict_file)
         print(f"  {total} samples: {summary}")
     return 0
 

@@ -25,6 +25,7 @@ from tooldecode.distortion.weights import (
     plain_rate,
     sample_log_weight,
 )
+from tooldecode.runs import Run, load_run
 
 # ---------------------------------------------------------------------------------------------
 # a run
@@ -56,14 +57,14 @@ def check_sampling(manifest: dict, arm: dict) -> str | None:
 
 
 def analyse_run(
-    run_dir: str | Path,
+    run: Run | str | Path,
     *,
     validity: dict[str, dict[str, str]] | None = None,
     n_boot: int = 2000,
     seed: int = 0,
     target: str = "prefix",
 ) -> list[ArmDistortion]:
-    """Distortion figures for every masked arm of a run.
+    """Distortion figures for every masked arm of a run (a loaded run, or its folder to load).
 
     ``target`` says what counts as valid under the token cap: ``prefix`` (a sample cut at
     ``max_new_tokens`` counts with the weight of its prefix when the grammar still accepts it: P_L over
@@ -77,14 +78,11 @@ def analyse_run(
     that grammar (``reference_validity``); without it no reference comparison is made. Verdicts come from the
     run's stored scorer output (rescored when missing).
     """
-    from tooldecode.findings import load_run
-
     if target not in TARGETS:
         raise DistortionError(f"unknown target {target!r}; choose one of: {', '.join(TARGETS)}")
-    path = Path(run_dir)
-    run = load_run(path)
-    if run is None:
-        raise DistortionError(f"{path} is not a run directory (no manifest.json); pass runs/<name>")
+    if not isinstance(run, Run):
+        run = load_run(run)
+    path = run.path
     outcomes = default_outcomes(run.verdicts)
     arms: dict[str, tuple[dict, list[dict]]] = {}
     for s in run.samples:

@@ -86,7 +86,7 @@ def run_lengths(run_dir: str, *, by: Sequence[str] = ("mode", "level")) -> dict[
     and the cap the rule gives from the group's completed draws. ``{"cap", "groups": {label: {...}}}``."""
     from pathlib import Path
 
-    from tooldecode.runstore import RunStore
+    from tooldecode.runs import RunStore
 
     store = RunStore.open(Path(run_dir))
     try:

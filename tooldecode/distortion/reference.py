@@ -22,7 +22,7 @@ def reference_validity(run_dir: str | Path, *, backend: Any | None = None) -> di
     import hashlib
 
     from tooldecode.models import resolve
-    from tooldecode.runstore import RunStore
+    from tooldecode.runs import RunStore
     from tooldecode.scenarios import get_scenario
     from tooldecode.trial import ModelCache, Trial
 

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tooldecode.runs import Run, load_run
 from tooldecode.stats import cluster_rate
 
 MEASURES = ("invented", "valid", "applies", "correct", "works", "wrong_but_valid", "cut")
@@ -99,15 +100,13 @@ def _wall(records: list[dict]) -> dict[str, float]:
     return out
 
 
-def remedy_rows(run_dir: str | Path, *, max_retries: int = MAX_RETRIES) -> list[dict[str, Any]]:
-    """One row per call of every remedy of a run: ``{model, level, remedy, scenario, retries, <MEASURES>,
-    tokens, wall}``."""
-    from tooldecode.findings import load_run
+def remedy_rows(run: Run | str | Path, *, max_retries: int = MAX_RETRIES) -> list[dict[str, Any]]:
+    """One row per call of every remedy of a run (a loaded run or its folder): ``{model, level, remedy,
+    scenario, retries, <MEASURES>, tokens, wall}``."""
     from tooldecode.scoring import record_context, stored_outcome
 
-    run = load_run(Path(run_dir))
-    if run is None:
-        raise FileNotFoundError(f"{run_dir}: no manifest.json; pass a run directory")
+    if not isinstance(run, Run):
+        run = load_run(run)
     wall = _wall(run.samples)
     rows: list[dict[str, Any]] = []
     loose: dict[tuple, list[dict]] = defaultdict(list)

@@ -179,7 +179,7 @@ def _suite_points(call: str, select: str, items: str) -> list[Any]:
 def _suite_manifest(
     spec: dict[str, Any], path: Path, out: Path, model: str, ref: Any, scenarios: list, cfg: Any
 ) -> dict:
-    from tooldecode.runstore import build_manifest
+    from tooldecode.runs import build_manifest
 
     config = {
         "spec": spec["name"],
@@ -234,7 +234,7 @@ def run_probe_suite(
     """
     from tooldecode.models import resolve
     from tooldecode.probe import ProbeConfig
-    from tooldecode.runstore import RunStore
+    from tooldecode.runs import RunStore
     from tooldecode.scenarios import load_scenarios
 
     spec = load_suite(path)

@@ -10,7 +10,7 @@ from tooldecode.experiments.spec import SpecError
 
 def is_run_dir(path: Path) -> bool:
     """A directory holding a manifest written by tooldecode (the only kind ``--fresh`` may delete)."""
-    from tooldecode.runstore import MANIFEST, SAMPLES
+    from tooldecode.runs import MANIFEST, SAMPLES
 
     mpath = path / MANIFEST
     if not (path.is_dir() and mpath.is_file() and (path / SAMPLES).is_file()):
@@ -42,7 +42,7 @@ class RunStoreRefusal(SpecError):
 
 def check_models_match(out: Path, models_info: dict[str, dict]) -> None:
     """Refuse to resume a run whose stored weights hash differs from the weights loaded now."""
-    from tooldecode.runstore import MANIFEST
+    from tooldecode.runs import MANIFEST
 
     mpath = out / MANIFEST
     if not mpath.is_file():
@@ -66,7 +66,7 @@ def check_models_match(out: Path, models_info: dict[str, dict]) -> None:
 
 def discard_empty_run(out: Path, *, remove_dir: bool) -> None:
     """Remove the manifest and empty samples file of a run that failed before its first sample."""
-    from tooldecode.runstore import MANIFEST, SAMPLES
+    from tooldecode.runs import MANIFEST, SAMPLES
 
     for name in (MANIFEST, SAMPLES):
         (out / name).unlink(missing_ok=True)

@@ -57,7 +57,7 @@ def _clear_for_fresh(
 ) -> list[str]:
     """``--fresh``, holding ``out``'s write lock, after the models resolved: load the first model (a
     model that does not load leaves the old run as it was), then delete the files tooldecode wrote."""
-    from tooldecode.runstore import clear_run
+    from tooldecode.runs import clear_run
 
     first = next((a for a in arms if a["model"] == spec.models[0]), None)
     if first is not None:
@@ -87,7 +87,7 @@ def run_spec(
 
     ``server``: options of the ``openai`` backend (``base_url``, ``api_key_env``, ``kind``); where the
     server is is not part of the run's config, so a run resumes against a restarted server."""
-    from tooldecode.runstore import MANIFEST, RunLock, RunStore
+    from tooldecode.runs import MANIFEST, RunLock, RunStore
 
     validate_spec(spec)
     if fresh:
@@ -188,7 +188,7 @@ def _run_manifest(
     """The manifest of a run of ``spec`` into ``out`` (refusing to resume one sampled from other weights;
     ``fresh``: the run there is to be replaced, so its weights do not matter)."""
     from tooldecode.models import loaded_digest, resolve
-    from tooldecode.runstore import build_manifest
+    from tooldecode.runs import build_manifest
 
     config = {
         "spec": spec.name,

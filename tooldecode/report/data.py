@@ -1,17 +1,16 @@
-"""Loading a run for a report: samples, verdicts (scored once, then read back), probe rows, rescue accounting."""
+"""A run as the report sees it (``run_data``): the loaded run (``tooldecode.runs.load_run``, verdicts
+scored once) with its samples kept without token-level arrays, and the rescue accounting."""
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tooldecode.errors import ToolDecodeError
-from tooldecode.runstore import SAMPLE_FIELDS, DerivedWriteError, RunStore, rescore
+from tooldecode.runs import Run, load_run
 
 # Fields of a record's arm dict that do not define the arm (they vary within it).
 NOT_ARM_FIELDS = ("seed", "index")
@@ -28,15 +27,14 @@ HEADLINE = (
 )
 # Metrics compared between arms that differ in one field, and plotted with their intervals.
 COMPARED = ("invented_key", "valid", "payload_correct")
-PROBE_FILE = "probe.jsonl"
 NEW_TEXT_KEYS = ("newText", "new_string", "new_str", "newString")
 
 
 class ReportError(ToolDecodeError):
-    """Runs that cannot be reported (none given, unreadable verdict or probe files)."""
+    """Runs that cannot be reported (none given, an output folder that is a file)."""
 
 
-# --- loading ---------------------------------------------------------------------------------------
+# --- the report's view of a run --------------------------------------------------------------------
 
 
 @dataclass
@@ -62,17 +60,18 @@ class Sample:
 
 @dataclass
 class RunData:
-    """One run as the report sees it."""
+    """One run as the report sees it; ``run`` is the loaded run it was made from."""
 
     path: Path
     name: str
     manifest: dict
     samples: list[Sample]
-    verdict_file: Path | None  # None: scored in memory (the run directory was not writable)
-    verdicts_written: bool  # the report (re)wrote verdict_file
+    verdict_file: Path | None  # None: scored in memory (the run directory was not writable), or no samples
+    verdicts_written: bool  # loading the run (re)wrote verdict_file
     probe: list[dict] = field(default_factory=list)
     # tooldecode.repair's rescue accounting as Markdown, when the run has loose samples
     rescue: str | None = None
+    run: Run | None = None
 
     @property
     def command(self) -> str | None:
@@ -82,91 +81,54 @@ class RunData:
         return str(cmd) if cmd else None
 
 
-def current_scorer() -> tuple[str, Callable[[dict, dict], dict], tuple[str, ...]]:
-    """(version, ``score_record``, verdict precedence) of the scorer, looked up when called."""
+def verdict_order() -> tuple[str, ...]:
+    """The scorer's verdict classes in precedence order, looked up when called."""
     from tooldecode import scoring
 
-    return scoring.SCORER_VERSION, scoring.score_record, tuple(scoring.PRECEDENCE)
+    return tuple(scoring.PRECEDENCE)
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    out: list[dict] = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except (ValueError, RecursionError) as err:  # ValueError: also an over-long integer
-                msg = getattr(err, "msg", None) or " ".join(str(err).split())[:120]
-                raise ReportError(
-                    f"{path} line {lineno}: not valid JSON ({msg}); delete the file and run the report again"
-                ) from None
-            if not isinstance(rec, dict):
-                raise ReportError(f"{path} line {lineno}: not a JSON object; delete the file and run again")
-            out.append(rec)
-    return out
-
-
-def _verdicts_of(store: RunStore, keys: set[str]) -> tuple[dict[str, dict], Path | None, bool]:
-    """Verdicts by key: from ``verdicts-<version>.jsonl`` if it covers exactly ``keys``, else scored now."""
-    version, score_record, _ = current_scorer()
-    path = store.derived_path(f"verdicts-{version}.jsonl")
-    if path.is_file():
-        try:
-            records = _read_jsonl(path)
-        except (ReportError, OSError, UnicodeDecodeError):
-            records = []
-        by_key = {str(r.get("key")): r for r in records}
-        if len(by_key) == len(records) and set(by_key) == keys and all("key" in r for r in records):
-            return by_key, path, False
-    try:
-        written = rescore(store, score_record, version, require=SAMPLE_FIELDS)
-    except (OSError, DerivedWriteError):  # read-only run directory: score in memory only
-        scored = {
-            r["key"]: {"key": r["key"], **score_record(r, store.manifest)} for r in store.sample_records()
-        }
-        return scored, None, False
-    return {r["key"]: r for r in _read_jsonl(written)}, written, True
-
-
-def load_run(path: str | os.PathLike[str]) -> RunData:
-    """Read a run's manifest, samples, verdicts (scoring and writing them if needed) and probe rows."""
-    store = RunStore.open(path)
-    samples: list[Sample] = []
-    for r in store.sample_records():  # keep what the report shows, not the token-level arrays
-        raw_arm = r.get("arm")
-        arm: dict[str, Any] = raw_arm if isinstance(raw_arm, dict) else {}
-        samples.append(
-            Sample(
-                run=store.name,
-                key=r["key"],
-                arm={k: v for k, v in arm.items() if k not in NOT_ARM_FIELDS},
-                scenario=str(r.get("scenario") or "-"),
-                seed=r.get("seed", arm.get("seed")),
-                index=r.get("index", arm.get("index")),
-                prefill=r.get("prefill") or "",
-                text=r.get("text") or "",
-                finish_reason=r.get("finish_reason"),
-                error=r.get("error"),
-                verdict={},
-            )
-        )
-    verdicts, vpath, written = _verdicts_of(store, {s.key for s in samples})
-    for s in samples:
-        s.verdict = verdicts[s.key]
-    probe_path = store.derived_path(PROBE_FILE)
-    probe = _read_jsonl(probe_path) if probe_path.is_file() else []
-    return RunData(
-        store.path, store.name, store.manifest, samples, vpath, written, probe, _rescue(store, verdicts)
+def _sample(run: str, r: dict) -> Sample:
+    raw_arm = r.get("arm")
+    arm: dict[str, Any] = raw_arm if isinstance(raw_arm, dict) else {}
+    return Sample(
+        run=run,
+        key=r["key"],
+        arm={k: v for k, v in arm.items() if k not in NOT_ARM_FIELDS},
+        scenario=str(r.get("scenario") or "-"),
+        seed=r.get("seed", arm.get("seed")),
+        index=r.get("index", arm.get("index")),
+        prefill=r.get("prefill") or "",
+        text=r.get("text") or "",
+        finish_reason=r.get("finish_reason"),
+        error=r.get("error"),
+        verdict=r.get("_verdict", {}),
     )
 
 
-def _rescue(store: RunStore, verdicts: dict[str, dict]) -> str | None:
+def run_data(run: Run | str | os.PathLike[str]) -> RunData:
+    """The report's view of ``run`` (a loaded run, or a run folder to load with ``tooldecode.runs.load_run``)."""
+    if not isinstance(run, Run):
+        run = load_run(run)
+    samples = [_sample(run.name, r) for r in run.samples]
+    return RunData(
+        run.path,
+        run.name,
+        run.manifest,
+        samples,
+        run.verdict_file,
+        run.verdicts_written,
+        run.probe,
+        _rescue(run),
+        run,
+    )
+
+
+def _rescue(run: Run) -> str | None:
     """The lenient-harness rescue accounting of a run (Markdown), or None without loose samples."""
     from tooldecode.repair import format_rescue, rescue_accounting
 
-    summary = rescue_accounting(store.sample_records(), store.manifest, verdicts=verdicts)
+    summary = rescue_accounting(run.samples, run.manifest, verdicts=run.verdicts)
     return format_rescue(summary) if summary.get("n_loose") else None
 
 

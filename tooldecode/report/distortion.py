@@ -22,7 +22,10 @@ def distortion_results(s: Summary) -> list[tuple[str, list[Any] | str]]:
         if not has_masked_arm(run.manifest):
             continue
         try:
-            out.append((run.name, analyse_run(run.path, validity=cached_validity(run.path))))
+            loaded = (
+                run.run if run.run is not None else run.path
+            )  # the run the report loaded, not a second read
+            out.append((run.name, analyse_run(loaded, validity=cached_validity(run.path))))
         except DistortionError as err:
             out.append((run.name, str(err)))
     return out

@@ -3,7 +3,7 @@
 One bar per group of L2 samples (a model and an arm); its segments are the shares of the outcome
 classes (``tooldecode.classify.OUTCOMES`` grouped as ``FIGURE_CLASSES``), each with its cluster-robust
 95% interval over scenarios drawn as a whisker around the segment's end. Samples of a run without
-per-scenario random streams get no interval (``tooldecode.findings.require_scenario_streams``).
+per-scenario random streams get no interval (``tooldecode.measures.require_scenario_streams``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def kind_bars(
 ) -> list[KindBar]:
     """Bars of ``samples`` (L2 sample dicts; ``group`` names each one's bar, None leaves it out), in the
     order the groups first appear."""
-    from tooldecode.findings import sample_outcome
+    from tooldecode.measures import sample_outcome
 
     by: dict[str, list[tuple[str, str, bool]]] = {}
     for s in samples:

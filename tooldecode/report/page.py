@@ -17,12 +17,10 @@ from tooldecode.report.tables import (
     Table,
     arms_table,
     common_line,
-    diffs_table,
-    noise_table,
     probe_table,
     report_commands,
     runs_table,
-    verdicts_table,
+    verdict_sections,
     zoo_table,
 )
 from tooldecode.report.tokens import CSS as TOKEN_CSS
@@ -211,13 +209,9 @@ def summary_html(s: Summary, command: str | None = None) -> str:
             "<h2>What follows the gold newText</h2>",
             _img(kinds, "outcomes after newText per run and arm"),
         ]
+    for title, table in verdict_sections(s):
+        parts += [f"<h2>{title}</h2>", _html_table(table)]
     parts += [
-        "<h2>All verdicts</h2>",
-        _html_table(verdicts_table(s)),
-        "<h2>Differences between arms that differ in one field</h2>",
-        _html_table(diffs_table(s)),
-        "<h2>Noise floor</h2>",
-        _html_table(noise_table(s)),
         "<h2>Invented keys</h2>",
         _img(plot_zoo(s), "invented keys"),
         _html_table(zoo_table(s)),

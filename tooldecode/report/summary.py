@@ -16,8 +16,8 @@ from tooldecode.report.data import (
     NEW_TEXT_KEYS,
     RunData,
     Sample,
-    current_scorer,
     outcome,
+    verdict_order,
 )
 from tooldecode.stats import (
     Diff,
@@ -336,7 +336,7 @@ def _cluster_mean(vals: list[float], clusters: list[str]) -> tuple[float, float,
 
 def summarize(runs: Sequence[RunData]) -> Summary:
     """All tables of a report: arms and their rates, one-field differences, noise floors, zoo, probe."""
-    _, _, order = current_scorer()
+    order = verdict_order()
     observed = {s.verdict.get("verdict") for run in runs for s in run.samples if s.scored}
     order = tuple(order) + tuple(sorted(str(v) for v in observed if v not in order))
     arms, columns, common = _group_arms(runs, order)

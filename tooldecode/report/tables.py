@@ -261,6 +261,15 @@ def report_commands(s: Summary) -> list[tuple[str, str]]:
     return [(run.name, run.command or "(not recorded in the manifest)") for run in s.runs]
 
 
+def verdict_sections(s: Summary) -> list[tuple[str, Table]]:
+    """(title, table) of the sections after the arms that summary.md and report.html both show, in order."""
+    return [
+        ("All verdicts", verdicts_table(s)),
+        ("Differences between arms that differ in one field", diffs_table(s)),
+        ("Noise floor", noise_table(s)),
+    ]
+
+
 def summary_markdown(s: Summary) -> str:
     """The report's tables as Markdown: every rate with its n and 95% interval."""
     cmds = "\n".join(f"- `{name}`: `{cmd}`" for name, cmd in report_commands(s))
@@ -273,12 +282,7 @@ def summary_markdown(s: Summary) -> str:
         "## Arms",
         common_line(s),
         _md_table(arms_table(s)),
-        "## All verdicts",
-        _md_table(verdicts_table(s)),
-        "## Differences between arms that differ in one field",
-        _md_table(diffs_table(s)),
-        "## Noise floor",
-        _md_table(noise_table(s)),
+        *(part for title, table in verdict_sections(s) for part in (f"## {title}", _md_table(table))),
         "## Invented keys",
         _md_table(zoo_table(s)),
     ]

@@ -8,11 +8,11 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from tooldecode.report.data import ReportError, load_run
+from tooldecode.report.data import ReportError, run_data
 from tooldecode.report.page import clean_text, summary_html
 from tooldecode.report.summary import summarize
 from tooldecode.report.tables import summary_markdown
-from tooldecode.runstore import RunStore
+from tooldecode.runs import RunStore
 
 
 def _write_text(path: Path, text: str) -> Path:
@@ -42,7 +42,7 @@ def report(
             paths.append(p)
     if not paths:
         raise ReportError("no runs given; pass one or more run directories, e.g. runs/e1")
-    data = [load_run(p) for p in paths]
+    data = [run_data(p) for p in paths]
     names = Counter(d.name for d in data)
     for d in data:
         if names[d.name] > 1:

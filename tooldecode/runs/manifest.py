@@ -1,5 +1,5 @@
 """Provenance of a run: the manifest's config plus the package version, git commit (and whether the tree
-was clean), library versions, platform and time (``build_manifest``; ``tooldecode.runstore`` writes it)."""
+was clean), library versions, platform and time (``build_manifest``; the run store writes it)."""
 
 from __future__ import annotations
 

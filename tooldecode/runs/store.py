@@ -28,8 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from tooldecode.errors import RunError
-from tooldecode.provenance import build_manifest
-from tooldecode.runfiles import (
+from tooldecode.runs.files import (
     TMP_MARK,
     atomic_write,
     first_difference,
@@ -46,7 +45,6 @@ __all__ = [
     "SAMPLES",
     "RunLock",
     "RunStore",
-    "build_manifest",
     "clear_run",
     "is_store_file",
     "rescore",

@@ -1,0 +1,204 @@
+"""A run folder read back: its manifest, raw samples, verdicts (scored once) and probe rows (``load_run``).
+
+Verdicts come from the current scorer: a run's ``verdicts-<SCORER_VERSION>.jsonl`` is used when it covers
+exactly the run's samples; otherwise the run is scored again and that file is (re)written, as
+``tooldecode rescore`` writes it (in memory only where the folder is read-only). A run without samples
+(a probe-only run) has no verdicts and gets no verdict file.
+
+Samples and verdicts are kept as the JSON objects the run stores (what the stages that count them read);
+``Run.records``, ``Run.verdict_records`` and ``Run.probe_rows`` give the same data as the typed records of
+``tooldecode.records``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tooldecode.errors import RunError
+from tooldecode.records import ProbeRow, SampleRecord, VerdictRecord
+from tooldecode.runs.store import MANIFEST, SAMPLE_FIELDS, DerivedWriteError, RunStore, rescore
+
+__all__ = ["PROBE_FILE", "Run", "load_run", "load_runs"]
+
+PROBE_FILE = "probe.jsonl"
+
+
+@dataclass
+class Run:
+    """One run folder as the stages after it read it.
+
+    ``samples``: the stored sample objects in file order (records lacking ``SAMPLE_FIELDS`` are
+    skipped by the store), each with its verdict under ``"_verdict"`` where scored; ``verdicts``: by
+    sample key; ``probe``: the rows of ``probe.jsonl``. ``verdict_file`` is None when nothing was read
+    or written (no samples, or scored in memory); ``verdicts_written``: this load (re)wrote it. A run
+    whose manifest lacks per-scenario streams tags each sample ``"_run_streams"`` (see
+    ``shared_streams``)."""
+
+    name: str
+    path: Path
+    manifest: dict
+    samples: list[dict]
+    verdicts: dict[str, dict]
+    probe: list[dict]
+    verdict_file: Path | None = None
+    verdicts_written: bool = False
+    _typed: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.shared_streams:
+            for smp in self.samples:
+                smp["_run_streams"] = f"shared:{self.name}"
+
+    @property
+    def shared_streams(self) -> bool:
+        """Whether the run sampled at all and its manifest lacks per-scenario streams (``"streams":
+        "scenario"`` in its config): every scenario then drew from the same random stream, so its
+        scenarios are not independent clusters."""
+        return bool(self.samples) and self.manifest.get("config", {}).get("streams") != "scenario"
+
+    def command(self) -> str:
+        """The command that made the run (its manifest's, else the spec's ``tooldecode run``)."""
+        spec = self.manifest.get("config", {}).get("spec", self.name)
+        return self.manifest.get("command") or f"tooldecode run experiments/{spec}.toml"
+
+    @property
+    def spec(self) -> str:
+        """The name of the spec the run was made from (the folder's name without one)."""
+        return str(self.manifest.get("config", {}).get("spec", self.name))
+
+    @property
+    def git_dirty(self) -> bool | None:
+        """Whether the tree the run was made from had uncommitted changes (None: unknown)."""
+        return self.manifest.get("tooldecode", {}).get("git_dirty")
+
+    @property
+    def git_sha(self) -> str:
+        """The commit the run was made from (``"?"`` when unknown)."""
+        return str(self.manifest.get("tooldecode", {}).get("git_sha") or "?")
+
+    @property
+    def expected_samples(self) -> int:
+        """Samples the run's config asks for: each arm's ``n`` (or its mode's ``n_by_mode``) × scenarios ×
+        seeds (0 for a probe-only run)."""
+        c = self.manifest.get("config", {})
+        per_mode = c.get("n_by_mode", {})
+        per_scenario = sum(int(per_mode.get(a.get("mode"), c.get("n") or 0)) for a in c.get("arms", []))
+        return per_scenario * len(c.get("scenarios", [])) * len(c.get("seeds", [0]))
+
+    def records(self) -> list[SampleRecord]:
+        """The samples as ``SampleRecord``s, in file order (RecordError for one tooldecode did not write)."""
+        if "records" not in self._typed:
+            self._typed["records"] = [SampleRecord.from_json(s) for s in self.samples]
+        return list(self._typed["records"])
+
+    def verdict_records(self) -> dict[str, VerdictRecord]:
+        """The verdicts as ``VerdictRecord``s, by sample key."""
+        if "verdicts" not in self._typed:
+            self._typed["verdicts"] = {k: VerdictRecord.from_json(v) for k, v in self.verdicts.items()}
+        return dict(self._typed["verdicts"])
+
+    def probe_rows(self) -> list[ProbeRow]:
+        """The probe rows as ``ProbeRow``s, in file order."""
+        return [ProbeRow.from_json(r) for r in self.probe]
+
+
+def _scorer() -> tuple[str, Callable[[dict, dict], dict]]:
+    """(version, ``score_record``) of the scorer, looked up when called."""
+    from tooldecode.scoring import SCORER_VERSION, score_record
+
+    return SCORER_VERSION, score_record
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    """The objects of a derived ``.jsonl`` file; a torn last line (an append cut short) is left out."""
+    out: list[dict] = []
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except (ValueError, RecursionError) as err:  # ValueError: also an over-long integer
+            if lineno == len(lines) and not line.endswith("\n"):
+                break  # the torn tail of a file still being written
+            msg = getattr(err, "msg", None) or " ".join(str(err).split())[:120]
+            raise RunError(
+                f"{path} line {lineno}: not valid JSON ({msg}); delete the file and load the run again"
+            ) from None
+        if not isinstance(rec, dict):
+            raise RunError(f"{path} line {lineno}: not a JSON object; delete the file and load the run again")
+        out.append(rec)
+    return out
+
+
+def _verdicts_of(
+    store: RunStore, samples: list[dict], *, again: bool
+) -> tuple[dict[str, dict], Path | None, bool]:
+    """Verdicts by key: from ``verdicts-<version>.jsonl`` if it covers exactly the samples' keys (and
+    ``again`` is off), else scored now and written; in memory where the folder is read-only."""
+    version, score_record = _scorer()
+    path = store.derived_path(f"verdicts-{version}.jsonl")
+    keys = {s["key"] for s in samples}
+    if not again and path.is_file():
+        try:
+            records = _read_jsonl(path)
+        except (RunError, OSError, UnicodeDecodeError):
+            records = []
+        by_key = {str(r.get("key")): r for r in records}
+        if len(by_key) == len(records) and set(by_key) == keys and all("key" in r for r in records):
+            return by_key, path, False
+    if not samples and not again:
+        return {}, None, False
+    try:
+        written = rescore(store, score_record, version, require=SAMPLE_FIELDS)
+    except (OSError, DerivedWriteError):
+        if again:
+            raise
+        scored = {s["key"]: {"key": s["key"], **score_record(s, store.manifest)} for s in samples}
+        return scored, None, False
+    return {r["key"]: r for r in _read_jsonl(written)}, written, True
+
+
+def load_run(path: str | os.PathLike[str], *, rescore: bool = False) -> Run:
+    """The run at ``path``: manifest, samples, verdicts (scored once: see the module docstring) and
+    probe rows.
+
+    Parameters
+    ----------
+    path
+        The run folder (it must hold ``manifest.json``).
+    rescore
+        Score every sample again and rewrite the verdict file even when it is current (what
+        ``tooldecode rescore`` does); a read-only folder is then an error, not scored in memory.
+
+    Raises
+    ------
+    RunError
+        When the folder is not a run, or a derived file is damaged.
+    """
+    store = RunStore.open(path)
+    try:
+        samples = list(store.sample_records())
+        verdicts, vpath, written = _verdicts_of(store, samples, again=rescore)
+        probe_path = store.derived_path(PROBE_FILE)
+        probe = _read_jsonl(probe_path) if probe_path.is_file() else []
+    finally:
+        store.close()
+    for smp in samples:
+        if smp["key"] in verdicts:
+            smp["_verdict"] = verdicts[smp["key"]]
+    return Run(store.name, store.path, store.manifest, samples, verdicts, probe, vpath, written)
+
+
+def load_runs(runs_dir: str | os.PathLike[str]) -> dict[str, Run]:
+    """Every run directly under ``runs_dir`` (folders with a manifest) by folder name."""
+    root = Path(runs_dir)
+    if not root.is_dir():
+        return {}
+    return {p.name: load_run(p) for p in sorted(root.iterdir()) if (p / MANIFEST).is_file()}
