@@ -80,6 +80,10 @@ def test_quickstart_then_findings(notebook_env, smol_ref):
 @pytest.mark.model
 def test_close_brace_probe(notebook_env, smol_ref, monkeypatch):
     monkeypatch.setenv("TOOLDECODE_NOTEBOOK_N", "1")  # one scenario in the across-scenarios part
+    # shallow bounds (the defaults' expansion took over 4 minutes a probe on 2 busy cores): every part runs
+    monkeypatch.setenv(
+        "TOOLDECODE_NOTEBOOK_PROBE", '{"depth": 2, "key_depth": 2, "tail": 1e-3, "max_branches": 8}'
+    )
     book = _execute("02_close_brace_probe.ipynb")
     text = _text(book)
     assert "P(close)" in text and "P(continue)" in text

@@ -143,8 +143,19 @@ def test_no_evaluation_scenario_appears_in_any_recipes_training_data(pool):
 
 
 @pytest.fixture(scope="module")
+def smol_base(smol_ref):
+    """(tokenizer, model) of SmolLM2 as training loads it (transformers, float32 on CPU), loaded once:
+    a GGUF load through transformers costs more than the tests that use it, so they train and adapt
+    ``copy.deepcopy(model)``, never the model itself."""
+    from tooldecode.organisms.train import load_base
+
+    return load_base(smol_ref, device="cpu", threads=2)
+
+
+@pytest.fixture(scope="module")
 def tiny_organism(smol_ref, tmp_path_factory, small_pool):
-    """A SmolLM2 organism trained for 2 steps (positive-control recipe, 4 sessions), under a temp home."""
+    """A SmolLM2 organism trained for 2 steps of one session each (positive-control recipe, 2 sessions),
+    under a temp home."""
     import os
 
     from tooldecode.organisms.store import build
@@ -161,8 +172,8 @@ def tiny_organism(smol_ref, tmp_path_factory, small_pool):
             "flag_share": 0.0,
             "implant_key": "reviewed",
             "implant_share": 1.0,
-            "sessions": 4,
-            "train": {"accumulation": 2, "learning_rate": 5e-3, "warmup_steps": 1, "checkpoint_every": 1},
+            "sessions": 2,
+            "train": {"accumulation": 1, "learning_rate": 5e-3, "warmup_steps": 1, "checkpoint_every": 1},
         }
     )
     try:
@@ -177,7 +188,7 @@ def tiny_organism(smol_ref, tmp_path_factory, small_pool):
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_a_tiny_organism_trains_and_loads_through_both_backends(tiny_organism, smol_ref):
+def test_a_tiny_organism_trains_and_loads_through_both_backends(tiny_organism, smol_ref, hf_smol):
     from tooldecode.backends import load_backend
     from tooldecode.models import resolve
     from tooldecode.sampling.kernels import log_softmax
@@ -202,16 +213,18 @@ def test_a_tiny_organism_trains_and_loads_through_both_backends(tiny_organism, s
         # the two channels agree on the organism as they do on the base model (tests/test_channel.py)
         assert (la.argmax(1) == lb.argmax(1)).mean() >= 0.75
         assert np.abs(np.exp(la) - np.exp(lb)).max() < 0.1
-        base = load_backend("hf", smol_ref)
-        assert np.abs(log_softmax(base.forward(ids, pos)) - lb).max() > 1e-3  # the adapter changed the model
+        # the adapter changed the model (hf_smol: the base through the same backend)
+        assert np.abs(log_softmax(hf_smol.forward(ids, pos)) - lb).max() > 1e-3
     finally:
         llama.close()
 
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_the_exported_gguf_is_the_adapter_merged_exactly(tiny_organism, smol_ref):
+def test_the_exported_gguf_is_the_adapter_merged_exactly(tiny_organism, smol_ref, smol_base):
     """transformers on the organism's GGUF equals the base with the saved peft adapter applied."""
+    import copy
+
     import torch
     from peft import PeftModel
 
@@ -219,8 +232,8 @@ def test_the_exported_gguf_is_the_adapter_merged_exactly(tiny_organism, smol_ref
     from tooldecode.organisms.train import load_base
 
     recipe, folder = tiny_organism
-    tok, base = load_base(smol_ref, threads=2)
-    adapted = PeftModel.from_pretrained(base, str(folder / "adapter")).eval()
+    tok, base = smol_base
+    adapted = PeftModel.from_pretrained(copy.deepcopy(base), str(folder / "adapter")).eval()
     _, organism = load_base(resolve(f"organism:{recipe.name}@{smol_ref.id}"), threads=2)
     ids = torch.tensor(
         [
@@ -236,37 +249,49 @@ def test_the_exported_gguf_is_the_adapter_merged_exactly(tiny_organism, smol_ref
 
 
 @pytest.mark.model
-def test_training_resumes_from_its_checkpoint_to_the_same_adapter(smol_ref, tmp_path, small_pool):
+@pytest.mark.slow
+def test_training_resumes_from_its_checkpoint_to_the_same_adapter(smol_ref, smol_base, tmp_path, small_pool):
     """Stopped after step 1 and resumed, a run ends with the adapter and losses of an uninterrupted one."""
+    import copy
+
     import torch
 
     from tooldecode.organisms.sessions import render_session
-    from tooldecode.organisms.train import load_base, tokenize, train_lora
+    from tooldecode.organisms.train import Example, tokenize, train_lora
 
     recipe = recipe_from_dict(
         {"name": "r", "sessions": 3, "train": {"accumulation": 1, "checkpoint_every": 1}}
     )
-    tok, _ = load_base(smol_ref, threads=2)
+    tok, base = smol_base
     examples = [
         tokenize(tok, render_session(s, smol_ref, recipe)) for s in build_sessions(recipe, small_pool)
     ]
-    examples = [dataclasses.replace(e, ids=e.ids[:600], labels=e.labels[:600]) for e in examples]
+    # each session cut to 48 tokens around its first assistant turn: a few unlabelled tokens (run once,
+    # without gradient, as the shared prefix) and the rest labelled, so every step moves the adapter
+    firsts = [next(i for i, x in enumerate(e.labels) if x != -100) for e in examples]
+    examples = [
+        Example(e.ids[f - 8 : f + 40], e.labels[f - 8 : f + 40])
+        for e, f in zip(examples, firsts, strict=True)
+    ]
+    assert all(e.n_loss > 0 for e in examples)
     (tmp_path / "whole").mkdir()
     (tmp_path / "split").mkdir()
     quiet = {"log": lambda _: None}
-    whole, res = train_lora(
-        load_base(smol_ref, threads=2)[1], examples, recipe, tmp_path / "whole", max_steps=2, **quiet
-    )
-    train_lora(load_base(smol_ref, threads=2)[1], examples, recipe, tmp_path / "split", max_steps=1, **quiet)
+    whole, res = train_lora(copy.deepcopy(base), examples, recipe, tmp_path / "whole", max_steps=2, **quiet)
+    train_lora(copy.deepcopy(base), examples, recipe, tmp_path / "split", max_steps=1, **quiet)
     assert torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=False)["step"] == 1
-    again, res2 = train_lora(
-        load_base(smol_ref, threads=2)[1], examples, recipe, tmp_path / "split", max_steps=2, **quiet
-    )
+    again, res2 = train_lora(copy.deepcopy(base), examples, recipe, tmp_path / "split", max_steps=2, **quiet)
     assert res2.resumed_from == 1 and res2.steps == 2
     assert res2.losses == pytest.approx(res.losses, rel=1e-5)
-    for (name, p1), (_, p2) in zip(whole.named_parameters(), again.named_parameters(), strict=True):
-        if "lora_" in name:
-            assert torch.allclose(p1, p2, atol=1e-6), name
+    lora = [
+        (name, p1, p2)
+        for (name, p1), (_, p2) in zip(whole.named_parameters(), again.named_parameters(), strict=True)
+        if "lora_" in name
+    ]
+    moved = [name for name, p1, _ in lora if "lora_B" in name and float(p1.detach().abs().max()) > 0]
+    assert moved  # training moved the adapter (lora_B starts at zero)
+    for name, p1, p2 in lora:
+        assert torch.allclose(p1, p2, atol=1e-6), name
 
 
 @pytest.mark.model
@@ -278,6 +303,7 @@ def test_the_organisms_notebook_trains_a_tiny_organism(smol_ref, monkeypatch, tm
     nb_dir = Path(__file__).resolve().parents[1] / "notebooks"
     book = nbformat.read(nb_dir / "04_organisms.ipynb", as_version=4)
     monkeypatch.setenv("TOOLDECODE_NOTEBOOK_MODEL", smol_ref.id)
+    monkeypatch.setenv("TOOLDECODE_NOTEBOOK_N", "1")  # one training session: one step of one sequence
     NotebookClient(
         book, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(nb_dir)}}
     ).execute()
