@@ -235,15 +235,7 @@ class DFA:
         for q, row in enumerate(self.delta):
             for t in row:
                 rev[t].add(q)
-        live = set(self.accept)
-        stack = list(self.accept)
-        while stack:
-            q = stack.pop()
-            for p in rev[q]:
-                if p not in live:
-                    live.add(p)
-                    stack.append(p)
-        return live
+        return reachable(self.accept, rev.__getitem__)
 
     def is_empty(self) -> bool:
         return self.start not in self.live_states()
@@ -283,6 +275,18 @@ class DFA:
 
 
 _State = TypeVar("_State", bound=Hashable)
+
+
+def reachable(starts: Iterable[_State], succ: Callable[[_State], Iterable[_State]]) -> set[_State]:
+    """The states reachable from ``starts`` (``starts`` included) by the successor function ``succ``."""
+    seen = set(starts)
+    stack = list(seen)
+    while stack:
+        for t in succ(stack.pop()):
+            if t not in seen:
+                seen.add(t)
+                stack.append(t)
+    return seen
 
 
 def _explore(
@@ -326,15 +330,7 @@ def _determinize(nfa: _NFA, start: int, final: int) -> DFA:
     def closure1(q: int) -> frozenset[int]:
         if q in closure_cache:
             return closure_cache[q]
-        seen = {q}
-        stack = [q]
-        while stack:
-            x = stack.pop()
-            for y in nfa.eps[x]:
-                if y not in seen:
-                    seen.add(y)
-                    stack.append(y)
-        fs = frozenset(seen)
+        fs = frozenset(reachable([q], nfa.eps.__getitem__))
         closure_cache[q] = fs
         return fs
 
@@ -359,15 +355,7 @@ def _determinize(nfa: _NFA, start: int, final: int) -> DFA:
 
 def _minimize(d: DFA) -> DFA:
     # remove unreachable states first
-    reach = {d.start}
-    stack = [d.start]
-    while stack:
-        q = stack.pop()
-        for t in d.delta[q]:
-            if t not in reach:
-                reach.add(t)
-                stack.append(t)
-    states = sorted(reach)
+    states = sorted(reachable([d.start], d.delta.__getitem__))
     # Moore refinement
     block = {q: (1 if q in d.accept else 0) for q in states}
     nblocks = len(set(block.values()))

@@ -394,17 +394,8 @@ class Lowerer:
         def nonempty_accept(s: Hashable) -> bool:
             return accept(s) and not s[-1]  # type: ignore[index]
 
-        empty_ok = False
-        stack = [start]
-        seen = {start}
-        while stack:
-            s = stack.pop()
-            if accept(s):
-                empty_ok = True
-            for lab_, t in trans(s):
-                if lab_ == EMPTY and t not in seen:
-                    seen.add(t)
-                    stack.append(t)
+        by_empty = A.reachable([start], lambda s: (t for lab_, t in trans(s) if lab_ == EMPTY))
+        empty_ok = any(accept(s) for s in by_empty)
         return emit_automaton(self.book, start, trans, nonempty_accept, self._hint(hint)), empty_ok
 
     def extra_regions(self, a: ir.ObjA, hint: str) -> list[tuple[GExpr, ir.Node]]:
