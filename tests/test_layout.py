@@ -216,7 +216,7 @@ DRAW_CALLS = {
     "draw",  # tooldecode.engines.draw, tooldecode.backends.openai.draw
     "tool_drawer",  # tooldecode.backends.openai_tools
     "draw_tools",  # tooldecode.backends.openai_tools
-    "chat_tool_samples",  # tooldecode.backends.openai_tools; OpenAIBackend.chat_tool_samples
+    "chat_tool_samples",  # tooldecode.backends.openai_tools
     "compile_mask",  # tooldecode.masking
     "build_strict",  # tooldecode.engines
     "prefix_keeping",  # tooldecode.masking
@@ -232,7 +232,7 @@ DRAW_DEFINERS = {
     "tooldecode/engines/build.py",  # build_strict (through compile_mask), draw (through sample or the sampler)
     "tooldecode/engines/outlines.py",  # OutlinesSampler.sample
     "tooldecode/engines/soundness.py",  # the engines' soundness table builds each engine's channel to test it
-    "tooldecode/backends/openai.py",  # OpenAIBackend.sample, draw, chat_tool_samples
+    "tooldecode/backends/openai.py",  # OpenAIBackend.sample, draw
     "tooldecode/backends/openai_tools.py",  # tool_drawer, draw_tools, chat_tool_samples
     "tooldecode/probe.py",  # probe_call's continuation tally draws through sample
 }

@@ -70,6 +70,13 @@ class RecordError(ToolDecodeError):
     """A stored record that is not what its type says (a missing field, a value of the wrong type)."""
 
 
+class _OrUnknown(dict):
+    """A stored dict for ``str.format_map``: an absent field reads ``?``."""
+
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
 _R = TypeVar("_R", bound="_Record")
 _NUMBER = (int, float)
 
@@ -104,14 +111,21 @@ class _Record:
     field's value may have; ``_NULLABLE``: required fields that may be ``null``. A field given as ``null`` where absence is the norm is kept in ``extra``, so
     the dict comes back as it was."""
 
+    # what was read but is no field (given back by to_json), and the order the keys were read in
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, kw_only=True)
+    order: tuple[str, ...] = field(default=(), compare=False, repr=False, kw_only=True)
+
     _REQUIRED: ClassVar[tuple[str, ...]] = ()
     _OPTIONAL: ClassVar[tuple[str, ...]] = ()
     _TYPES: ClassVar[dict[str, type | tuple[type, ...]]] = {}
     _NULLABLE: ClassVar[tuple[str, ...]] = ()
     _KIND: ClassVar[str] = "record"
+    _WHERE: ClassVar[str | None] = None  # the record named in an error: fields of the dict ('?' if absent)
 
     @classmethod
     def _where(cls, d: Mapping[str, Any]) -> str:
+        if cls._WHERE is not None:
+            return cls._WHERE.format_map(_OrUnknown(d))
         return f"{cls._KIND} {d.get('key') or d.get('scenario') or '?'}"
 
     @classmethod
@@ -151,12 +165,12 @@ class _Record:
             elif isinstance(v, tuple) and all(isinstance(t, _Record) for t in v):
                 v = [t.to_json() for t in v]
             out[k] = v
-        out.update(vars(self)["extra"])  # every record type ends with extra and order
+        out.update(self.extra)
         return self._ordered(out)
 
     def _ordered(self, out: dict[str, Any]) -> dict[str, Any]:
         """``out`` with its keys in the order the record was read in (new keys last)."""
-        rank = {k: i for i, k in enumerate(vars(self)["order"])}
+        rank = {k: i for i, k in enumerate(self.order)}
         return dict(sorted(out.items(), key=lambda kv: rank.get(kv[0], len(rank))))
 
     @classmethod
@@ -200,9 +214,9 @@ class Condition(_Record):
     duplicates: str | None = None
     wire: str | None = None
     expected_tool: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-    order: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
+    _KIND = "arm"
+    _WHERE = "arm of model {model}"
     _REQUIRED = ("model", "backend", "mode", "temperature")
     _OPTIONAL = tuple(
         (
@@ -231,11 +245,6 @@ class Condition(_Record):
         "wire": str,
         "expected_tool": str,
     }
-    _KIND = "arm"
-
-    @classmethod
-    def _where(cls, d: Mapping[str, Any]) -> str:
-        return f"arm of model {d.get('model', '?')}"
 
     @property
     def strict(self) -> bool:
@@ -274,17 +283,12 @@ class OfferedTool(_Record):
     name: str
     parameters: dict[str, Any] | bool
     description: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-    order: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
+    _KIND = "offered tool"
+    _WHERE = "offered tool {name}"
     _REQUIRED = ("name", "parameters")
     _OPTIONAL = ("description",)
     _TYPES = {"name": str, "parameters": (dict, bool), "description": str}
-    _KIND = "offered tool"
-
-    @classmethod
-    def _where(cls, d: Mapping[str, Any]) -> str:
-        return f"offered tool {d.get('name', '?')}"
 
 
 def _tools(value: Any) -> tuple[OfferedTool, ...]:
@@ -322,9 +326,8 @@ class SampleRecord(_Record):
     particles: dict[str, Any] | None = None
     copy_of: str | None = None
     tools: tuple[OfferedTool, ...] | None = None
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-    order: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
+    _KIND = "sample"
     _REQUIRED = tuple(
         (
             "key arm scenario seed index prompt_sha256 prefill text token_ids logprobs top entropy "
@@ -356,7 +359,6 @@ class SampleRecord(_Record):
         "copy_of": str,
         "tools": list,
     }
-    _KIND = "sample"
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> SampleRecord:
@@ -423,9 +425,8 @@ class VerdictRecord(_Record):
     n_calls: int | None = None
     duplicate_keys: list[str] | None = None
     outcome: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-    order: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
+    _KIND = "verdict"
     _REQUIRED = ("key", "scorer", "arm", "scenario", "verdict")
     _OPTIONAL = ("skipped", *_VERDICT_BODY, "outcome")
     _NULLABLE = ("verdict",)
@@ -447,7 +448,6 @@ class VerdictRecord(_Record):
         "duplicate_keys": list,
         "outcome": dict,
     }
-    _KIND = "verdict"
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> VerdictRecord:
@@ -510,9 +510,9 @@ class ProbeRow(_Record):
     wire: str
     n_items: int
     item_index: int | None
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-    order: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
+    _KIND = "probe row"
+    _WHERE = "probe row {model}/{variant_label}/{scenario}"
     _REQUIRED = tuple(
         (
             "index path after container actual p_close p_continue p_other p_undetermined entropy boundary "
@@ -552,11 +552,6 @@ class ProbeRow(_Record):
         "n_items": int,
         "item_index": int,
     }
-    _KIND = "probe row"
-
-    @classmethod
-    def _where(cls, d: Mapping[str, Any]) -> str:
-        return f"probe row {d.get('model', '?')}/{d.get('variant_label', '?')}/{d.get('scenario', '?')}"
 
     @property
     def same_prompt_as(self) -> str | None:

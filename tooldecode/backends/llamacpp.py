@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +31,9 @@ from tooldecode.models import ModelRef
 os.environ.setdefault("GOMP_SPINCOUNT", "20000")
 
 
-def _llama_cpp():
+def llama_cpp_module() -> Any:
+    """llama-cpp-python, its log quiet unless ``TOOLDECODE_LLAMA_VERBOSE`` is set; ModelError where it is
+    not installed."""
     try:
         import llama_cpp
         from llama_cpp import _logger
@@ -39,6 +43,18 @@ def _llama_cpp():
         ) from None
     _logger.set_verbose(bool(os.environ.get("TOOLDECODE_LLAMA_VERBOSE")))
     return llama_cpp
+
+
+def read_gguf(llama_cpp: Any, path: Path, **params: Any) -> Any:
+    """A llama.cpp model read from the ``.gguf`` file at ``path`` with the model parameters ``params``
+    (``n_gpu_layers``, ``vocab_only``, ...) set; ValueError where llama.cpp cannot read the file."""
+    from llama_cpp._internals import LlamaModel
+
+    llama_cpp.llama_backend_init()
+    mparams = llama_cpp.llama_model_default_params()
+    for name, value in params.items():
+        setattr(mparams, name, value)
+    return LlamaModel(path_model=str(path), params=mparams, verbose=False)
 
 
 class LlamaCppBackend(Backend):
@@ -56,19 +72,16 @@ class LlamaCppBackend(Backend):
     ) -> None:
         if not model.is_gguf:
             raise ModelError(f"llama.cpp needs a .gguf file; '{model.path}' is a folder (use --backend hf)")
-        llama_cpp = _llama_cpp()
-        from llama_cpp._internals import LlamaBatch, LlamaContext, LlamaModel
+        llama_cpp = llama_cpp_module()
+        from llama_cpp._internals import LlamaBatch, LlamaContext
 
         self._lc = llama_cpp
         self.model = model
         self.n_threads = n_threads or int(os.environ.get("TOOLDECODE_THREADS", 0)) or os.cpu_count() or 1
         self.n_batch = n_batch
         self.max_seqs = max_seqs
-        llama_cpp.llama_backend_init()
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = n_gpu_layers
         try:
-            self._model = LlamaModel(path_model=str(model.path), params=mparams, verbose=False)
+            self._model = read_gguf(llama_cpp, model.path, n_gpu_layers=n_gpu_layers)
         except ValueError:
             from tooldecode.models import REGISTRY
 

@@ -461,9 +461,6 @@ class OpenAIBackend(ServerProbe, Backend):
             token_ids=token_ids,
             logprobs=logprobs,
             top=top,
-            entropy=None,
-            entropy_masked=None,
-            mask_removed=None,
             finish_reason=finish,
             error=error,
             timing={
@@ -476,27 +473,6 @@ class OpenAIBackend(ServerProbe, Backend):
             tokens=tokens,
             absent=absent,
         )
-
-    # --- provider-style tool calling (chat completions) ----------------------------------------
-    def chat_tool_samples(
-        self,
-        messages: Sequence[dict],
-        tools: Sequence[Any],
-        n: int,
-        params: Any,
-        *,
-        strict: bool,
-        tool_choice: str | dict = "auto",
-        start_index: int = 0,
-        on_batch: Callable[[list[ServerSample]], None] | None = None,
-    ) -> list[ServerSample]:
-        """Chat completions with ``tools=[…]`` and per-tool ``strict`` (see ``openai_tools``)."""
-        from tooldecode.backends.openai_tools import chat_tool_samples
-
-        return chat_tool_samples(
-            self, messages, tools, n, params, strict=strict, tool_choice=tool_choice,
-            start_index=start_index, on_batch=on_batch,
-        )  # fmt: skip
 
     # --- not available over HTTP ----------------------------------------------------------------
     def begin(self, prompt_ids: Sequence[int], n_seqs: int) -> np.ndarray:

@@ -37,9 +37,10 @@ class ServerSample:
     token_ids: list[int] | None
     logprobs: list[float] | None
     top: list[list[list[float]] | None] | None
-    entropy: list[float] | None
-    entropy_masked: list[float] | None
-    mask_removed: list[float] | None
+    # no server returns the full distribution these need: None, with NO_DISTRIBUTION in absent
+    entropy: list[float] | None = field(default=None, kw_only=True)
+    entropy_masked: list[float] | None = field(default=None, kw_only=True)
+    mask_removed: list[float] | None = field(default=None, kw_only=True)
     finish_reason: str
     error: str | None = None
     timing: dict[str, Any] = field(default_factory=dict)

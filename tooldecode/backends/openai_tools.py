@@ -113,9 +113,6 @@ def _one(
         token_ids=None,
         logprobs=None,
         top=None,
-        entropy=None,
-        entropy_masked=None,
-        mask_removed=None,
         finish_reason=finish if error is None else "error",
         error=error,
         timing={

@@ -3,8 +3,6 @@ on the server)."""
 
 from __future__ import annotations
 
-import os
-
 from tooldecode.backends.base import llama_piece, llama_tokenize
 from tooldecode.errors import ModelError
 from tooldecode.models import ModelRef
@@ -25,19 +23,12 @@ class GGUFVocab:
                 f"--backend openai reads the tokenizer from a .gguf file; '{ref.path}' is a folder "
                 "(pass the model's .gguf id or path with --model)"
             )
-        try:
-            import llama_cpp
-            from llama_cpp import _logger
-            from llama_cpp._internals import LlamaModel
-        except ImportError as err:  # pragma: no cover - depends on the install
-            raise ModelError(f"llama-cpp-python is not installed ({err}); run `make setup`") from None
-        _logger.set_verbose(bool(os.environ.get("TOOLDECODE_LLAMA_VERBOSE")))
+        from tooldecode.backends.llamacpp import llama_cpp_module, read_gguf
+
+        llama_cpp = llama_cpp_module()
         self._lc = llama_cpp
-        llama_cpp.llama_backend_init()
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.vocab_only = True
         try:
-            self._model = LlamaModel(path_model=str(ref.path), params=mparams, verbose=False)
+            self._model = read_gguf(llama_cpp, ref.path, vocab_only=True)
         except ValueError:
             raise ModelError(f"llama.cpp could not read the vocabulary of '{ref.path}'") from None
         self.vocab = self._model.vocab

@@ -238,19 +238,21 @@ def _read_toml(p: Path) -> dict[str, Any]:
 
 
 # field -> (accepted types, description) for the scalar and list fields of a spec
+_TEXT: tuple[tuple[type, ...], str] = ((str,), "text")
+_COUNT: tuple[tuple[type, ...], str] = ((int,), "a whole number ≥ 1")
 _FIELD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "name": ((str,), "a plain name"),
-    "description": ((str,), "text"),
-    "claim": ((str,), "text"),
+    "description": _TEXT,
+    "claim": _TEXT,
     "backend": ((str,), "a backend name"),
     "engine": ((str, list), "an engine setting or a list of them (see `tooldecode sample --help`)"),
     "ws": ((str,), "a whitespace mode"),
     "streams": ((str,), "'scenario' or 'shared'"),
     "duplicates": ((str, list), "'forbid', 'admit' or a list of them"),
-    "n": ((int,), "a whole number ≥ 1"),
-    "max_new_tokens": ((int,), "a whole number ≥ 1"),
-    "batch_size": ((int,), "a whole number ≥ 1"),
-    "max_scenarios": ((int,), "a whole number ≥ 1"),
+    "n": _COUNT,
+    "max_new_tokens": _COUNT,
+    "batch_size": _COUNT,
+    "max_scenarios": _COUNT,
     "top_p": ((int, float), "a number in (0, 1]"),
 }
 _LIST_TYPES: dict[str, tuple[tuple[type, ...], str]] = {

@@ -7,9 +7,10 @@ state elimination. The emitters print the AST (``regex`` and ``gbnf``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TypeVar
 
 from tooldecode.grammar.rast import (  # re-exported: the regex AST is used with the automata
     EPS,
@@ -234,15 +235,7 @@ class DFA:
         for q, row in enumerate(self.delta):
             for t in row:
                 rev[t].add(q)
-        live = set(self.accept)
-        stack = list(self.accept)
-        while stack:
-            q = stack.pop()
-            for p in rev[q]:
-                if p not in live:
-                    live.add(p)
-                    stack.append(p)
-        return live
+        return reachable(self.accept, rev.__getitem__)
 
     def is_empty(self) -> bool:
         return self.start not in self.live_states()
@@ -281,6 +274,49 @@ class DFA:
             sys.setrecursionlimit(old)
 
 
+_State = TypeVar("_State", bound=Hashable)
+
+
+def reachable(starts: Iterable[_State], succ: Callable[[_State], Iterable[_State]]) -> set[_State]:
+    """The states reachable from ``starts`` (``starts`` included) by the successor function ``succ``."""
+    seen = set(starts)
+    stack = list(seen)
+    while stack:
+        for t in succ(stack.pop()):
+            if t not in seen:
+                seen.add(t)
+                stack.append(t)
+    return seen
+
+
+def _explore(
+    start: _State, step: Callable[[_State], Iterable[_State]], what: str
+) -> tuple[list[_State], list[list[int]]]:
+    """The states reachable from ``start`` in discovery order, and their transition rows.
+
+    ``step(state)`` gives a state's successor on each atom in turn; states are numbered as they
+    are found (``start`` is 0). Raises ``TooComplex`` past ``MAX_DFA_STATES`` states.
+    """
+    index: dict[_State, int] = {start: 0}
+    order = [start]
+    delta: list[list[int]] = []
+    i = 0
+    while i < len(order):
+        row = []
+        for t in step(order[i]):
+            j = index.get(t)
+            if j is None:
+                j = len(order)
+                index[t] = j
+                order.append(t)
+                if len(order) > MAX_DFA_STATES:
+                    raise TooComplex(f"{what} exceeds the state limit")
+            row.append(j)
+        delta.append(row)
+        i += 1
+    return order, delta
+
+
 def _determinize(nfa: _NFA, start: int, final: int) -> DFA:
     all_sets = [cs for row in nfa.trans for cs, _ in row]
     atoms = _partition(all_sets)
@@ -294,15 +330,7 @@ def _determinize(nfa: _NFA, start: int, final: int) -> DFA:
     def closure1(q: int) -> frozenset[int]:
         if q in closure_cache:
             return closure_cache[q]
-        seen = {q}
-        stack = [q]
-        while stack:
-            x = stack.pop()
-            for y in nfa.eps[x]:
-                if y not in seen:
-                    seen.add(y)
-                    stack.append(y)
-        fs = frozenset(seen)
+        fs = frozenset(reachable([q], nfa.eps.__getitem__))
         closure_cache[q] = fs
         return fs
 
@@ -312,47 +340,22 @@ def _determinize(nfa: _NFA, start: int, final: int) -> DFA:
             out |= closure1(q)
         return frozenset(out)
 
-    s0 = closure([start])
-    index: dict[frozenset[int], int] = {s0: 0}
-    order = [s0]
-    delta: list[list[int]] = []
-    i = 0
-    na = len(atoms)
-    while i < len(order):
-        cur = order[i]
-        i += 1
-        targets: list[set[int]] = [set() for _ in range(na)]
+    def step(cur: frozenset[int]) -> Iterator[frozenset[int]]:
+        targets: list[set[int]] = [set() for _ in atoms]
         for q in cur:
             for cs, t in nfa.trans[q]:
                 for a in atom_idx[cs]:
                     targets[a].add(t)
-        row = []
-        for a in range(na):
-            fs = closure(targets[a])
-            j = index.get(fs)
-            if j is None:
-                j = len(order)
-                index[fs] = j
-                order.append(fs)
-                if len(order) > MAX_DFA_STATES:
-                    raise TooComplex("automaton exceeds the state limit")
-            row.append(j)
-        delta.append(row)
+        return (closure(ts) for ts in targets)
+
+    order, delta = _explore(closure([start]), step, "automaton")
     accept = {k for k, fs in enumerate(order) if final in fs}
     return DFA(atoms, delta, accept, 0)
 
 
 def _minimize(d: DFA) -> DFA:
     # remove unreachable states first
-    reach = {d.start}
-    stack = [d.start]
-    while stack:
-        q = stack.pop()
-        for t in d.delta[q]:
-            if t not in reach:
-                reach.add(t)
-                stack.append(t)
-    states = sorted(reach)
+    states = sorted(reachable([d.start], d.delta.__getitem__))
     # Moore refinement
     block = {q: (1 if q in d.accept else 0) for q in states}
     nblocks = len(set(block.values()))
@@ -445,26 +448,11 @@ def product(ds: Sequence[DFA], mode: str = "and") -> DFA:
     """Intersection (``and``) or union (``or``) of complete DFAs."""
     atoms = common_atoms(*ds)
     rd = [_refine(d, atoms) for d in ds]
-    start = tuple(d.start for d in rd)
-    index = {start: 0}
-    order = [start]
-    delta = []
-    i = 0
-    while i < len(order):
-        cur = order[i]
-        i += 1
-        row = []
-        for a in range(len(atoms)):
-            t = tuple(d.delta[q][a] for d, q in zip(rd, cur, strict=True))
-            j = index.get(t)
-            if j is None:
-                j = len(order)
-                index[t] = j
-                order.append(t)
-                if len(order) > MAX_DFA_STATES:
-                    raise TooComplex("product automaton exceeds the state limit")
-            row.append(j)
-        delta.append(row)
+
+    def step(cur: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
+        return (tuple(d.delta[q][a] for d, q in zip(rd, cur, strict=True)) for a in range(len(atoms)))
+
+    order, delta = _explore(tuple(d.start for d in rd), step, "product automaton")
     if mode == "and":
         accept = {k for k, t in enumerate(order) if all(q in d.accept for d, q in zip(rd, t, strict=True))}
     else:

@@ -13,24 +13,6 @@ from typing import Any
 from tooldecode.grammar import ir
 from tooldecode.grammar.compile_types import TypeKeywords
 from tooldecode.grammar.errors import GrammarError, InvalidSchemaError, UnsupportedSchemaError, pointer_join
-from tooldecode.grammar.ir import (
-    ANY,
-    NEVER,
-    TOP,
-    ArrA,
-    BoolA,
-    ConstA,
-    Inexact,
-    Node,
-    NullA,
-    NumA,
-    ObjA,
-    RefA,
-    StrA,
-    intersect,
-    node,
-    union,
-)
 from tooldecode.grammar.keywords import (
     ANNOTATIONS,
     DIALECTS,
@@ -56,22 +38,22 @@ class Compiler(TypeKeywords):
         self.assert_format = assert_format
         self.ignored: list[tuple[str, str]] = []
         self.warnings: list[str] = []
-        self.defs: dict[str, Node] = {}
-        self.memo: dict[tuple[int, str], Node] = {}
+        self.defs: dict[str, ir.Node] = {}
+        self.memo: dict[tuple[int, str], ir.Node] = {}
         self.progress: dict[tuple[int, str], list[Any]] = {}
         self._keep: list[Any] = []
         self._resolver = None
         # unevaluated* applied to a recursive reference: derived definitions, built once every
         # definition is complete ((base, kind, id(u)) -> derived name; pending: name, base, kind, u)
         self.derived: dict[tuple[str, str, int], str] = {}
-        self.pending: list[tuple[str, str, str, Node]] = []
+        self.pending: list[tuple[str, str, str, ir.Node]] = []
         # under-approximations: a counter bumped by each (a subschema compiled narrower than it is
         # makes every schema around it narrower too), the memo keys and definitions concerned
         self.losses = 0
         self.lossy: set[tuple[int, str]] = set()
         self.lossy_defs: set[str] = set()
         # anyOf branches by schema (id), and whether a value may match two of them
-        self.anyof_nodes: dict[int, list[Node]] = {}
+        self.anyof_nodes: dict[int, list[ir.Node]] = {}
         self.anyof_overlap: dict[int, bool] = {}
 
     def narrowed(self, keyword: str, ptr: str, why: list[str] | str) -> None:
@@ -84,7 +66,7 @@ class Compiler(TypeKeywords):
             f"{keyword} at {ptr or '#'}: rendered narrower than the schema ({'; '.join(reasons)})"
         )
 
-    def exact_defs(self) -> dict[str, Node]:
+    def exact_defs(self) -> dict[str, ir.Node]:
         """The finished definitions that are exact (the ones a negation may unfold)."""
         return {k: v for k, v in self.defs.items() if k not in self.lossy_defs}
 
@@ -111,29 +93,29 @@ class Compiler(TypeKeywords):
             self._resolver = reg.resolver(base_uri=uri)
         return self._resolver
 
-    def compile_root(self) -> Node:
+    def compile_root(self) -> ir.Node:
         n = self.compile(self.root, "", self.resolver(), 0)
         while self.pending:
             name, base, kind, u = self.pending.pop()
             self.defs[name] = self._uneval(self.defs[base], kind, u)
         return self.finalize(n)
 
-    def _uneval(self, cur: Node, kind: str, u: Node) -> Node:
+    def _uneval(self, cur: ir.Node, kind: str, u: ir.Node) -> ir.Node:
         """``cur`` with ``unevaluatedProperties`` (kind ``props``) or ``unevaluatedItems`` (``items``)
         ``u`` applied to each alternative; a recursive reference gets a derived definition."""
         out: list[ir.Alt] = []
         for a in _expand(cur).alts:
-            if kind == "props" and isinstance(a, ObjA):
+            if kind == "props" and isinstance(a, ir.ObjA):
                 out.append(self._apply_uneval_props(a, u))
-            elif kind == "items" and isinstance(a, ArrA):
+            elif kind == "items" and isinstance(a, ir.ArrA):
                 out.append(self._apply_uneval_items(a, u))
-            elif isinstance(a, RefA):
-                out.append(RefA(self._derive(a.name, kind, u)))
+            elif isinstance(a, ir.RefA):
+                out.append(ir.RefA(self._derive(a.name, kind, u)))
             else:
                 out.append(a)
-        return node(*out)
+        return ir.node(*out)
 
-    def _derive(self, base: str, kind: str, u: Node) -> str:
+    def _derive(self, base: str, kind: str, u: ir.Node) -> str:
         key = (base, kind, id(u))
         if key not in self.derived:
             self._keep.append(u)
@@ -149,11 +131,11 @@ class Compiler(TypeKeywords):
             self.pending.append((name, base, kind, u))
         return self.derived[key]
 
-    def compile(self, s: Any, ptr: str, resolver: Any, depth: int) -> Node:
+    def compile(self, s: Any, ptr: str, resolver: Any, depth: int) -> ir.Node:
         if s is True:
-            return ANY
+            return ir.ANY
         if s is False:
-            return NEVER
+            return ir.NEVER
         if not isinstance(s, dict):
             raise InvalidSchemaError(
                 "(schema)", ptr, f"a schema must be an object or a boolean, not {type(s).__name__}"
@@ -171,9 +153,9 @@ class Compiler(TypeKeywords):
             entry = self.progress[key]
             if entry[1] == depth:
                 self.unsupported("$ref", ptr, "a reference cycle that does not nest into a value")
-                return ANY
+                return ir.ANY
             entry[2] = True
-            return node(RefA(entry[0]))
+            return ir.node(ir.RefA(entry[0]))
         name = self._def_name(ptr)
         entry = [name, depth, False]
         self.progress[key] = entry
@@ -206,7 +188,7 @@ class Compiler(TypeKeywords):
         return name
 
     # -- one schema object
-    def _compile_dict(self, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> Node:
+    def _compile_dict(self, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> ir.Node:
         self._check_keywords(s, ptr)
         cur = self._base(s, ptr, resolver, depth)
         cur = self._in_place(cur, s, ptr, resolver, depth)
@@ -215,7 +197,7 @@ class Compiler(TypeKeywords):
         cur = self._unevaluated(cur, s, ptr, resolver, depth)
         return self._values(cur, s, ptr)
 
-    def _meet(self, cur: Node, other: Node, kw: str, kptr: str) -> Node:
+    def _meet(self, cur: ir.Node, other: ir.Node, kw: str, kptr: str) -> ir.Node:
         if len(cur.alts) * len(other.alts) > MAX_MEET_ALTS:
             # the intersection of two unions is the union of every pair: allOf over anyOf grows as a product
             raise GrammarError(
@@ -223,24 +205,24 @@ class Compiler(TypeKeywords):
                 f"{MAX_MEET_ALTS:,} this builder renders; merge the branches or move the alternatives into one anyOf"
             )
         try:
-            return intersect(cur, other)
-        except Inexact as e:
+            return ir.intersect(cur, other)
+        except ir.Inexact as e:
             try:  # a finished recursive definition stands for its own alternatives
-                return intersect(self._unfold(cur), self._unfold(other))
-            except Inexact:
+                return ir.intersect(self._unfold(cur), self._unfold(other))
+            except ir.Inexact:
                 pass
             self.unsupported(kw, kptr, str(e))
             return cur
 
-    def _unfold(self, n: Node) -> Node:
+    def _unfold(self, n: ir.Node) -> ir.Node:
         """``n`` with each reference to a finished definition replaced by the definition's alternatives."""
-        if not any(isinstance(a, RefA) and a.name in self.defs for a in n.alts):
+        if not any(isinstance(a, ir.RefA) and a.name in self.defs for a in n.alts):
             return n
-        return node(
+        return ir.node(
             *(
                 x
                 for a in n.alts
-                for x in (self.defs[a.name].alts if isinstance(a, RefA) and a.name in self.defs else (a,))
+                for x in (self.defs[a.name].alts if isinstance(a, ir.RefA) and a.name in self.defs else (a,))
             )
         )
 
@@ -254,8 +236,8 @@ class Compiler(TypeKeywords):
             for i in range(0 if overlap else len(nodes)):
                 for j in range(i + 1, len(nodes)):
                     try:
-                        overlap = overlap or not _provably_empty(intersect(nodes[i], nodes[j]))
-                    except Inexact:
+                        overlap = overlap or not _provably_empty(ir.intersect(nodes[i], nodes[j]))
+                    except ir.Inexact:
                         overlap = True
             self.anyof_overlap[key] = overlap
         return self.anyof_overlap[key]
@@ -285,7 +267,7 @@ class Compiler(TypeKeywords):
                 stack.append((r.contents, r.resolver))
         return False
 
-    def _compile_counted(self, s: Any, ptr: str, resolver: Any, depth: int) -> tuple[Node, bool]:
+    def _compile_counted(self, s: Any, ptr: str, resolver: Any, depth: int) -> tuple[ir.Node, bool]:
         """A subschema and whether it was compiled narrower than it is."""
         before = self.losses
         n = self.compile(s, ptr, resolver, depth)
@@ -310,7 +292,7 @@ class Compiler(TypeKeywords):
                 f"only the draft 2020-12 dialect is supported, not {s['$schema']!r}",
             )
 
-    def _base(self, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> Node:
+    def _base(self, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> ir.Node:
         """The type and per-type keywords."""
         alts: dict[str, Any] = {}
         # type
@@ -326,8 +308,8 @@ class Compiler(TypeKeywords):
                 )
             types = tl
         # per-type base alternatives
-        alts["null"] = NullA()
-        alts["boolean"] = BoolA()
+        alts["null"] = ir.NullA()
+        alts["boolean"] = ir.BoolA()
         alts["number"] = self._number(s, ptr)
         alts["string"] = self._string(s, ptr)
         alts["array"] = self._array(s, ptr, resolver, depth)
@@ -337,17 +319,17 @@ class Compiler(TypeKeywords):
             for t in types:
                 if t == "integer":
                     a = alts["number"]
-                    chosen.append(ir.inter_num(a, NumA(kind="int")) if a is not None else None)
+                    chosen.append(ir.inter_num(a, ir.NumA(kind="int")) if a is not None else None)
                 else:
                     chosen.append(alts[t])
-            base = node(*(a for a in chosen if a is not None))
+            base = ir.node(*(a for a in chosen if a is not None))
         else:
-            base = node(*(a for a in alts.values() if a is not None))
-        if all(alts[t] == TOP[t] for t in alts) and types is None:
-            base = ANY
+            base = ir.node(*(a for a in alts.values() if a is not None))
+        if all(alts[t] == ir.TOP[t] for t in alts) and types is None:
+            base = ir.ANY
         return base
 
-    def _in_place(self, cur: Node, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> Node:
+    def _in_place(self, cur: ir.Node, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> ir.Node:
         """$ref, allOf, anyOf, oneOf."""
         # $ref
         if "$ref" in s:
@@ -374,7 +356,7 @@ class Compiler(TypeKeywords):
                 for i, sub in enumerate(self._list(s, "anyOf", ptr))
             ]
             self.anyof_nodes[id(s)] = branches
-            cur = self._meet(cur, union(*branches), "anyOf", pointer_join(ptr, "anyOf"))
+            cur = self._meet(cur, ir.union(*branches), "anyOf", pointer_join(ptr, "anyOf"))
         # oneOf
         if "oneOf" in s:
             kptr = pointer_join(ptr, "oneOf")
@@ -388,13 +370,13 @@ class Compiler(TypeKeywords):
                 loss: list[str] = []
                 cur = self._meet(cur, self._one_of(branches, lossy, bounds, loss), "oneOf", kptr)
                 self.narrowed("oneOf", kptr, loss)
-            except Inexact as e:
+            except ir.Inexact as e:
                 self.unsupported("oneOf", kptr, f"branches are not provably disjoint ({e})")
                 if self.lenient:
-                    cur = self._meet(cur, union(*branches), "oneOf", kptr)
+                    cur = self._meet(cur, ir.union(*branches), "oneOf", kptr)
         return cur
 
-    def _negations(self, cur: Node, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> Node:
+    def _negations(self, cur: ir.Node, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> ir.Node:
         """not, if / then / else."""
         # not
         if "not" in s:
@@ -408,7 +390,7 @@ class Compiler(TypeKeywords):
                 try:
                     cur = difference(cur, sub, loss, self.exact_defs())
                     self.narrowed("not", kptr, loss)
-                except Inexact as e:
+                except ir.Inexact as e:
                     self.unsupported("not", kptr, str(e))
         # if / then / else
         if "if" in s and ("then" in s or "else" in s):
@@ -416,61 +398,70 @@ class Compiler(TypeKeywords):
             before = self.losses
             cond = self.compile(s["if"], kptr, resolver, depth)
             cond_lossy = self.losses > before
-            then = self.compile(s["then"], pointer_join(ptr, "then"), resolver, depth) if "then" in s else ANY
-            els = self.compile(s["else"], pointer_join(ptr, "else"), resolver, depth) if "else" in s else ANY
+            then = (
+                self.compile(s["then"], pointer_join(ptr, "then"), resolver, depth) if "then" in s else ir.ANY
+            )
+            els = (
+                self.compile(s["else"], pointer_join(ptr, "else"), resolver, depth) if "else" in s else ir.ANY
+            )
             loss = []
             try:
                 if cond_lossy:  # no sound negation of a narrowed condition: the 'else' side is left out
                     loss.append("the condition is itself rendered narrower, so only its 'then' side is kept")
-                    other = NEVER
+                    other = ir.NEVER
                 else:
                     other = difference(els, cond, loss, self.exact_defs())
-                cur = self._meet(cur, union(intersect(cond, then), other), "if", kptr)
+                cur = self._meet(cur, ir.union(ir.intersect(cond, then), other), "if", kptr)
                 self.narrowed("if", kptr, loss)
-            except Inexact as e:
+            except ir.Inexact as e:
                 self.unsupported("if", kptr, str(e))
         elif "if" in s and ("unevaluatedProperties" in s or "unevaluatedItems" in s):
             # no constraint, but the annotations of a successful 'if' count as evaluated
             kptr = pointer_join(ptr, "if")
             cond = self.compile(s["if"], kptr, resolver, depth)
             try:
-                cur = intersect(cur, union(cond, complement(cond)))
-            except Inexact:
+                cur = ir.intersect(cur, ir.union(cond, complement(cond)))
+            except ir.Inexact:
                 pass  # dropping the annotations only makes unevaluated* stricter (sound)
         elif "if" in s:
             self.compile(s["if"], pointer_join(ptr, "if"), resolver, depth)
         return cur
 
-    def _dependents(self, cur: Node, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> Node:
+    def _dependents(self, cur: ir.Node, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> ir.Node:
         """dependentRequired, dependentSchemas."""
         # dependentRequired / dependentSchemas
-        non_obj = node(*(TOP[t] for t in VALUE_TYPES if t != "object"))
+        non_obj = ir.node(*(ir.TOP[t] for t in VALUE_TYPES if t != "object"))
         dr = s.get("dependentRequired")
         if isinstance(dr, dict):
             for k, needs in dr.items():
                 kptr = pointer_join(ptr, "dependentRequired", k)
                 if not isinstance(needs, list) or not all(isinstance(x, str) for x in needs):
                     raise InvalidSchemaError("dependentRequired", kptr, "must map names to arrays of names")
-                opt = node(
-                    ObjA(keys=((k, NEVER),)),
-                    ObjA(required=frozenset([k, *needs]), keys=tuple((x, ANY) for x in [k, *needs])),
+                opt = ir.node(
+                    ir.ObjA(keys=((k, ir.NEVER),)),
+                    ir.ObjA(required=frozenset([k, *needs]), keys=tuple((x, ir.ANY) for x in [k, *needs])),
                 )
-                cur = self._meet(cur, union(non_obj, opt), "dependentRequired", kptr)
+                cur = self._meet(cur, ir.union(non_obj, opt), "dependentRequired", kptr)
         ds = s.get("dependentSchemas")
         if isinstance(ds, dict):
             for k, sub in ds.items():
                 kptr = pointer_join(ptr, "dependentSchemas", k)
                 subn = self.compile(sub, kptr, resolver, depth)
                 try:
-                    present = intersect(node(ObjA(keys=((k, ANY),), required=frozenset([k]))), subn)
-                    cur = self._meet(
-                        cur, union(non_obj, node(ObjA(keys=((k, NEVER),))), present), "dependentSchemas", kptr
+                    present = ir.intersect(
+                        ir.node(ir.ObjA(keys=((k, ir.ANY),), required=frozenset([k]))), subn
                     )
-                except Inexact as e:
+                    cur = self._meet(
+                        cur,
+                        ir.union(non_obj, ir.node(ir.ObjA(keys=((k, ir.NEVER),))), present),
+                        "dependentSchemas",
+                        kptr,
+                    )
+                except ir.Inexact as e:
                     self.unsupported("dependentSchemas", kptr, str(e))
         return cur
 
-    def _unevaluated(self, cur: Node, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> Node:
+    def _unevaluated(self, cur: ir.Node, s: dict[str, Any], ptr: str, resolver: Any, depth: int) -> ir.Node:
         """unevaluatedProperties, unevaluatedItems."""
         # unevaluatedProperties / unevaluatedItems
         if ("unevaluatedProperties" in s or "unevaluatedItems" in s) and self._any_of_in_place(s, resolver):
@@ -488,7 +479,7 @@ class Compiler(TypeKeywords):
             cur = self._uneval(cur, "items", u)
         return cur
 
-    def _values(self, cur: Node, s: dict[str, Any], ptr: str) -> Node:
+    def _values(self, cur: ir.Node, s: dict[str, Any], ptr: str) -> ir.Node:
         """enum, const."""
         # enum / const
         vals: list[Any] | None = None
@@ -504,12 +495,12 @@ class Compiler(TypeKeywords):
             for v in vals:
                 try:
                     ok = ir.accepts(cur, v, self.defs)
-                except Inexact as e:
+                except ir.Inexact as e:
                     self.unsupported("enum" if "enum" in s else "const", ptr, str(e))
                     ok = True
                 if ok:
-                    kept.append(ConstA(v))
-            cur = node(*kept)
+                    kept.append(ir.ConstA(v))
+            cur = ir.node(*kept)
         return cur
 
     def _list(self, s: dict[str, Any], kw: str, ptr: str) -> list[Any]:
@@ -521,8 +512,8 @@ class Compiler(TypeKeywords):
         return v
 
     def _one_of(
-        self, branches: list[Node], lossy: list[bool], bounds: list[frozenset[str]], loss: list[str]
-    ) -> Node:
+        self, branches: list[ir.Node], lossy: list[bool], bounds: list[frozenset[str]], loss: list[str]
+    ) -> ir.Node:
         """Values in exactly one branch: each branch minus the branches it may overlap (a subset
         where a difference is not exact, with the reasons in ``loss``). ``bounds``: the JSON types
         each branch's schema can hold at most (read from the schema, so true of a narrowed branch too)."""
@@ -536,14 +527,14 @@ class Compiler(TypeKeywords):
                     disjoint = False
                 else:
                     try:
-                        disjoint = _provably_empty(intersect(branches[i], branches[j]))
-                    except Inexact:
+                        disjoint = _provably_empty(ir.intersect(branches[i], branches[j]))
+                    except ir.Inexact:
                         disjoint = False
                 overlap[i][j] = overlap[j][i] = not disjoint
         if not any(map(any, overlap)):
-            return union(*branches)
+            return ir.union(*branches)
         if any(lossy[j] and any(overlap[j]) for j in range(n)):
-            raise Inexact(
+            raise ir.Inexact(
                 "a branch that may overlap another is itself rendered narrower, so it cannot be excluded"
             )
         defs = self.exact_defs()
@@ -554,7 +545,7 @@ class Compiler(TypeKeywords):
                 if overlap[i][j]:
                     cur = difference(cur, branches[j], loss, defs)
             parts.append(cur)
-        return union(*parts)
+        return ir.union(*parts)
 
     # -- per-type keyword groups
 
@@ -595,25 +586,25 @@ def _type_bound(s: Any, resolver: Any, depth: int = 0) -> frozenset[str]:
     return out
 
 
-def _expand(n: Node) -> Node:
+def _expand(n: ir.Node) -> ir.Node:
     """ANY written as one unconstrained alternative per type."""
-    return node(*(TOP[t] for t in VALUE_TYPES)) if n.is_any else n
+    return ir.node(*(ir.TOP[t] for t in VALUE_TYPES)) if n.is_any else n
 
 
-def _provably_empty(n: Node, depth: int = 0) -> bool:
+def _provably_empty(n: ir.Node, depth: int = 0) -> bool:
     """True when ``n`` has no value (False: maybe it has; through objects and arrays to depth 4)."""
     return all(_alt_provably_empty(a, depth) for a in n.alts)
 
 
 def _alt_provably_empty(a: ir.Alt, depth: int) -> bool:
-    if isinstance(a, StrA):
+    if isinstance(a, ir.StrA):
         return a.lang.is_empty()
-    if isinstance(a, NumA):
+    if isinstance(a, ir.NumA):
         return ir.num_empty(a)
     if depth >= 4:
         return False
-    if isinstance(a, ObjA):
+    if isinstance(a, ir.ObjA):
         return any(_provably_empty(a.value_for(k), depth + 1) for k in a.required)
-    if isinstance(a, ArrA):
+    if isinstance(a, ir.ArrA):
         return any(_provably_empty(a.item(i), depth + 1) for i in range(min(a.min, 8)))
     return False

@@ -21,6 +21,7 @@ annotations) and are reported by the compiler.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -129,12 +130,32 @@ def _enc(tokens: tuple[str, ...]) -> list[str]:
     return [str(x).replace("~", "~0").replace("/", "~1") for x in tokens]
 
 
-def _parse_ptr(p: str) -> tuple[str, ...] | None:
+def parse_pointer(p: str) -> tuple[str, ...] | None:
+    """The decoded tokens of a JSON pointer (the part after ``#`` of a local reference); ``None``
+    where ``p`` is not one."""
     if p == "":
         return ()
     if not p.startswith("/"):
         return None
     return tuple(unquote(x).replace("~1", "/").replace("~0", "~") for x in p[1:].split("/"))
+
+
+def json_at(doc: Any, tokens: Iterable[str]) -> Any:
+    """The value at ``tokens`` (decoded pointer tokens) in the JSON document ``doc``.
+
+    Raises
+    ------
+    LookupError
+        Where a token names no member or no element.
+    """
+    for t in tokens:
+        if isinstance(doc, dict) and t in doc:
+            doc = doc[t]
+        elif isinstance(doc, list) and t.isdigit() and int(t) < len(doc):
+            doc = doc[int(t)]
+        else:
+            raise LookupError(t)
+    return doc
 
 
 class _Translator:
@@ -269,7 +290,7 @@ class _Translator:
                 ref = node["$ref"]
                 if not ref.startswith("#"):
                     continue
-                tokens = _parse_ptr(ref[1:])
+                tokens = parse_pointer(ref[1:])
                 if tokens is None:
                     continue
                 target = res + tokens
@@ -286,28 +307,20 @@ class _Translator:
     def _translate_unmapped(self, target: tuple[str, ...]) -> tuple[str, ...] | None:
         """A reference into a place that was not read as a schema (e.g. under an unknown keyword):
         translate that subschema where it lies."""
-        cur: Any = self.root
-        for t in target:
-            if isinstance(cur, dict) and t in cur:
-                cur = cur[t]
-            elif isinstance(cur, list) and t.isdigit() and int(t) < len(cur):
-                cur = cur[int(t)]
-            else:
-                return None
+        try:
+            cur = json_at(self.root, target)
+        except LookupError:
+            return None
         for i in range(len(target) - 1, -1, -1):
             if target[:i] in self.map:
                 new = self.map[target[:i]] + target[i:]
                 break
         else:
             return None
-        parent: Any = self.out
-        for t in new[:-1]:
-            if isinstance(parent, dict) and t in parent:
-                parent = parent[t]
-            elif isinstance(parent, list) and t.isdigit() and int(t) < len(parent):
-                parent = parent[int(t)]
-            else:
-                return None
+        try:
+            parent = json_at(self.out, new[:-1])
+        except LookupError:
+            return None
         key = new[-1]
         tr = self.schema(cur, target, new, ())
         if isinstance(parent, dict):

@@ -2,28 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from tooldecode.grammar.automata import Charset, RNode, Sym
-from tooldecode.grammar.gir import GAlt, GExpr, Grammar, GRep, GSeq, GTok, sanitize
+from tooldecode.grammar.errors import GrammarError
+from tooldecode.grammar.gir import GAlt, GExpr, GLit, Grammar, GRef, GRep, GSeq, GTok, sanitize
+
+
+def subexpressions(g: Grammar, order: list[str]) -> Iterator[GExpr]:
+    """Every expression of the rules named in ``order``, depth first (a shared one once per use)."""
+
+    def walk(e: GExpr) -> Iterator[GExpr]:
+        yield e
+        if isinstance(e, (GSeq, GAlt)):
+            for it in e.items:
+                yield from walk(it)
+        elif isinstance(e, GRep):
+            yield from walk(e.item)
+
+    for name in order:
+        yield from walk(g.rules[name])
 
 
 def collect_tokens(g: Grammar, order: list[str]) -> list[GTok]:
     """Distinct terminals (by AST) in order of first use."""
     seen: dict[RNode, GTok] = {}
-
-    def walk(e: GExpr) -> None:
+    for e in subexpressions(g, order):
         if isinstance(e, GTok):
             seen.setdefault(e.ast, e)
-        elif isinstance(e, (GSeq, GAlt)):
-            for it in e.items:
-                walk(it)
-        elif isinstance(e, GRep):
-            walk(e.item)
-
-    for name in order:
-        walk(g.rules[name])
     return list(seen.values())
 
 
@@ -129,6 +136,40 @@ class Grouping:
     def operand(self, inner: str, nested_rep: bool) -> str:
         """A repetition's operand (a repetition of a repetition is grouped)."""
         return self.group(inner) if nested_rep else inner
+
+
+def expr_printer(
+    syntax: str,
+    grouping: Grouping,
+    lit: Callable[[str], str],
+    tok_names: Mapping[RNode, str],
+    rule_name: Callable[[str], str],
+    rep: Callable[[str, int, int | None, int], str],
+) -> Callable[[GExpr, int], str]:
+    """A printer of grammar-IR expressions in one syntax (GBNF, Lark): ``print(e, prec)``.
+
+    ``lit`` writes a literal, ``tok_names`` names each terminal, ``rule_name`` maps a rule to its name
+    in the syntax, ``rep(operand, lo, hi, prec)`` writes a repetition of an (already grouped) operand.
+    """
+
+    def expr(e: GExpr, prec: int) -> str:
+        if isinstance(e, GLit):
+            return lit(e.text)
+        if isinstance(e, GTok):
+            return tok_names[e.ast]
+        if isinstance(e, GRef):
+            return rule_name(e.name)
+        if isinstance(e, GSeq):
+            if not e.items:
+                raise GrammarError(f"empty sequence cannot be written in {syntax}")
+            return grouping.seq([expr(i, 1) for i in e.items], prec)
+        if isinstance(e, GAlt):
+            return grouping.alt([expr(i, 0) for i in e.items], prec)
+        if isinstance(e, GRep):
+            return rep(grouping.operand(expr(e.item, 2), isinstance(e.item, GRep)), e.lo, e.hi, prec)
+        raise TypeError(e)
+
+    return expr
 
 
 def memoized(go1: Callable[[RNode, int], str]) -> Callable[[RNode, int], str]:

@@ -13,11 +13,12 @@ from tooldecode.grammar.emit_common import (
     class_body,
     collect_syms,
     collect_tokens,
+    expr_printer,
     memoized,
     rep_suffix,
 )
 from tooldecode.grammar.errors import GrammarError
-from tooldecode.grammar.gir import GAlt, GExpr, GLit, Grammar, GRef, GRep, GSeq, GTok
+from tooldecode.grammar.gir import Grammar
 
 
 def gbnf_literal(s: str) -> str:
@@ -44,22 +45,14 @@ def emit_gbnf(g: Grammar, header: str = "") -> str:
     def sym_name(s: Sym) -> str:
         return sym_names[s]
 
-    def expr(e: GExpr, prec: int) -> str:
-        if isinstance(e, GLit):
-            return _lit(e.text)
-        if isinstance(e, GTok):
-            return tok_names[e.ast]
-        if isinstance(e, GRef):
-            return e.name
-        if isinstance(e, GSeq):
-            if not e.items:
-                raise GrammarError("empty sequence cannot be written in GBNF")
-            return GBNF_GROUPING.seq([expr(i, 1) for i in e.items], prec)
-        if isinstance(e, GAlt):
-            return GBNF_GROUPING.alt([expr(i, 0) for i in e.items], prec)
-        if isinstance(e, GRep):
-            return gbnf_rep(GBNF_GROUPING.operand(expr(e.item, 2), isinstance(e.item, GRep)), e.lo, e.hi)
-        raise TypeError(e)
+    expr = expr_printer(
+        "GBNF",
+        GBNF_GROUPING,
+        _lit,
+        tok_names,
+        lambda name: name,
+        lambda item, lo, hi, _prec: gbnf_rep(item, lo, hi),
+    )
 
     lines = [header] if header else []
     for name in order:

@@ -126,8 +126,8 @@ def galt(*items: GExpr) -> GExpr:
         return FAIL
     if len(flat) == 1:
         return flat[0]
-    flat = _factor_suffix(flat)
-    flat = _factor_prefix(flat)
+    flat = _factor(flat, -1)  # a c | b c → (a | b) c
+    flat = _factor(flat, 0)  # a b | a c → a (b | c)
     if len(flat) == 1:
         return flat[0]
     if EMPTY in flat:
@@ -136,39 +136,22 @@ def galt(*items: GExpr) -> GExpr:
     return GAlt(tuple(flat))
 
 
-def _factor_suffix(items: list[GExpr]) -> list[GExpr]:
+def _factor(items: list[GExpr], end: int) -> list[GExpr]:
+    """Factor the item at ``end`` (0: first, -1: last) that most alternatives share out of them;
+    the factored alternative stands where the first of them stood."""
     groups: dict[GExpr, list[int]] = {}
     for i, it in enumerate(items):
         lst = _as_list(it)
         if lst:
-            groups.setdefault(lst[-1], []).append(i)
+            groups.setdefault(lst[end], []).append(i)
     best = max(groups.items(), key=lambda kv: len(kv[1]), default=None)
     if best is None or len(best[1]) < 2:
         return items
-    last, idx = best
-    heads = [gseq(*_as_list(items[i])[:-1]) for i in idx]
-    combined = gseq(galt(*heads), last)
-    out = []
-    for i, it in enumerate(items):
-        if i == idx[0]:
-            out.append(combined)
-        elif i not in idx:
-            out.append(it)
-    return out
-
-
-def _factor_prefix(items: list[GExpr]) -> list[GExpr]:
-    groups: dict[GExpr, list[int]] = {}
-    for i, it in enumerate(items):
-        lst = _as_list(it)
-        if lst:
-            groups.setdefault(lst[0], []).append(i)
-    best = max(groups.items(), key=lambda kv: len(kv[1]), default=None)
-    if best is None or len(best[1]) < 2:
-        return items
-    first, idx = best
-    tails = [gseq(*_as_list(items[i])[1:]) for i in idx]
-    combined = gseq(first, galt(*tails))
+    shared, idx = best
+    if end == 0:
+        combined = gseq(shared, galt(*(gseq(*_as_list(items[i])[1:]) for i in idx)))
+    else:
+        combined = gseq(galt(*(gseq(*_as_list(items[i])[:-1]) for i in idx)), shared)
     out = []
     for i, it in enumerate(items):
         if i == idx[0]:

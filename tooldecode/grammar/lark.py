@@ -8,9 +8,9 @@ Python ``re`` and Rust ``regex``), no terminal matches the empty string, repetit
 from __future__ import annotations
 
 from tooldecode.grammar.automata import RNode
-from tooldecode.grammar.emit_common import Grouping, Names, collect_tokens
+from tooldecode.grammar.emit_common import Grouping, Names, collect_tokens, expr_printer, subexpressions
 from tooldecode.grammar.errors import GrammarError
-from tooldecode.grammar.gir import GAlt, GExpr, GLit, Grammar, GRef, GRep, GSeq, GTok
+from tooldecode.grammar.gir import FAIL, Grammar
 from tooldecode.grammar.regex import regex_str
 
 MAX_TILDE_SPAN = 16
@@ -49,26 +49,6 @@ def emit_lark(g: Grammar, header: str = "") -> str:
     names = Names({"never"})
     tok_names: dict[RNode, str] = {t.ast: names.get(t.hint).replace("-", "_").upper() for t in toks}
 
-    never = [False]
-
-    def expr(e: GExpr, prec: int) -> str:
-        if isinstance(e, GLit):
-            return _lit(e.text)
-        if isinstance(e, GTok):
-            return tok_names[e.ast]
-        if isinstance(e, GRef):
-            return rule_names[e.name]
-        if isinstance(e, GSeq):
-            if not e.items:
-                raise GrammarError("empty sequence cannot be written in Lark")
-            return LARK_GROUPING.seq([expr(i, 1) for i in e.items], prec)
-        if isinstance(e, GAlt):
-            never[0] = never[0] or not e.items
-            return LARK_GROUPING.alt([expr(i, 0) for i in e.items], prec)
-        if isinstance(e, GRep):
-            return rep(LARK_GROUPING.operand(expr(e.item, 2), isinstance(e.item, GRep)), e.lo, e.hi, prec)
-        raise TypeError(e)
-
     def rep(item: str, lo: int, hi: int | None, prec: int) -> str:
         if (lo, hi) == (0, None):
             return item + "*"
@@ -89,12 +69,13 @@ def emit_lark(g: Grammar, header: str = "") -> str:
             s = (f"{item}~{lo} " if lo else "") + tail
         return f"({s})" if prec >= 1 else s
 
+    expr = expr_printer("Lark", LARK_GROUPING, _lit, tok_names, rule_names.__getitem__, rep)
     lines = [header] if header else []
     for name in order:
         lines.append(f"{rule_names[name]}: {expr(g.rules[name], 0)}")
     for t in toks:
         rx = regex_str(t.ast)
         lines.append(f"{tok_names[t.ast]}: /{rx}/")
-    if never[0]:
+    if any(e == FAIL for e in subexpressions(g, order)):  # an alternation of nothing is printed NEVER
         lines.append("NEVER: /[^\\s\\S]/")
     return "\n".join(lines) + "\n"

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tooldecode.grammar import automata as A
+from tooldecode.grammar import ir
 from tooldecode.grammar import numtext as N
 from tooldecode.grammar import textlang as T
 from tooldecode.grammar.errors import GrammarError, pointer_join
@@ -24,21 +25,6 @@ from tooldecode.grammar.gir import (
     grep,
     gseq,
     tok,
-)
-from tooldecode.grammar.ir import (
-    ANY,
-    AnyA,
-    ArrA,
-    BoolA,
-    ConstA,
-    Inexact,
-    Node,
-    NullA,
-    NumA,
-    ObjA,
-    RefA,
-    StrA,
-    intersect,
 )
 from tooldecode.grammar.keywords import json_type
 from tooldecode.grammar.negation import difference
@@ -69,7 +55,7 @@ class _Members:
     """An object's members as ``Lowerer.members`` writes them: declared names and their member
     expressions, the extra members' expression, the separator, and the count bounds of ``a``."""
 
-    a: ObjA
+    a: ir.ObjA
     names: list[str]
     mem: list[GExpr]
     extra: GExpr | None
@@ -122,7 +108,7 @@ class Lowerer:
         self.p = make_punct(ws, ws_max)
         self.memo: dict[int, GExpr] = {}
         self._keep: list[Any] = []
-        self.defs: dict[str, Node] = {}
+        self.defs: dict[str, ir.Node] = {}
         self.def_rules: dict[str, str] = {}
         self.prefix = ""
         self.ptr = ""  # JSON pointer of the schema being lowered (for errors and narrowing warnings)
@@ -158,7 +144,7 @@ class Lowerer:
         return h or "arguments"
 
     # -- values
-    def value(self, n: Node, hint: str, inline: bool = False) -> GExpr:
+    def value(self, n: ir.Node, hint: str, inline: bool = False) -> GExpr:
         if n.is_any:
             return self.json_value()
         key = id(n)
@@ -177,26 +163,28 @@ class Lowerer:
         return out
 
     def alt_expr(self, a: Any, hint: str) -> GExpr:
-        if isinstance(a, AnyA):
+        if isinstance(a, ir.AnyA):
             return self.json_value()
-        if isinstance(a, NullA):
+        if isinstance(a, ir.NullA):
             return GLit("null")
-        if isinstance(a, BoolA):
+        if isinstance(a, ir.BoolA):
             return galt(*(GLit("true" if v else "false") for v in sorted(a.values, reverse=True)))
-        if isinstance(a, NumA):
-            hint2 = "number" if a == NumA() else ("integer" if a == NumA(kind="int") else f"{hint}-number")
+        if isinstance(a, ir.NumA):
+            hint2 = (
+                "number" if a == ir.NumA() else ("integer" if a == ir.NumA(kind="int") else f"{hint}-number")
+            )
             return tok(number_ast(a), self._hint(hint2) if hint2.startswith(hint) else hint2)
-        if isinstance(a, StrA):
+        if isinstance(a, ir.StrA):
             return self.string(a.lang, hint)
-        if isinstance(a, ConstA):
+        if isinstance(a, ir.ConstA):
             return self.const(a.value)
-        if isinstance(a, RefA):
+        if isinstance(a, ir.RefA):
             if a.name not in self.def_rules:
                 raise GrammarError(f"reference to an unknown definition {a.name!r}")
             return GRef(self.def_rules[a.name])
-        if isinstance(a, ObjA):
+        if isinstance(a, ir.ObjA):
             return self.object(a, hint)
-        if isinstance(a, ArrA):
+        if isinstance(a, ir.ArrA):
             return self.array(a, hint)
         raise TypeError(a)
 
@@ -295,17 +283,13 @@ class Lowerer:
         return GRef(name)
 
     # -- objects
-    def object(self, a: ObjA, hint: str) -> GExpr:
+    def object(self, a: ir.ObjA, hint: str) -> GExpr:
         members, empty_ok = self.members(a, hint, ctx="json")
         p = self.p
-        alts = []
-        if empty_ok:
-            alts.append(p.empty_obj)
-        if members != FAIL:
-            alts.append(gseq(p.lbrace, members, p.rbrace))
-        return galt(*alts)
+        # FAIL drops out of galt (and out of gseq, taking the brackets with it)
+        return galt(p.empty_obj if empty_ok else FAIL, gseq(p.lbrace, members, p.rbrace))
 
-    def members(self, a: ObjA, hint: str, ctx: str) -> tuple[GExpr, bool]:
+    def members(self, a: ir.ObjA, hint: str, ctx: str) -> tuple[GExpr, bool]:
         """(expression for >= 1 members, whether zero members is valid)."""
         p = self.p
         keys = [(k, n) for k, n in a.keys if not n.is_never]
@@ -318,7 +302,7 @@ class Lowerer:
                 "framed); use mode='strict' or additionalProperties: false"
             )
 
-        def member(k: str, n: Node) -> GExpr:
+        def member(k: str, n: ir.Node) -> GExpr:
             with self.at("properties", k):
                 if ctx == "antml":
                     if '"' in k:
@@ -410,20 +394,11 @@ class Lowerer:
         def nonempty_accept(s: Hashable) -> bool:
             return accept(s) and not s[-1]  # type: ignore[index]
 
-        empty_ok = False
-        stack = [start]
-        seen = {start}
-        while stack:
-            s = stack.pop()
-            if accept(s):
-                empty_ok = True
-            for lab_, t in trans(s):
-                if lab_ == EMPTY and t not in seen:
-                    seen.add(t)
-                    stack.append(t)
+        by_empty = A.reachable([start], lambda s: (t for lab_, t in trans(s) if lab_ == EMPTY))
+        empty_ok = any(accept(s) for s in by_empty)
         return emit_automaton(self.book, start, trans, nonempty_accept, self._hint(hint)), empty_ok
 
-    def extra_regions(self, a: ObjA, hint: str) -> list[tuple[GExpr, Node]]:
+    def extra_regions(self, a: ir.ObjA, hint: str) -> list[tuple[GExpr, ir.Node]]:
         declared = frozenset(k for k, _ in a.keys)
         rules = list(a.extras)
         # fast path: a rule forbidding every undeclared key closes the object
@@ -434,23 +409,23 @@ class Lowerer:
         if a.names is not None:
             names_lang = []
             for alt in a.names.alts:
-                if isinstance(alt, AnyA):
+                if isinstance(alt, ir.AnyA):
                     names_lang = None
                     break
-                if isinstance(alt, StrA):
+                if isinstance(alt, ir.StrA):
                     names_lang.append(alt.lang)
-                elif isinstance(alt, ConstA) and isinstance(alt.value, str):
+                elif isinstance(alt, ir.ConstA) and isinstance(alt.value, str):
                     names_lang.append(StrLang(values=frozenset({alt.value})))
         if len(rules) > MAX_EXTRA_RULES:
             raise GrammarError(f"too many patternProperties/additionalProperties rules at {hint}")
-        out: list[tuple[GExpr, Node]] = []
+        out: list[tuple[GExpr, ir.Node]] = []
         for mask in range(1 << len(rules)):
-            value = ANY
+            value = ir.ANY
             try:
                 for i, (_la, n) in enumerate(rules):
                     if mask >> i & 1:
-                        value = intersect(value, n)
-            except Inexact as e:
+                        value = ir.intersect(value, n)
+            except ir.Inexact as e:
                 raise GrammarError(f"cannot combine property rules at {hint}: {e}") from e
             if value.is_never:
                 continue
@@ -482,7 +457,7 @@ class Lowerer:
         return out
 
     # -- arrays
-    def array(self, a: ArrA, hint: str) -> GExpr:
+    def array(self, a: ir.ArrA, hint: str) -> GExpr:
         p = self.p
         if a.unique:
             raise GrammarError(f"uniqueItems cannot be rendered at {hint}")
@@ -492,21 +467,17 @@ class Lowerer:
         else:
             body = self._array_items(a, 0, items_hint)
             empty_ok = a.min == 0
-        alts = []
-        if empty_ok:
-            alts.append(p.empty_arr)
-        if body != FAIL:
-            alts.append(gseq(p.lbrack, body, p.rbrack))
-        return galt(*alts)
+        # FAIL drops out of galt (and out of gseq, taking the brackets with it)
+        return galt(p.empty_arr if empty_ok else FAIL, gseq(p.lbrack, body, p.rbrack))
 
-    def _item(self, a: ArrA, i: int, hint: str) -> GExpr:
+    def _item(self, a: ir.ArrA, i: int, hint: str) -> GExpr:
         n = a.item(i)
         if n.is_never:
             return FAIL
         with self.at(*(("items",) if i >= len(a.prefix) else ("prefixItems", i))):
             return self.value(n, hint if i >= len(a.prefix) else f"{hint}-{i}")
 
-    def _array_items(self, a: ArrA, i: int, hint: str) -> GExpr:
+    def _array_items(self, a: ir.ArrA, i: int, hint: str) -> GExpr:
         """Items from position i (>= 1 item in total when i == 0)."""
         p = self.p
         if a.max is not None and i >= a.max:
@@ -527,7 +498,7 @@ class Lowerer:
             return part
         return gopt(part)
 
-    def _array_contains(self, a: ArrA, hint: str) -> tuple[GExpr, bool]:
+    def _array_contains(self, a: ir.ArrA, hint: str) -> tuple[GExpr, bool]:
         p = self.p
         cons = list(a.contains)
         cap_i = a.max if a.max is not None else max(len(a.prefix), a.min, 1)
@@ -544,10 +515,10 @@ class Lowerer:
                 try:
                     for k, (c, _lo, hi) in enumerate(cons):
                         if mask >> k & 1:
-                            n = intersect(n, c)
+                            n = ir.intersect(n, c)
                         elif hi is not None:
                             n = difference(n, c)
-                except Inexact as e:
+                except ir.Inexact as e:
                     raise GrammarError(f"contains/maxContains cannot be rendered at {hint}: {e}") from e
                 if n.is_never:
                     continue
@@ -596,14 +567,14 @@ class Lowerer:
         return emit_automaton(self.book, start, trans, nonempty_accept, self._hint(hint + "s")), empty_ok
 
     # -- antml parameter values
-    def antml_value(self, n: Node, hint: str) -> GExpr:
+    def antml_value(self, n: ir.Node, hint: str) -> GExpr:
         close = ANTML_PARAMETER_CLOSE
         if n.alts and all(
-            isinstance(x, StrA) or (isinstance(x, ConstA) and isinstance(x.value, str)) for x in n.alts
+            isinstance(x, ir.StrA) or (isinstance(x, ir.ConstA) and isinstance(x.value, str)) for x in n.alts
         ):
             parts = []
             for x in n.alts:
-                if isinstance(x, StrA):
+                if isinstance(x, ir.StrA):
                     name = "raw-text" if x.lang.is_all() else self._hint(f"{hint}-raw")
                     parts.append(self._string_expr(x.lang, "raw", close, close, name))
                 elif close not in x.value:

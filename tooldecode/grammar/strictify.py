@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tooldecode.grammar.dialects import to_2020
+from tooldecode.grammar.dialects import json_at, parse_pointer, to_2020
 from tooldecode.grammar.keywords import OBJECT_KW
 
 
@@ -126,19 +126,10 @@ def _declares_object(s: Any, root: Any, seen: set[int]) -> bool:
 
 
 def _local_pointer(root: Any, ptr: str) -> Any:
-    from urllib.parse import unquote
-
-    if ptr == "":
-        return root
-    if not ptr.startswith("/"):
+    tokens = parse_pointer(ptr)
+    if tokens is None:
         return None
-    cur = root
-    for tok in ptr[1:].split("/"):
-        tok = unquote(tok).replace("~1", "/").replace("~0", "~")
-        if isinstance(cur, dict) and tok in cur:
-            cur = cur[tok]
-        elif isinstance(cur, list) and tok.isdigit() and int(tok) < len(cur):
-            cur = cur[int(tok)]
-        else:
-            return None
-    return cur
+    try:
+        return json_at(root, tokens)
+    except LookupError:
+        return None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tooldecode.grammar import Tool
@@ -85,6 +85,12 @@ def extract_calls(
 _Free = Callable[[int, int], bool]
 
 
+def _free_matches(pattern: re.Pattern[str], text: str, markup_free: _Free) -> Iterator[re.Match[str]]:
+    """The matches of ``pattern`` in ``text`` whose span is markup-free when the pass reaches them
+    (a match the pass takes makes the ones overlapping it not free)."""
+    return (m for m in pattern.finditer(text) if markup_free(*m.span()))
+
+
 def _hermes_calls(text: str, ctx: CallContext, taken: TakenSpans, markup_free: _Free) -> list[ExtractedCall]:
     """Calls inside ``<tool_call>`` tags."""
     calls: list[ExtractedCall] = []
@@ -103,9 +109,7 @@ def _hermes_calls(text: str, ctx: CallContext, taken: TakenSpans, markup_free: _
 def _antml_calls(text: str, ctx: CallContext, taken: TakenSpans, markup_free: _Free) -> list[ExtractedCall]:
     """Calls in antml markup: ``<function_calls>`` blocks, then lone ``<invoke>`` elements."""
     calls: list[ExtractedCall] = []
-    for m in ANTML_BLOCK.finditer(text):
-        if not markup_free(*m.span()):
-            continue
+    for m in _free_matches(ANTML_BLOCK, text, markup_free):
         taken.append(m.span())
         found = [call_from_invoke(im, m.start(1), ctx) for im in ANTML_INVOKE_RE.finditer(m.group(1))]
         if not found:
@@ -125,19 +129,16 @@ def _antml_calls(text: str, ctx: CallContext, taken: TakenSpans, markup_free: _F
             found[0].span = m.span()
             found[0].raw = m.group()
         calls.extend(found)
-    for m in ANTML_INVOKE_RE.finditer(text):
-        if markup_free(*m.span()):
-            taken.append(m.span())
-            calls.append(call_from_invoke(m, 0, ctx))
+    for m in _free_matches(ANTML_INVOKE_RE, text, markup_free):
+        taken.append(m.span())
+        calls.append(call_from_invoke(m, 0, ctx))
     return calls
 
 
 def _harmony_calls(text: str, ctx: CallContext, taken: TakenSpans, markup_free: _Free) -> list[ExtractedCall]:
     """Calls in harmony channels (``to=functions.NAME ... <|message|>``), headers without a body too."""
     calls: list[ExtractedCall] = []
-    for m in HARMONY_REGION.finditer(text):
-        if not markup_free(m.start(), m.end()):
-            continue
+    for m in _free_matches(HARMONY_REGION, text, markup_free):
         body = HARMONY_END.search(text, m.end())
         end = body.start() if body else len(text)
         span = (m.start(), body.end() if body else len(text))
@@ -157,28 +158,25 @@ def _harmony_calls(text: str, ctx: CallContext, taken: TakenSpans, markup_free: 
             c.name = m.group("name")
             c.shape = "markup"
         calls.extend(found)
-    for m in HARMONY_HEADER_ONLY.finditer(text):
-        if markup_free(*m.span()):
-            taken.append((m.start(), len(text)))
-            calls.append(
-                _failed(
-                    text,
-                    (m.start(), len(text)),
-                    "harmony",
-                    f"harmony call without {HARMONY_MESSAGE}",
-                    unbalanced=True,
-                    name=m.group("name"),
-                )
+    for m in _free_matches(HARMONY_HEADER_ONLY, text, markup_free):
+        taken.append((m.start(), len(text)))
+        calls.append(
+            _failed(
+                text,
+                (m.start(), len(text)),
+                "harmony",
+                f"harmony call without {HARMONY_MESSAGE}",
+                unbalanced=True,
+                name=m.group("name"),
             )
+        )
     return calls
 
 
 def _fenced_calls(text: str, ctx: CallContext, taken: TakenSpans, markup_free: _Free) -> list[ExtractedCall]:
     """Calls in fenced code blocks (a fence holding no call is left to the other passes)."""
     calls: list[ExtractedCall] = []
-    for m in _FENCE.finditer(text):
-        if not markup_free(*m.span()):
-            continue
+    for m in _free_matches(_FENCE, text, markup_free):
         found = _from_region(
             m.group(2),
             m.start(2),

@@ -131,9 +131,7 @@ class _LenientParser:
     def _object(self, path: tuple, depth: int) -> dict:
         self.i += 1
         out: dict = {}
-        self._ws()
-        if self.s[self.i] == "}":
-            self.i += 1
+        if self._empty("}"):
             return out
         while True:
             self._ws()
@@ -148,31 +146,38 @@ class _LenientParser:
             if key in out:
                 self.dups.append(key)
             out[key] = self._value((*path, key), depth + 1)
-            self._ws()
-            c = self.s[self.i]
-            self.i += 1
-            if c == "}":
+            if self._last("}"):
                 return out
-            if c != ",":
-                raise ValueError("expected ',' or '}'")
 
     def _array(self, path: tuple, depth: int) -> list:
         self.i += 1
         out: list = []
-        self._ws()
-        if self.s[self.i] == "]":
-            self.i += 1
+        if self._empty("]"):
             return out
         while True:
             self._ws()
             out.append(self._value((*path, len(out)), depth + 1))
-            self._ws()
-            c = self.s[self.i]
-            self.i += 1
-            if c == "]":
+            if self._last("]"):
                 return out
-            if c != ",":
-                raise ValueError("expected ',' or ']'")
+
+    def _empty(self, close: str) -> bool:
+        """At the start of a container: whether ``close`` follows at once (then past it)."""
+        self._ws()
+        if self.s[self.i] == close:
+            self.i += 1
+            return True
+        return False
+
+    def _last(self, close: str) -> bool:
+        """After an item: past ``close`` (True, the container ends) or past a comma (False)."""
+        self._ws()
+        c = self.s[self.i]
+        self.i += 1
+        if c == close:
+            return True
+        if c != ",":
+            raise ValueError(f"expected ',' or '{close}'")
+        return False
 
     def _string(self, path: tuple) -> str:
         start = self.i

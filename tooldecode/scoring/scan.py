@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tooldecode.grammar import Tool
@@ -13,30 +14,35 @@ from tooldecode.scoring.schemas import catalog_by_name, tool_keys
 def scan_balanced(text: str, start: int) -> int | None:
     """End (exclusive) of the bracketed JSON-like value opening at ``text[start]``; None if the text ends first."""
     depth = 0
-    pos = start
-    out_re, in_re = _SCAN_OUT, _SCAN_IN
-    while True:
-        m = out_re.search(text, pos)
-        if not m:
-            return None
-        c = m.group()
-        pos = m.end()
-        if c == '"':
-            while True:
-                m2 = in_re.search(text, pos)
-                if not m2:
-                    return None
-                pos = m2.end()
-                if m2.group() == "\\":
-                    pos += 1
-                    continue
-                break
-        elif c in "{[":
+    for m in _brackets(text, start):
+        if m.group() in "{[":
             depth += 1
         else:
             depth -= 1
             if depth <= 0:
-                return pos
+                return m.end()
+    return None
+
+
+def _brackets(text: str, pos: int) -> Iterator[re.Match[str]]:
+    """The brackets of ``text`` from ``pos`` on that stand outside JSON strings, in order; they end
+    where the text does or where a string never closes."""
+    while True:
+        m = _SCAN_OUT.search(text, pos)
+        if not m:
+            return
+        pos = m.end()
+        if m.group() != '"':
+            yield m
+            continue
+        while True:  # to the end of the string: an unescaped quote
+            q = _SCAN_IN.search(text, pos)
+            if not q:
+                return
+            pos = q.end()
+            if q.group() != "\\":
+                break
+            pos += 1
 
 
 class BalancedScanner:
@@ -54,34 +60,13 @@ class BalancedScanner:
     def end(self, start: int) -> int | None:
         if start in self.ends:
             return self.ends[start]
-        text, out_re, in_re = self.text, _SCAN_OUT, _SCAN_IN
         stack: list[int] = []
-        pos = start
-        while True:
-            m = out_re.search(text, pos)
-            if not m:
-                break
-            c = m.group()
-            pos = m.end()
-            if c == '"':
-                closed = False
-                while True:
-                    m2 = in_re.search(text, pos)
-                    if not m2:
-                        break
-                    pos = m2.end()
-                    if m2.group() == "\\":
-                        pos += 1
-                        continue
-                    closed = True
-                    break
-                if not closed:
-                    break
-            elif c in "{[":
+        for m in _brackets(self.text, start):
+            if m.group() in "{[":
                 stack.append(m.start())
             else:
                 if stack:
-                    self.ends[stack.pop()] = pos
+                    self.ends[stack.pop()] = m.end()
                 if not stack:
                     break
         for q in stack:
