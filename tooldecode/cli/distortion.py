@@ -12,6 +12,8 @@ from tooldecode.cli.options import add_command, add_switch
 
 
 def _cmd_distortion(args: argparse.Namespace) -> int:
+    """per strict arm: P(valid), KL(Q‖P_L) in nats, ESS, and the check against loose grammar-valid
+    samples"""
     from tooldecode.distortion import analyse_run, reference_validity
 
     run_dir = Path(args.run_dir)
@@ -73,12 +75,7 @@ def format_arm(r) -> str:  # noqa: ANN001 - ArmDistortion
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(
-        sub,
-        "distortion",
-        _cmd_distortion,
-        help="per strict arm: P(valid), KL(Q‖P_L) in nats, ESS, and the check against loose grammar-valid samples",
-    )
+    p = add_command(sub, "distortion", _cmd_distortion)
     p.add_argument(
         "run_dir", help="a run directory (runs/<name>) with a strict arm (and a loose arm as reference)"
     )

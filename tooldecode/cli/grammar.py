@@ -16,17 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add ``grammar`` to the command line."""
     from tooldecode.grammar import FORMATS, MODES, ORDERS, WIRES, WS_POLICIES
 
-    p = add_command(
-        sub,
-        "grammar",
-        run,
-        help="print the grammar (GBNF, Lark or regex) of a tool call",
-        description="Print the grammar of one call of a tool: a built-in tool name (edit, read, write, bash, "
-        "Edit, MultiEdit, Read, Write, Grep, Glob, Bash), a tool JSON file {name, parameters, ...}, a tool "
-        "list (OpenAI chat-completions or responses tools, Anthropic tools, an MCP tools/list result; a "
-        "list of several renders a call of any of them), or a bare JSON Schema file of the arguments. "
-        "Errors exit with status 2 and one line on stderr.",
-    )
+    p = add_command(sub, "grammar", run)
     p.add_argument("source", metavar="SCHEMA.json|TOOLS.json|TOOL_ID")
     p.add_argument("--format", choices=FORMATS, default="gbnf")
     p.add_argument("--wire", choices=WIRES, default="json")
@@ -73,6 +63,14 @@ def _load(source: str) -> tuple[list[Any], Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """print the grammar (GBNF, Lark or regex) of a tool call
+
+    Print the grammar of one call of a tool: a built-in tool name (edit, read, write, bash, Edit,
+    MultiEdit, Read, Write, Grep, Glob, Bash), a tool JSON file {name, parameters, ...}, a tool list
+    (OpenAI chat-completions or responses tools, Anthropic tools, an MCP tools/list result; a list
+    of several renders a call of any of them), or a bare JSON Schema file of the arguments. Errors
+    exit with status 2 and one line on stderr.
+    """
     from tooldecode.grammar import GrammarWarning, build_grammar
     from tooldecode.grammar.regex import backtracking_safe
 

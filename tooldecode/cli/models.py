@@ -28,6 +28,7 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    """re-hash embedded models (by id) against their pinned sha256; exit 1 if any is corrupt"""
     ids = args.ids or list(REGISTRY)
     bad = 0
     for model_id in ids:
@@ -66,12 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_switch(q, "--all", "fetch every embedded model (about 2 GB)")
     add_switch(q, "--force", "refetch even when the stored file verifies")
     add_switch(q, "--quiet", "no progress bar")
-    q = add_command(
-        actions,
-        "verify",
-        _cmd_verify,
-        help="re-hash embedded models (by id) against their pinned sha256; exit 1 if any is corrupt",
-    )
+    q = add_command(actions, "verify", _cmd_verify)
     q.add_argument("ids", nargs="*")
     q = add_command(actions, "path", _cmd_path, help="print the path of a fetched model")
     q.add_argument("id")

@@ -8,6 +8,7 @@ group module can use these helpers without slowing ``tooldecode --help``.
 from __future__ import annotations
 
 import argparse
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,9 +32,12 @@ PROBE_BOUNDS: tuple[tuple[str, type], ...] = (
 
 
 def add_command(
-    sub: argparse._SubParsersAction, name: str, func: Command, *, help: str, **kwargs: Any
+    sub: argparse._SubParsersAction, name: str, func: Command, *, help: str | None = None, **kwargs: Any
 ) -> argparse.ArgumentParser:
     """Add command ``name`` (run by ``func``) to ``sub``.
+
+    Without ``help``, the command's texts come from ``func``'s docstring: its first paragraph is the
+    one-line help, the rest (if any, and unless ``description`` is given) the description of its ``--help``.
 
     Parameters
     ----------
@@ -44,7 +48,7 @@ def add_command(
     func
         What runs the command: parsed arguments in, the exit status out.
     help
-        The one-line help shown in the parent's list of commands.
+        The one-line help shown in the parent's list of commands (default: ``func``'s docstring).
     **kwargs
         Further ``ArgumentParser`` keywords (``description``, ...).
 
@@ -53,9 +57,22 @@ def add_command(
     argparse.ArgumentParser
         The command's parser, for its options.
     """
+    if help is None:
+        help, description = _doc_texts(func, name)
+        if description and "description" not in kwargs:
+            kwargs["description"] = description
     parser = sub.add_parser(name, help=help, **kwargs)
     parser.set_defaults(func=func)
     return parser
+
+
+def _doc_texts(func: Command, name: str) -> tuple[str, str]:
+    """``func``'s docstring as (help, description): its first paragraph, and the rest, each on one line."""
+    doc = inspect.getdoc(func)
+    if not doc:
+        raise TypeError(f"command {name!r}: give help= or a docstring to {func.__name__}")
+    paras = [" ".join(p.split()) for p in doc.split("\n\n") if p.strip()]
+    return paras[0], " ".join(paras[1:])
 
 
 def add_group(sub: argparse._SubParsersAction, name: str, *, help: str) -> argparse._SubParsersAction:

@@ -19,6 +19,7 @@ from tooldecode.cli.server_flags import add_server_arguments
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
+    """P(close) / P(continue) at each decision point of a scenario's gold call"""
     from tooldecode.cli import Progress
     from tooldecode.cli.server_flags import server_kwargs
     from tooldecode.models import resolve
@@ -72,6 +73,13 @@ def _cmd_probe(args: argparse.Namespace) -> int:
 
 
 def _cmd_probe_suite(args: argparse.Namespace) -> int:
+    """an exact-probe suite (experiments/p*.toml): transcript variants and tool views over the
+    corpus
+
+    Run an exact-probe suite spec into a resumable run folder: P(close) / P(continue by kind) after
+    a key for each variant (transcript options and a tool_view: as-written, required-first,
+    no-required, typescript), scenarios in the spec's fixed shuffled order (see docs/report.md).
+    """
     from tooldecode.experiments.probes import run_probe_suite
     from tooldecode.experiments.spec import check_options
 
@@ -109,12 +117,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add ``probe`` to the command line."""
     from tooldecode.probe import ProbeConfig
 
-    p = add_command(
-        sub,
-        "probe",
-        _cmd_probe,
-        help="P(close) / P(continue) at each decision point of a scenario's gold call",
-    )
+    p = add_command(sub, "probe", _cmd_probe)
     add_model_option(p)
     p.add_argument("--scenario", required=True)
     add_scenario_dir_option(p)
@@ -144,15 +147,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _register_suite(sub: argparse._SubParsersAction) -> None:
-    s = add_command(
-        sub,
-        "probe-suite",
-        _cmd_probe_suite,
-        help="an exact-probe suite (experiments/p*.toml): transcript variants and tool views over the corpus",
-        description="Run an exact-probe suite spec into a resumable run folder: P(close) / P(continue by kind) "
-        "after a key for each variant (transcript options and a tool_view: as-written, required-first, "
-        "no-required, typescript), scenarios in the spec's fixed shuffled order (see docs/report.md).",
-    )
+    s = add_command(sub, "probe-suite", _cmd_probe_suite)
     s.add_argument("spec", type=Path, metavar="SPEC")
     s.add_argument("--out", type=Path, required=True, help="the run folder (resumed where it exists)")
     s.add_argument("--model", required=True)

@@ -54,6 +54,7 @@ def count_tokens(ref: ModelRef, text: str) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
+    """print the exact prompt a model sees for a scenario in a transcript variant"""
     from tooldecode.errors import ScenarioError
     from tooldecode.prompts import format_variant, model_ref, parse_variant, render_prompt
     from tooldecode.scenarios import check_scenario, get_scenario
@@ -93,12 +94,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def register_show(scenarios_subparsers: argparse._SubParsersAction) -> None:
     """Add ``show`` to the ``tooldecode scenarios`` group."""
-    q = add_command(
-        scenarios_subparsers,
-        "show",
-        _cmd_show,
-        help="print the exact prompt a model sees for a scenario in a transcript variant",
-    )
+    q = add_command(scenarios_subparsers, "show", _cmd_show)
     q.add_argument("id", help="scenario id (see `tooldecode scenarios list`)")
     q.add_argument(
         "--variant",

@@ -191,6 +191,12 @@ def probe_session_file(args: argparse.Namespace, data: dict[str, Any]) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
+    """probe every tool call of a session (P(close) / P(continue) by kind, loose and strict)
+
+    Replay a session file (OpenAI chat, Anthropic messages, Claude Code or Pi JSONL): probe each
+    tool call at its decision points and print one row per call, with the first call at risk (see
+    docs/scenarios.md).
+    """
     from tooldecode.backends import load_backend
     from tooldecode.models import resolve
     from tooldecode.scenarios.importers import load_session, session_scenario
@@ -224,15 +230,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``replay`` to the command line."""
-    p = add_command(
-        sub,
-        "replay",
-        _cmd_replay,
-        help="probe every tool call of a session (P(close) / P(continue) by kind, loose and strict)",
-        description="Replay a session file (OpenAI chat, Anthropic messages, Claude Code or Pi JSONL): "
-        "probe each tool call at its decision points and print one row per call, with the first call at "
-        "risk (see docs/scenarios.md).",
-    )
+    p = add_command(sub, "replay", _cmd_replay)
     p.add_argument("session", type=Path, metavar="SESSION")
     add_model_option(p)
     add_backend_option(p, ("llamacpp", "hf"))

@@ -13,14 +13,7 @@ from tooldecode.runs import MANIFEST, SAMPLES, load_run
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(
-        sub,
-        "rescore",
-        cmd_rescore,
-        help="score the raw samples of runs again (writes verdicts-<scorer version>.jsonl)",
-        description="Score every raw sample of each run with the current scorer and write "
-        "verdicts-<scorer version>.jsonl beside it. Raw files are only read.",
-    )
+    p = add_command(sub, "rescore", cmd_rescore)
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directory, e.g. runs/e1-loose")
 
     runs = sub.add_parser("runs", help="inspect run directories")
@@ -36,6 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_rescore(args: argparse.Namespace) -> int:
+    """score the raw samples of runs again (writes verdicts-<scorer version>.jsonl)
+
+    Score every raw sample of each run with the current scorer and write verdicts-<scorer
+    version>.jsonl beside it. Raw files are only read.
+    """
     for run_path in args.runs:
         run = load_run(run_path, rescore=True)
         counts = Counter(str(v.get("verdict")) for v in run.verdicts.values())

@@ -16,6 +16,7 @@ from tooldecode.cli.server_flags import add_server_arguments
 
 
 def _cmd_sample(args: argparse.Namespace) -> int:
+    """sample a scenario's edit call (loose or strict) and score each sample"""
     from tooldecode.cli import Progress
     from tooldecode.cli.server_flags import check_server_flags, server_kwargs
     from tooldecode.experiments.spec import check_options
@@ -98,12 +99,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add ``sample`` to the command line."""
     from tooldecode.engines import ENGINES
 
-    p = add_command(
-        sub,
-        "sample",
-        _cmd_sample,
-        help="sample a scenario's edit call (loose or strict) and score each sample",
-    )
+    p = add_command(sub, "sample", _cmd_sample)
     p.add_argument("--scenario", required=True, help="scenario id (see `tooldecode scenarios list`)")
     add_scenario_dir_option(p)
     add_model_option(p)
