@@ -184,3 +184,13 @@ def test_records_is_a_leaf():
 
     stdlib = sys.stdlib_module_names | {"__future__"}
     assert {m.split(".")[0] for m in mods - ours} <= stdlib, mods - ours
+
+
+def test_a_run_made_by_the_retired_suite_script_reads_as_todays_command():
+    from tooldecode.runs import load_run
+
+    run = load_run(Path(__file__).resolve().parents[1] / "runs" / "p2-transcript-variants-qwen0.5b")
+    assert run.manifest["command"].startswith("python scripts/probe_suite.py ")  # the raw manifest is kept
+    assert run.command() == run.manifest["command"].replace(
+        "python scripts/probe_suite.py", "tooldecode probe-suite"
+    )

@@ -28,6 +28,9 @@ __all__ = ["PROBE_FILE", "Run", "load_run", "load_runs"]
 PROBE_FILE = "probe.jsonl"
 
 
+_RETIRED_SUITE_SCRIPT = "python scripts/probe_suite.py"
+
+
 @dataclass
 class Run:
     """One run folder as the stages after it read it.
@@ -62,9 +65,13 @@ class Run:
         return bool(self.samples) and self.manifest.get("config", {}).get("streams") != "scenario"
 
     def command(self) -> str:
-        """The command that made the run (its manifest's, else the spec's ``tooldecode run``)."""
+        """The command that makes the run today: its manifest's, else the spec's ``tooldecode run``.
+
+        Probe suites made by the retired ``python scripts/probe_suite.py`` read as ``tooldecode
+        probe-suite``, which takes the same arguments and resumes them."""
         spec = self.manifest.get("config", {}).get("spec", self.name)
-        return self.manifest.get("command") or f"tooldecode run experiments/{spec}.toml"
+        cmd = self.manifest.get("command") or f"tooldecode run experiments/{spec}.toml"
+        return cmd.replace(_RETIRED_SUITE_SCRIPT, "tooldecode probe-suite", 1)
 
     @property
     def spec(self) -> str:
