@@ -51,15 +51,17 @@ def prediction_note(stem: str, spec: dict, run: Any = None) -> str:
         return f" Predictions: {path} (no git history here)."
     sha, date = commit.split()
     note = f" Predictions committed in {sha} ({date}), {path}"
-    run_sha = str(getattr(run, "git_sha", "") or "") if run is not None else ""
-    if not run_sha or run_sha == "?":
+    # a run of one spec made model by model has one commit per part: each must follow the predictions
+    shas = sorted({str(p.git_sha) for p in (getattr(run, "parts", ()) or [run])}) if run is not None else []
+    shas = [s for s in shas if s and s != "?"]
+    if not shas:
         return note + "; no run yet."
-    before = _git("merge-base", "--is-ancestor", sha, run_sha) is not None
-    return note + (
-        f"; the run's commit {run_sha[:7]} follows them."
-        if before
-        else f"; the run's commit {run_sha[:7]} does NOT follow them (not a pre-registered test)."
-    )
+    after = [_git("merge-base", "--is-ancestor", sha, s) is not None for s in shas]
+    named = ", ".join(s[:7] for s in shas)
+    whose = "the run's commit" if len(shas) == 1 else "the runs' commits"
+    if all(after):
+        return note + f"; {whose} {named} {'follows' if len(shas) == 1 else 'follow'} them."
+    return note + f"; {whose} {named} do NOT all follow them (not a pre-registered test)."
 
 
 def _l2_loose(run: Run, model: str) -> list[dict]:

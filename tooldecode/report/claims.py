@@ -18,7 +18,7 @@ from tooldecode.measures import (
     row_measure,
     sample_event,
 )
-from tooldecode.runs import Run
+from tooldecode.runs import Run, model_split_runs
 from tooldecode.stats import (
     EffectClaim,
     EffectVerdict,
@@ -122,7 +122,7 @@ def _one_engine(samples: list[dict]) -> bool:
 def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") -> EffectResult | None:
     """Judge one claimed effect (a ``[[findings.effects]]`` table) on the run that pairs the most
     scenarios for it, among the runs made from a clean commit if any has both arms; None when no run
-    has both arms.
+    has both arms. Runs of one spec made model by model count as one run (``model_split_runs``).
 
     ``effect`` fields: ``label``, ``level`` ("L2" samples / "L3" probe rows), ``measure``, ``a`` and
     ``b`` (arm or variant fields), ``where`` (more arm fields, both arms), ``model``, ``scale``,
@@ -137,7 +137,8 @@ def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") 
     common = dict(effect.get("where", {}))
     specs = set(effect.get("runs", []))
     best: tuple | None = None
-    for run in runs.values():
+    # the folders, then the runs of one spec made model by model read as one (runs.combine)
+    for run in [*runs.values(), *model_split_runs(runs.values())]:
         if specs and run.spec not in specs:
             continue
         if level == "L3":
@@ -178,8 +179,9 @@ def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") 
             raise ClaimError(f"{where}: level must be 'L1', 'L2' or 'L3', got {level!r}")
         if len(shared) < 2:
             continue
-        # a run made from a clean commit first, then the most paired scenarios, then the newest
-        key = (run.git_dirty is False, len(shared), run.manifest.get("created", ""))
+        # a run made from a clean commit first, then the most paired scenarios, then one folder over
+        # runs read as one, then the newest
+        key = (run.git_dirty is False, len(shared), not run.parts, run.manifest.get("created", ""))
         if best is None or key > best[0]:
             cmp = paired_clusters({s: va[s] for s in shared}, {s: vb[s] for s in shared})
             verdict = judge_effect(cmp, claim, events=events, event_clusters=ev_clusters)

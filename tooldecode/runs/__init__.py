@@ -3,11 +3,13 @@
 Modules, in the order data flows: ``files`` (atomic writes, fsync, one-line OS reasons) and
 ``manifest`` (a run's config plus provenance) → ``store`` (``RunStore``: the manifest written once,
 append-only samples, derived files beside them) → ``load`` (``load_run``: a run directory as typed
-records, verdicts scored once). docs/runs.md describes the folder.
+records, verdicts scored once) → ``combine`` (runs of one spec made model by model, read as one).
+docs/runs.md describes the folder.
 """
 
 from __future__ import annotations
 
+from tooldecode.runs.combine import model_split_runs
 from tooldecode.runs.load import PROBE_FILE, Run, load_run, load_runs
 from tooldecode.runs.manifest import FORMAT_VERSION, build_manifest
 from tooldecode.runs.store import (
@@ -37,5 +39,6 @@ __all__ = [
     "is_store_file",
     "load_run",
     "load_runs",
+    "model_split_runs",
     "rescore",
 ]

@@ -40,7 +40,8 @@ class Run:
     sample key; ``probe``: the rows of ``probe.jsonl``. ``verdict_file`` is None when nothing was read
     or written (no samples, or scored in memory); ``verdicts_written``: this load (re)wrote it. A run
     whose manifest lacks per-scenario streams tags each sample ``"_run_streams"`` (see
-    ``shared_streams``)."""
+    ``shared_streams``). ``parts``: for runs of one spec made model by model and read as one
+    (``tooldecode.runs.combine``), the runs it was made of; empty for a folder."""
 
     name: str
     path: Path
@@ -50,6 +51,7 @@ class Run:
     probe: list[dict]
     verdict_file: Path | None = None
     verdicts_written: bool = False
+    parts: tuple[Run, ...] = ()
     _typed: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
