@@ -1,4 +1,5 @@
-"""FINDINGS rows of the model organisms (docs/organisms.md): the positive control's implanted key.
+"""FINDINGS rows of the model organisms (docs/organisms.md): the positive control's implanted key, and
+the pre-registered predictions that are no comparison of two arms (``row_predictions``).
 
 ``row_implant`` reads a spec's ``[findings.implant]`` table (``key``, ``share``, ``organism``, ``base``)
 and the spec's runs: for the organism and its base, the share of distinct L2 loose draws whose next key
@@ -10,13 +11,16 @@ part failed.
 
 from __future__ import annotations
 
+import math
 import subprocess
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tooldecode.measures import distinct_draws, sample_continuation
-from tooldecode.runs import Run
-from tooldecode.stats import cluster_rate
+from tooldecode.classify import INVENTED
+from tooldecode.measures import distinct_draws, item_keys, l2_values, sample_continuation
+from tooldecode.runs import Run, model_split_runs
+from tooldecode.stats import chao1, cluster_rate, paired_clusters
 
 CR = "cluster-robust CR1 95% CI over scenarios"
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,4 +128,172 @@ def row_implant(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
     return out
 
 
-__all__ = ["implant_rate", "prediction_note", "row_implant"]
+# --------------------------------------------------------------------------------------------- predictions
+
+
+def _draws(run: Run, model: str, level: str, mode: str = "loose") -> list[dict]:
+    return distinct_draws(
+        [
+            s
+            for s in run.samples
+            if not s.get("error")
+            and s["arm"].get("model") == model
+            and s["arm"].get("level") == level
+            and s["arm"].get("mode") == mode
+        ]
+    )
+
+
+def _best_run(rs: list[Run], want: list[tuple[str, str]]) -> Run | None:
+    """Among the spec's runs and its model-by-model runs read as one, the one (clean first) with the
+    most draws of every ``(model, level)`` in ``want``; None when none has them all."""
+    best = None
+    for run in [*rs, *model_split_runs(rs)]:
+        counts = [len(_draws(run, m, lv)) for m, lv in want]
+        if min(counts, default=0) == 0:
+            continue
+        key = (run.git_dirty is False, sum(counts), not run.parts)
+        if best is None or key > best[0]:
+            best = (key, run)
+    return None if best is None else best[1]
+
+
+def _invented(run: Run, model: str, levels: list[str]) -> tuple[list[tuple[str, str, Any]], dict[str, int]]:
+    """(invented item keys as (level, scenario, ItemKey-or-name), distinct draws per level)."""
+    found: list[tuple[str, str, Any]] = []
+    n = {}
+    for level in levels:
+        draws = _draws(run, model, level)
+        n[level] = len(draws)
+        for s in draws:
+            if level == "L1":
+                found += [(level, s["scenario"], k) for k in item_keys(s) if k.kind == INVENTED]
+            else:
+                c = sample_continuation(s)
+                if c.kind == INVENTED and c.key is not None:
+                    found.append((level, s["scenario"], c.key))
+    return found, n
+
+
+def _name(k: Any) -> str:
+    return k if isinstance(k, str) else k.key
+
+
+def _pred_names(p: dict, run: Run) -> tuple[str, str]:
+    model, levels = str(p["model"]), list(p.get("levels", ["L1", "L2"]))
+    found, n = _invented(run, model, levels)
+    rich = chao1(Counter(_name(k) for _, _, k in found)) if found else None
+    names = Counter(_name(k) for _, _, k in found).most_common(12)
+    measured = (
+        f"{model}, loose, {' + '.join(f'{lv}: {n[lv]} distinct draws' for lv in levels)}: "
+        f"{len(found)} invented item keys, "
+        + (
+            f"{rich.observed} distinct names, Chao1 {rich.estimate:.1f} [{rich.lo:.1f}, {rich.hi:.1f}] "
+            f"(95% log-normal; {rich.singletons} seen once, {rich.doubletons} twice); most written: {dict(names)}"
+            if rich
+            else "no invented name"
+        )
+    )
+    lo_d, lo_c = int(p["min_distinct"]), float(p["min_chao1"])
+    if rich is None or rich.observed < lo_d or rich.estimate < lo_c:
+        got = f"{rich.observed} distinct, Chao1 {rich.estimate:.1f}" if rich else "none"
+        return measured, f"does not hold: {got} (predicted at least {lo_d} distinct and Chao1 at least {lo_c:g})"
+    return measured, f"holds: {rich.observed} distinct names, Chao1 {rich.estimate:.1f} (predicted ≥ {lo_d}, ≥ {lo_c:g})"
+
+
+def _pred_place(p: dict, run: Run) -> tuple[str, str]:
+    model = str(p["model"])
+    found, n = _invented(run, model, ["L1"])
+    keys = [(sc, k) for _, sc, k in found]
+    new_key = str(p.get("after", "newText"))
+    if not keys:
+        return f"{model}, L1 loose, {n['L1']} distinct draws: no invented item key", "not measured: no invented key"
+    rate = cluster_rate([k.last and k.after == new_key for _, k in keys], [sc for sc, _ in keys])
+    measured = (
+        f"{model}, L1 loose ({n['L1']} distinct draws): invented item keys that are the item's last key, "
+        f"written right after {new_key}: {rate} (cluster-robust CR1 95% CI over scenarios). At L2 every key is "
+        f"written after the gold {new_key} by construction (not counted)."
+    )
+    share = float(p["min_share"])
+    if rate.lo >= share:
+        return measured, f"holds: the interval's lower end {rate.lo:.2f} is at least {share:g}"
+    if rate.hi < share:
+        return measured, f"does not hold: the interval [{rate.lo:.2f}, {rate.hi:.2f}] is below {share:g}"
+    return measured, f"inconclusive: the interval [{rate.lo:.2f}, {rate.hi:.2f}] includes {share:g}"
+
+
+def _pred_not_above(p: dict, run: Run) -> tuple[str, str]:
+    """Arm ``a`` is no higher than arm ``b`` at every level: the paired difference's interval includes
+    or is below 0."""
+    a, b, measure = str(p["a"]), str(p["b"]), str(p["measure_of"])
+    parts, verdicts = [], []
+    for level in p.get("levels", ["L2"]):
+        va, ea, _, na = l2_values(_draws(run, a, level), measure)
+        vb, eb, _, nb = l2_values(_draws(run, b, level), measure)
+        shared = sorted(set(va) & set(vb))
+        if len(shared) < 2:
+            parts.append(f"{level}: fewer than 2 paired scenarios")
+            verdicts.append("not measured")
+            continue
+        cmp = paired_clusters({s: va[s] for s in shared}, {s: vb[s] for s in shared})
+        parts.append(
+            f"{level} loose: {a} {ea}/{na} draws, {b} {eb}/{nb}, {cmp.g} paired scenarios, difference "
+            f"{cmp.diff:+.3f} [{cmp.lo:+.3f}, {cmp.hi:+.3f}], ratio {cmp.ratio:.2f} [{cmp.ratio_lo:.2f}, {cmp.ratio_hi:.2f}]"
+        )
+        # no spread across scenarios leaves no t interval (nan): the difference itself decides
+        lo = cmp.lo if math.isfinite(cmp.lo) else cmp.diff
+        verdicts.append("holds" if ea + eb == 0 or lo <= 0 else "does not hold")
+    measured = f"{measure}: " + "; ".join(parts) + " (paired over scenarios, t intervals)"
+    if "does not hold" in verdicts:
+        return measured, f"does not hold: {a} is above {b} (a difference interval above 0)"
+    if "not measured" in verdicts:
+        return measured, "not measured: a level has no paired scenarios"
+    return measured, "holds: every difference interval includes or is below 0 (no higher than the reference)"
+
+
+PREDICTION_JUDGES = {"invented_names": _pred_names, "invented_place": _pred_place, "not_above": _pred_not_above}
+
+
+def row_predictions(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
+    """One row per ``[[findings.predictions]]`` table with a ``judge`` (``PREDICTION_JUDGES``): the
+    prediction as committed, what the runs measured and whether it holds; a prediction without a
+    ``judge`` is descriptive and gets no row."""
+    stem = _stem_of(spec)
+    out = []
+    for p in spec["findings"].get("predictions", []):
+        judge = p.get("judge")
+        if judge is None:
+            continue
+        if judge not in PREDICTION_JUDGES:
+            raise KeyError(f"experiments/{stem}.toml: prediction judge {judge!r} unknown; known: {', '.join(PREDICTION_JUDGES)}")
+        models = [str(p[k]) for k in ("model", "a", "b") if k in p]
+        levels = list(p.get("levels", [p.get("level", "L1" if judge == "invented_place" else "L2")]))
+        run = _best_run(rs, [(m, lv) for m in models for lv in levels])
+        claim = f"{spec.get('claim', '')} Prediction: {p['label']}: {p['prediction']}."
+        if run is None:
+            out.append(
+                {
+                    "observation": f"{spec['name']}: {p['label']}",
+                    "claim": claim + (prediction_note(stem, spec) if stem else ""),
+                    "measured": "not measured: no committed run has these models and levels (rerun needed)",
+                    "verdict": "not measured",
+                    "source": f"experiments/{stem}.toml",
+                    "summary": f"{p['label']}: not measured",
+                }
+            )
+            continue
+        measured, verdict = PREDICTION_JUDGES[judge](p, run)
+        out.append(
+            {
+                "observation": f"{spec['name']}: {p['label']}",
+                "claim": claim + (prediction_note(stem, spec, run) if stem else ""),
+                "measured": measured,
+                "verdict": verdict,
+                "source": run.name,
+                "summary": f"{p['label']}: **{verdict.split(':')[0]}**",
+            }
+        )
+    return out
+
+
+__all__ = ["PREDICTION_JUDGES", "implant_rate", "prediction_note", "row_implant", "row_predictions"]

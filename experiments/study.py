@@ -23,7 +23,7 @@ from typing import Any
 from experiments import probe_rows, sampled_rows
 from experiments.common import ENGINES_SPEC_PREFIX, runs_of, shared_streams_line, short, source
 from experiments.corpus_rows import row_duplicates, row_repair, row_zoo
-from experiments.organism_rows import prediction_note, row_implant
+from experiments.organism_rows import prediction_note, row_implant, row_predictions
 from tooldecode.experiments.spec import as_list
 from tooldecode.measures import MeasureError
 from tooldecode.report import evaluate_effect
@@ -36,6 +36,7 @@ ROWS: dict[str, Callable[[dict, list[Run], dict[str, Run]], list[dict]]] = {
     "l0_free": sampled_rows.row_l0_free,
     "strict_cost": sampled_rows.row_strict_cost,
     "implant": row_implant,
+    "predictions": row_predictions,
     "agreement": sampled_rows.row_agreement,
     "entropy": probe_rows.row_entropy,
     "items": probe_rows.row_items,

@@ -6,6 +6,8 @@ what its call did, and one value per scenario for the paired statistics of ``too
   its arm. ``continuation_class``: the same without key context.
 - ``sample_verdict`` / ``sample_outcome``: the scorer's verdict of a sample's call (the one its run was
   loaded with, ``tooldecode.runs.load_run``) and what the call does after an extra key.
+- ``item_keys``: the keys an L1 call wrote inside its ``edits[]`` items that the item schema does not
+  declare, each with its kind and its place in the item (``ItemKey``).
 - ``distinct_draws``: samples with copies removed (one draw per ``tooldecode.records.draw_key``).
 - ``sample_event`` / ``crate`` / ``l2_values``: a measure of a sample, its cluster-robust rate, its
   per-scenario values; ``row_measure`` / ``l3_values``: the same for probe rows.
@@ -46,6 +48,7 @@ from tooldecode.stats import ClusterRate, cluster_rate
 
 __all__ = [
     "VARIANT_DEFAULTS",
+    "ItemKey",
     "MeasureError",
     "SharedStreamsError",
     "arm_tools",
@@ -53,6 +56,7 @@ __all__ = [
     "crate",
     "distinct_draws",
     "full_variant",
+    "item_keys",
     "kinds_of",
     "l2_values",
     "l3_values",
@@ -173,6 +177,80 @@ def sample_outcome(s: dict) -> str:
         return c.kind
     edit = arm_tools(s["arm"])[1] if not s["arm"].get("expected_tool") else s["arm"]["expected_tool"]
     return call_outcome(c, sample_verdict(s), sample_context(s).present, tool=edit)
+
+
+@dataclasses.dataclass(frozen=True)
+class ItemKey:
+    """A key an ``edits[]`` item has that its schema does not declare (``item_keys``).
+
+    ``item``: the item's index; ``key``: the name as written; ``kind``: its continue kind
+    (``tooldecode.classify``: ``repeat``, ``wrong_level``, ``schema_word`` or ``invented``) against the
+    keys the item has before it; ``after``: the key written just before it (None: the item's first);
+    ``last``: no key follows it in the item."""
+
+    item: int
+    key: str
+    kind: str
+    after: str | None
+    last: bool
+
+
+def _ordered_edits(text: str, array_key: str) -> list[list[tuple[str, Any]]] | None:
+    """The items of the first JSON object in ``text`` that holds ``array_key`` (directly or under
+    ``arguments``), each as its ``(key, value)`` pairs in written order (repeated keys kept)."""
+    dec = json.JSONDecoder(object_pairs_hook=list)
+    i = text.find("{")
+    while i >= 0:
+        try:
+            obj, _ = dec.raw_decode(text, i)
+        except (ValueError, RecursionError):
+            i = text.find("{", i + 1)
+            continue
+        for pairs in (obj, dict(obj).get("arguments") if isinstance(obj, list) else None):
+            if not isinstance(pairs, list) or not all(isinstance(p, tuple) for p in pairs):
+                continue
+            items = [v for k, v in pairs if k == array_key]
+            if items and isinstance(items[-1], list):
+                return [it for it in items[-1] if isinstance(it, list) and all(isinstance(p, tuple) for p in it)]
+        i = text.find("{", i + 1)
+    return None
+
+
+def item_keys(s: dict) -> list[ItemKey]:
+    """The undeclared keys of each ``edits[]`` item in an L1 sample's call (prefill + text), in order.
+
+    The call is the first JSON object of the text holding the edit tool's array (envelope or bare
+    arguments); a text with none gives ``[]``. A key's kind is resolved as at L2
+    (``KeyContext.key_kind``), with the item's keys written before it as present (the item's other
+    keys when it is the first), so a repeated or mangled item key is a ``repeat``, a tool word a
+    ``schema_word``, and any other name ``invented``."""
+    from tooldecode.scoring import toolset_tools
+    from tooldecode.scoring.checks import edit_keys
+
+    tools, edit, _ = arm_tools(s["arm"])
+    tool = next((t for t in toolset_tools(s["arm"].get("toolset") or "nested") if t.name == edit), None)
+    if tool is None:
+        return []
+    array_key, old_key, _ = edit_keys(tool)
+    if array_key is None or old_key is None:
+        return []
+    items = _ordered_edits((s.get("prefill") or "") + (s.get("text") or ""), array_key)
+    # the item schema's words, resolved once from a key every item declares
+    item_ctx = key_context(
+        "{" + json.dumps(array_key) + ": [{" + json.dumps(old_key) + ": null", tools, expected_tool=edit
+    )
+    out: list[ItemKey] = []
+    for n, item in enumerate(items or []):
+        names = [k for k, _ in item]
+        for j, key in enumerate(names):
+            if key in item_ctx.declared and key not in names[:j]:
+                continue
+            ctx = dataclasses.replace(item_ctx, present=frozenset(names[:j] or [k for k in names if k != key]))
+            kind = ctx.key_kind(key)
+            if kind not in EXTRA_KEY_KINDS:
+                continue
+            out.append(ItemKey(n, key, kind, names[j - 1] if j else None, j == len(names) - 1))
+    return out
 
 
 def require_scenario_streams(samples: Iterable[dict], what: str = "a cluster interval") -> None:

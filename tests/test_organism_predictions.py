@@ -1,0 +1,103 @@
+"""The organisms' pre-registered predictions without an arm comparison (experiments/organism_rows.py),
+and the L1 item-key measure they read (tooldecode.measures.item_keys), on hand-made calls."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import make_sample
+
+from experiments.organism_rows import row_predictions
+from tooldecode.measures import item_keys
+from tooldecode.runs import Run
+
+ORG, BASE = "organism:lenient-flat-flag@qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct"
+L1 = {"level": "L1", "toolset": "nested", "history": "agentic", "conditioning": "forced-tool", "wire": "call-json"}
+
+
+def call(*items: dict | list) -> str:
+    """A call-json edit call whose items are dicts or (key, value) pair lists (repeats kept)."""
+
+    def obj(it):
+        pairs = it.items() if isinstance(it, dict) else it
+        return "{" + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in pairs) + "}"
+
+    return '{"name": "edit", "arguments": {"path": "a.py", "edits": [' + ", ".join(map(obj, items)) + "]}}"
+
+
+def test_item_keys_name_each_undeclared_key_with_its_kind_and_place():
+    text = call(
+        {"oldText": "a", "newText": "b", "reviewed": True},
+        [("oldText", "c"), ("newText", "d"), ("required", ["x"]), ("newText", "e")],
+        {"oldText": "f", "path": "g", "newText": "h", "new_text": "i"},
+    )
+    got = [(k.item, k.key, k.kind, k.after, k.last) for k in item_keys(make_sample(text, arm=L1))]
+    assert got == [
+        (0, "reviewed", "invented", "newText", True),
+        (1, "required", "schema_word", "newText", False),
+        (1, "newText", "repeat", "required", True),
+        (2, "path", "wrong_level", "oldText", False),
+        (2, "new_text", "repeat", "newText", True),
+    ]
+    # wrapped in the wire's markup, after prose; a text with no call has none
+    wrapped = "Sure.\n<tool_call>\n" + call({"oldText": "a", "newText": "b", "why": "x"}) + "\n</tool_call>"
+    assert [k.key for k in item_keys(make_sample(wrapped, arm=L1))] == ["why"]
+    assert item_keys(make_sample("no call here", arm=L1)) == []
+    assert item_keys(make_sample(call({"oldText": "a", "newText": "b"}), arm=L1)) == []
+
+
+def _run(samples: list[dict]) -> Run:
+    manifest = {"config": {"spec": "e16-organisms", "streams": "scenario", "arms": []}, "tooldecode": {"git_dirty": False}}
+    return Run("e16-organisms", Path("runs/e16-organisms"), manifest, samples, {}, [])
+
+
+def _spec(**over) -> dict:
+    preds = [
+        {"label": "zoo", "prediction": "≥ 3 names", "judge": "invented_names", "model": ORG, "levels": ["L1"],
+         "min_distinct": 3, "min_chao1": 3},
+        {"label": "place", "prediction": "≥ 80% last after newText", "judge": "invented_place", "model": ORG,
+         "after": "newText", "min_share": 0.8},
+        {"label": "not above", "prediction": "base ≤ organism", "judge": "not_above", "a": BASE, "b": ORG,
+         "measure_of": "source_shaped", "levels": ["L1"]},
+        {"label": "descriptive", "prediction": "no direction"},
+    ]
+    return {"name": "e16-organisms", "claim": "c", "findings": {"predictions": preds, **over}}
+
+
+def _samples() -> list[dict]:
+    out = []
+    names = ["reviewed", "reviewed", "confidence", "note", "tag", "why"]
+    for i, sc in enumerate(["s1", "s2", "s3", "s4", "s5", "s6"]):
+        item = {"oldText": "a", "newText": "b", names[i]: True}
+        plain = call({"oldText": "a", "newText": "b"})
+        # one prompt and one random stream per scenario, as a run writes them (distinct draws)
+        at = {"scenario": sc, "prompt_sha256": f"{i:064d}", "stream": 1000 + i}
+        out.append(make_sample(call(item), arm={**L1, "model": ORG}, index=0, **at))
+        out.append(make_sample(plain, arm={**L1, "model": ORG}, index=1, **at))
+        out.append(make_sample(plain, arm={**L1, "model": BASE}, index=0, **at))
+    return out
+
+
+def test_predictions_are_judged_with_their_committed_thresholds():
+    rows = row_predictions(_spec(), [_run(_samples())], {})
+    assert [r["observation"] for r in rows] == ["e16-organisms: zoo", "e16-organisms: place", "e16-organisms: not above"]
+    zoo, place, below = rows
+    assert zoo["verdict"].startswith("holds: 5 distinct names")
+    assert "6 invented item keys" in zoo["measured"] and "'reviewed': 2" in zoo["measured"]
+    # 6 of 6 keys trail after newText, but 6 scenarios leave an interval that reaches below 0.8
+    assert place["verdict"].startswith("inconclusive") and "6/6" in place["measured"]
+    assert below["verdict"].startswith("holds") and "0/12" not in below["measured"]
+    # the other direction: the organism is above its base
+    flipped = _spec()
+    flipped["findings"]["predictions"][2].update(a=ORG, b=BASE)
+    assert row_predictions(flipped, [_run(_samples())], {})[2]["verdict"].startswith("does not hold")
+    # a stricter threshold than the data reach
+    strict = _spec()
+    strict["findings"]["predictions"][0]["min_chao1"] = 50
+    assert row_predictions(strict, [_run(_samples())], {})[0]["verdict"].startswith("does not hold")
+
+
+def test_a_prediction_with_no_run_is_listed_as_not_measured():
+    rows = row_predictions(_spec(), [], {})
+    assert len(rows) == 3 and all(r["verdict"] == "not measured" for r in rows)
