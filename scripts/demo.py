@@ -8,42 +8,15 @@ the top-5 next-token probabilities at one position, side by side. Step 2 runs th
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-import time
 
-from tooldecode.backends import load_backend
-from tooldecode.models import DEFAULT_MODEL, resolve
-from tooldecode.sampling import SamplingParams, sample
-
-PROMPT = (
-    "<|im_start|>system\nYou are a helpful coding assistant.<|im_end|>\n"
-    "<|im_start|>user\nWrite a Python function that returns the square of x.<|im_end|>\n"
-    "<|im_start|>assistant\n"
-)
+from tooldecode.models import DEFAULT_MODEL
 
 
 def channel_check(model: str, n_tokens: int = 16) -> None:
-    ref = resolve(model, fetch=True)
-    rows = {}
-    for name in ("llamacpp", "hf"):
-        t0 = time.perf_counter()
-        be = load_backend(name, ref)
-        load_s = time.perf_counter() - t0
-        s = sample(be, PROMPT, 1, SamplingParams(temperature=0, max_new_tokens=n_tokens, top_logprobs=5))[0]
-        rows[name] = (be, s, load_s)
-    print(f"\n== channel check: {ref.id}, greedy, {n_tokens} tokens")
-    for name, (_be, s, load_s) in rows.items():
-        print(f"{name:9s} (load {load_s:5.1f}s): {s.text!r}")
-    same = rows["llamacpp"][1].token_ids == rows["hf"][1].token_ids
-    print(f"identical greedy tokens: {same}")
-    print("\ntop-5 next-token probabilities at the first generated position:")
-    print(f"{'llama.cpp':>32s}   {'transformers':>32s}")
-    lt, ht = rows["llamacpp"][1].top[0], rows["hf"][1].top[0]
-    for (a, la), (b, lb) in zip(lt[:5], ht[:5], strict=True):
-        pa = rows["llamacpp"][0].detokenize([int(a)])
-        pb = rows["hf"][0].detokenize([int(b)])
-        print(f"{pa!r:>22s} {math.exp(la):8.4f}   {pb!r:>22s} {math.exp(lb):8.4f}")
+    from tooldecode.trial import channel_agreement
+
+    print("\n" + "\n".join(channel_agreement(model, n_tokens=n_tokens).lines()))
 
 
 def main(argv: list[str] | None = None) -> int:

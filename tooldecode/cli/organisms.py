@@ -87,6 +87,18 @@ def _cmd_path(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    from tooldecode.organisms.store import write_check
+    from tooldecode.trial import channel_agreement
+
+    name = args.name if args.name.startswith(ORGANISM_PREFIX) else ORGANISM_PREFIX + args.name
+    gguf = resolve_organism(name).path
+    res = channel_agreement(name, n_tokens=args.tokens)
+    print("\n".join(res.lines()))
+    print(f"written: {write_check(gguf.parent, res.to_json())}")
+    return 0
+
+
 def _recipe_command(
     actions: argparse._SubParsersAction, name: str, func: Command, help: str
 ) -> argparse.ArgumentParser:
@@ -129,3 +141,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         actions, "path", _cmd_path, help="print the GGUF path of a built organism (checks its sha256)"
     )
     q.add_argument("name", help="<recipe>[@<base>]")
+    q = add_command(
+        actions,
+        "check",
+        _cmd_check,
+        help="channel check: greedy tokens and next-token probabilities of the organism on llama.cpp and "
+        "transformers, side by side (kept as channel.json beside it)",
+    )
+    q.add_argument("name", help="<recipe>[@<base>]")
+    q.add_argument("--tokens", type=_positive, default=16, help="greedy tokens per backend (default 16)")

@@ -214,6 +214,20 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         ) from None
 
 
+CHECK_FILE = "channel.json"
+
+
+def write_check(folder: Path, result: dict[str, Any]) -> Path:
+    """Keep a channel check's result (``tooldecode.trial.channel_agreement``) beside the organism, with
+    the GGUF sha256 it was made on; atomic (temp + rename). Never touches the manifest."""
+    manifest = read_manifest(folder)
+    record = {"gguf_sha256": manifest.get("gguf", {}).get("sha256"), **result}
+    tmp = folder / (CHECK_FILE + ".partial")
+    tmp.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    os.replace(tmp, folder / CHECK_FILE)
+    return folder / CHECK_FILE
+
+
 def list_organisms() -> list[dict[str, Any]]:
     out = []
     root = organisms_dir()
@@ -224,6 +238,7 @@ def list_organisms() -> list[dict[str, Any]]:
 
 
 __all__ = [
+    "CHECK_FILE",
     "PREFIX",
     "build",
     "list_organisms",
@@ -233,4 +248,5 @@ __all__ = [
     "resolve_organism",
     "snippet_pool",
     "training_texts",
+    "write_check",
 ]

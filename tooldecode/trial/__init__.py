@@ -10,6 +10,7 @@ one ``ModelCache`` sized by one rule (``tooldecode.trial.session.llamacpp_size``
 
 from __future__ import annotations
 
+from tooldecode.trial.agreement import AGREEMENT_PROMPT, ChannelAgreement, channel_agreement
 from tooldecode.trial.channel import (
     CHANNELS,
     SERVER_MODES,
@@ -31,6 +32,9 @@ from tooldecode.trial.trial import Trial, condition_of, replay_status, variant_o
 from tooldecode.trial.views import VIEWS, apply_view, check_view, typescript_signature
 
 __all__ = [
+    "AGREEMENT_PROMPT",
+    "ChannelAgreement",
+    "channel_agreement",
     "CHANNELS",
     "CONTEXT_TOKENS",
     "DRAW_SLOTS",

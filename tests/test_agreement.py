@@ -1,0 +1,32 @@
+"""The channel check (tooldecode.trial.channel_agreement): one model on llama.cpp and on transformers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tooldecode.organisms.store import CHECK_FILE, write_check
+from tooldecode.trial import channel_agreement
+
+
+@pytest.mark.model
+def test_the_two_backends_agree_on_smollm2(smol_ref):
+    res = channel_agreement(str(smol_ref.path), n_tokens=6)
+    assert set(res.texts) == {"llamacpp", "hf"} and all(len(t) == 6 for t in res.token_ids.values())
+    assert res.identical and res.first_diff is None
+    assert [len(t) for t in res.top.values()] == [5, 5]
+    # llama.cpp's Q4_1 dot products quantize the activations to 8 bits; transformers dequantizes the
+    # weights to float32: the first-token probabilities differ by a few points (0.08 measured), not more
+    assert 0 <= res.max_prob_diff < 0.15
+    text = "\n".join(res.lines())
+    assert "identical greedy tokens: True" in text and "transformers" in text
+    assert json.loads(json.dumps(res.to_json()))["identical"] is True
+
+
+def test_a_check_is_kept_beside_the_organism_with_its_gguf_hash(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps({"gguf": {"file": "organism.gguf", "sha256": "ab" * 32}}))
+    path = write_check(tmp_path, {"identical": False, "first_diff": 3})
+    assert path == tmp_path / CHECK_FILE
+    assert json.loads(path.read_text()) == {"gguf_sha256": "ab" * 32, "identical": False, "first_diff": 3}
+    assert json.loads((tmp_path / "manifest.json").read_text())["gguf"]["sha256"] == "ab" * 32
