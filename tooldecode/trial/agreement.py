@@ -88,7 +88,7 @@ def channel_agreement(model: str, *, n_tokens: int = 16, prompt: str = AGREEMENT
         try:
             s = sample(be, prompt, 1, params)[0]
             texts[name], ids[name] = s.text, [int(t) for t in s.token_ids]
-            first = s.top[0] if s.top else []
+            first: list[list[float]] = (s.top[0] or []) if s.top else []
             probs[name] = {int(t): math.exp(lp) for t, lp in first}
             tops[name] = [(be.detokenize([int(t)]), round(math.exp(lp), 6)) for t, lp in first[:5]]
         finally:
