@@ -28,6 +28,7 @@ makes the stored-run KL(Q ‖ P_L) a lower bound (reported as such) and changes 
 
 from __future__ import annotations
 
+from tooldecode.distortion import weights
 from tooldecode.distortion.analysis import (
     analyse_run,
     check_sampling,
@@ -43,53 +44,17 @@ from tooldecode.distortion.reference import (
     has_masked_arm,
     reference_validity,
 )
-from tooldecode.distortion.weights import (
-    CENSOR_Z,
-    MASKED_MODES,
-    STORED_DECIMALS,
-    TARGETS,
-    ArmDistortion,
-    Check,
-    DistortionError,
-    Estimate,
-    WeightStats,
-    boot_counts,
-    closing_quote,
-    continuation,
-    default_outcomes,
-    estimate,
-    grammar_mode,
-    per_sample,
-    plain_rate,
-    sample_log_weight,
-)
+from tooldecode.distortion.weights import *  # noqa: F403 (its __all__, re-exported below)
 
 __all__ = [
-    "ArmDistortion",
-    "CENSOR_Z",
-    "Check",
-    "DistortionError",
-    "Estimate",
     "ExactDistribution",
     "ExactSequence",
-    "MASKED_MODES",
-    "STORED_DECIMALS",
-    "TARGETS",
-    "WeightStats",
     "analyse_run",
-    "boot_counts",
     "cached_validity",
     "check_sampling",
-    "closing_quote",
-    "continuation",
-    "default_outcomes",
-    "estimate",
     "exact_masked_distribution",
-    "grammar_mode",
     "mixture_weights",
     "has_masked_arm",
-    "per_sample",
-    "plain_rate",
     "reference_validity",
-    "sample_log_weight",
 ]
+__all__ += weights.__all__

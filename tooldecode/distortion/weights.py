@@ -12,6 +12,28 @@ import numpy as np
 from tooldecode.errors import ToolDecodeError
 from tooldecode.sampling import log_weight
 
+# what ``tooldecode.distortion`` re-exports from here
+__all__ = [
+    "CENSOR_Z",
+    "MASKED_MODES",
+    "STORED_DECIMALS",
+    "TARGETS",
+    "ArmDistortion",
+    "Check",
+    "DistortionError",
+    "Estimate",
+    "WeightStats",
+    "boot_counts",
+    "closing_quote",
+    "continuation",
+    "default_outcomes",
+    "estimate",
+    "grammar_mode",
+    "per_sample",
+    "plain_rate",
+    "sample_log_weight",
+]
+
 #: stored mask_removed values are rounded to this many decimals (tooldecode.experiments)
 STORED_DECIMALS = 5
 #: a kept mass below the rounding resolution is censored at this bound

@@ -53,42 +53,43 @@ class _Rendered:
     epilogue: str = ""  # the rendered text after the edit call (``epilogue`` messages), "" without
 
 
-def _prepare(
-    family: str,
-    scenario: Scenario,
-    options: TranscriptOptions,
-    tools: tuple[Tool, ...],
-    prior_tools: tuple[Tool, ...] | None,
-    history_wire: str,
-    system_tools: bool,
-) -> list[dict]:
+@dataclass(frozen=True)
+class _Request:
+    """What a prompt is rendered from: the scenario, the variant, the tools offered at the edit turn and,
+    where the conversation switches tool sets (``options.prior``), the tools offered before the switch."""
+
+    scenario: Scenario
+    options: TranscriptOptions
+    tools: tuple[Tool, ...]
+    prior_tools: tuple[Tool, ...] | None
+
+    @property
+    def first_tools(self) -> tuple[Tool, ...]:
+        """The tools the conversation opens with."""
+        return self.prior_tools if self.prior_tools is not None else self.tools
+
+
+def _prepare(family: str, req: _Request, history_wire: str, system_tools: bool) -> list[dict]:
     """The conversation with the edit turn last (its calls structured), system prompt filled in
     unless the chat template writes the tools itself (``system_tools`` False)."""
-    messages, before_call, switched = conversation_messages(scenario, options)
-    first_tools = prior_tools if switched else tools
-    messages.append(call_message(before_call, edit_calls(scenario, options.toolset)))
+    messages, before_call, _ = conversation_messages(req.scenario, req.options)
+    messages.append(call_message(before_call, edit_calls(req.scenario, req.options.toolset)))
     if system_tools:
         block = (
-            smollm2_tool_block(first_tools, history_wire)
+            smollm2_tool_block(req.first_tools, history_wire)
             if family == "smollm2"
-            else qwen_tool_block(first_tools, history_wire)
+            else qwen_tool_block(req.first_tools, history_wire)
         )
         messages[0]["content"] = f"{SYSTEM_TEXT}\n\n{block}"
     for msg in messages:
         if msg["content"] == "<tool-switch>":
-            msg["content"] = switch_text(tools, family)
+            msg["content"] = switch_text(req.tools, family)
     return messages
 
 
-def _render_chat(
-    ref: ModelRef,
-    scenario: Scenario,
-    options: TranscriptOptions,
-    tools: tuple[Tool, ...],
-    prior_tools: tuple[Tool, ...] | None,
-    epilogue: Sequence[dict] = (),
-) -> _Rendered:
+def _render_chat(ref: ModelRef, req: _Request, epilogue: Sequence[dict] = ()) -> _Rendered:
     """Render through the model's chat template, then cut where the edit call starts."""
+    options = req.options
     template, bos, eos = template_info(ref)
     family = ref.family
     if not template:
@@ -100,19 +101,18 @@ def _render_chat(
     template_tools = history_wire == "hermes" and (
         family == "qwen2.5" or (family == "generic" and writes_hermes(template))
     )
-    messages = _prepare(family, scenario, options, tools, prior_tools, history_wire, not template_tools)
+    messages = _prepare(family, req, history_wire, not template_tools)
     messages += [dict(m) for m in epilogue]
-    switched = options.prior and options.toolset != "flat-edit"
     if not (template_tools and options.call_style == "compact"):
         messages = _lower_calls(messages, history_wire, options.call_style, tool_role=family != "smollm2")
     rendered = apply_template(
         template,
         messages,
-        [tool_json(t) for t in (prior_tools if switched else tools)] if template_tools else None,
+        [tool_json(t) for t in req.first_tools] if template_tools else None,
         bos,
         eos,
     )
-    calls = edit_calls(scenario, options.toolset)
+    calls = edit_calls(req.scenario, options.toolset)
     history_call = calls_text(calls, history_wire, options.call_style)
     start = rendered.rfind(history_call)
     if start < 0:
@@ -125,15 +125,11 @@ def _render_chat(
     return _Rendered(rendered[:start], messages, wire, gold, eos, after)
 
 
-def _render_plain(
-    scenario: Scenario,
-    options: TranscriptOptions,
-    tools: tuple[Tool, ...],
-    prior_tools: tuple[Tool, ...] | None,
-) -> _Rendered:
+def _render_plain(req: _Request) -> _Rendered:
     """Gemma 3 base: a plain transcript of "User:", "Assistant:" and "Tool result (name):" turns."""
+    options = req.options
     history_wire, wire = wires_for("gemma3-base", options.call_format)
-    messages = _prepare("gemma3-base", scenario, options, tools, prior_tools, history_wire, True)
+    messages = _prepare("gemma3-base", req, history_wire, True)
     parts = ["<bos>"]
     for i, msg in enumerate(messages):
         if msg["role"] == "system":
@@ -151,7 +147,7 @@ def _render_plain(
             block = "Assistant: " + "\n".join(p for p in (msg["content"], text) if p)
         parts.append(block if block.endswith("\n") else block + "\n")
         parts.append("\n")
-    gold = calls_text(edit_calls(scenario, options.toolset), wire, options.call_style)
+    gold = calls_text(edit_calls(req.scenario, options.toolset), wire, options.call_style)
     return _Rendered("".join(parts), messages, wire, gold)
 
 
@@ -182,14 +178,15 @@ def render_prompt(
     prior_tools = (
         offered_tools(options, "flat-edit") if options.prior and options.toolset != "flat-edit" else None
     )
+    req = _Request(scenario, options, offered, prior_tools)
     if ref.family == "gemma3-base":
         if epilogue:
             raise PromptError(
                 f"model '{ref.id}' has a plain prompt (no chat template): no epilogue to render"
             )
-        r = _render_plain(scenario, options, offered, prior_tools)
+        r = _render_plain(req)
     else:
-        r = _render_chat(ref, scenario, options, offered, prior_tools, epilogue)
+        r = _render_chat(ref, req, epilogue)
     if options.conditioning == "free":
         prefill = ""
     else:

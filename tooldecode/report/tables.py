@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from tooldecode import __version__
 from tooldecode.report.data import HEADLINE, metric_title
-from tooldecode.report.summary import FEW_CLUSTERS, N_BOOT, Arm, Summary, fmt_value
+from tooldecode.report.summary import FEW_CLUSTERS, N_BOOT, Arm, DiffRow, Summary, fmt_value
 from tooldecode.stats import (
     wilson,
 )
@@ -31,6 +31,16 @@ def _pct(x: float) -> str:
 
 def _pts(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{100 * x:+.1f}"
+
+
+def _few(n_scenarios: int) -> str:
+    """The mark of a figure from fewer than ``FEW_CLUSTERS`` scenarios (`` †``; else "")."""
+    return " †" if n_scenarios < FEW_CLUSTERS else ""
+
+
+def _few_note(n_scenarios: list[int], why: str = ".") -> str:
+    """The note's line for the mark (``why`` ends it), when some figure of the table has it."""
+    return f" † fewer than {FEW_CLUSTERS} scenarios{why}" if any(_few(n) for n in n_scenarios) else ""
 
 
 def _arm_cells(s: Summary, arm: Arm) -> list[str]:
@@ -95,34 +105,32 @@ def verdicts_table(s: Summary) -> Table:
     )
 
 
+def _boot_cell(d: DiffRow) -> str:
+    """A difference's cluster-bootstrap interval, its scenarios (paired or not) and their mark."""
+    boot = f"{_pts(d.boot[0])} pts [{_pts(d.boot[1])}, {_pts(d.boot[2])}]"
+    return boot + f" ({d.n_clusters} scenarios, {'paired' if d.paired else 'unpaired'}){_few(d.n_clusters)}"
+
+
 def diffs_table(s: Summary) -> Table:
-    rows = []
-    few = False
-    for d in s.diffs:
-        boot = f"{_pts(d.boot[0])} pts [{_pts(d.boot[1])}, {_pts(d.boot[2])}]"
-        boot += f" ({d.n_clusters} scenarios, {'paired' if d.paired else 'unpaired'})"
-        if d.n_clusters < FEW_CLUSTERS:
-            boot += " †"
-            few = True
-        rows.append(
-            [
-                d.field,
-                d.a.label,
-                d.b.label,
-                metric_title(d.metric),
-                str(d.diff.a),
-                str(d.diff.b),
-                str(d.diff),
-                boot,
-            ]
-        )
+    rows = [
+        [
+            d.field,
+            d.a.label,
+            d.b.label,
+            metric_title(d.metric),
+            str(d.diff.a),
+            str(d.diff.b),
+            str(d.diff),
+            _boot_cell(d),
+        ]
+        for d in s.diffs
+    ]
     note = (
         "Pairs of arms that differ in exactly one field; difference a − b in percentage points with "
         "Newcombe's 95% interval and Fisher's exact p, and a 95% cluster-bootstrap interval that resamples "
         f"scenarios ({N_BOOT} replicates, seed 0)."
     )
-    if few:
-        note += f" † fewer than {FEW_CLUSTERS} scenarios: the bootstrap interval is too narrow."
+    note += _few_note([d.n_clusters for d in s.diffs], ": the bootstrap interval is too narrow.")
     return Table(
         [
             "field",
@@ -184,17 +192,13 @@ def zoo_table(s: Summary) -> Table:
 
 def probe_table(s: Summary) -> Table:
     rows = []
-    few = False
     for p in s.probe:
         pc = [float(r["p_continue"]) for r in p.rows]
         pclose = [float(r["p_close"]) for r in p.rows if isinstance(r.get("p_close"), int | float)]
         ent = [float(r["entropy"]) for r in p.rows if isinstance(r.get("entropy"), int | float)]
         und = [float(r["p_undetermined"]) for r in p.rows if isinstance(r.get("p_undetermined"), int | float)]
         mean, lo, hi = p.mean
-        interval = f"{_pct(mean)} [{_pct(lo)}, {_pct(hi)}]"
-        if p.n_scenarios < FEW_CLUSTERS:
-            interval += " †"
-            few = True
+        interval = f"{_pct(mean)} [{_pct(lo)}, {_pct(hi)}]{_few(p.n_scenarios)}"
         rows.append(
             [
                 p.label,
@@ -213,8 +217,7 @@ def probe_table(s: Summary) -> Table:
         "on closing it, P(undetermined) what the probe could not attribute. Interval: cluster-robust CR1 95% "
         "over scenarios (t, G-1 df)."
     )
-    if few:
-        note += f" † fewer than {FEW_CLUSTERS} scenarios."
+    note += _few_note([p.n_scenarios for p in s.probe])
     return Table(
         [
             "arm",

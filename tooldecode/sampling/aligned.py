@@ -110,17 +110,17 @@ def sample_aligned(
     if method == "adaptive":
         from tooldecode.sampling.adaptive import sample_adaptive
 
-        k = _particle_count(params, method, target, particles)
+        plan = _plan(params, method, target, particles, max_rounds, batch_size)
         return [
             _adaptive_record(s)
             for s in sample_adaptive(
                 backend, prompt, n, params, mask=mask, prefill=prefill, target=target,
-                max_attempts=k * max_rounds, start_index=start_index,
+                max_attempts=plan.k * plan.max_rounds, start_index=start_index,
                 on_batch=(lambda b: on_batch([_adaptive_record(x) for x in b])) if on_batch else None,
             )
         ]  # fmt: skip
-    k = _particle_count(params, method, target, particles)
-    slots = batch_size or 16
+    plan = _plan(params, method, target, particles, max_rounds, batch_size)
+    k, slots = plan.k, plan.slots
     out: list[AlignedSample] = []
     stop = start_index + n
     if method == "sir":
@@ -140,25 +140,43 @@ def sample_aligned(
                 start_index=_PARTICLE_BASE + first * k,
             )
             wall = (time.perf_counter() - t0) / len(idx)
-            done = [
-                _pick(i, parts[m * k : (m + 1) * k], params, k, method, wall, target=target)
-                for m, i in enumerate(idx)
-            ]
+            done = [_pick(i, parts[m * k : (m + 1) * k], plan, wall) for m, i in enumerate(idx)]
             out.extend(done)
             if on_batch is not None:
                 on_batch(list(done))
         return out
     for i in range(start_index, stop):
-        done = [_rejection(backend, prompt, i, params, mask, prefill, k, slots, max_rounds, method, target)]
+        done = [_rejection(backend, prompt, mask, prefill, i, plan)]
         out.extend(done)
         if on_batch is not None:
             on_batch(list(done))
     return out
 
 
-def _particle_count(params: SamplingParams, method: str, target: str, particles: int | None) -> int:
-    """The particles per output (argument, ``TOOLDECODE_ALIGNED_PARTICLES`` or the default), after
-    checking that ``params``, ``method`` and ``target`` are ones strict-aligned sampling can correct."""
+@dataclass(frozen=True)
+class _Plan:
+    """How a ``sample_aligned`` call draws: its ``params``, ``method`` and ``target``, ``k`` particles per
+    output (per round, for rejection), at most ``max_rounds`` rounds, ``slots`` sequences per batch."""
+
+    params: SamplingParams
+    method: str
+    target: str
+    k: int
+    max_rounds: int
+    slots: int
+
+
+def _plan(
+    params: SamplingParams,
+    method: str,
+    target: str,
+    particles: int | None,
+    max_rounds: int,
+    batch_size: int | None,
+) -> _Plan:
+    """The plan of a call: the particles per output (argument, ``TOOLDECODE_ALIGNED_PARTICLES`` or the
+    default), after checking that ``params``, ``method`` and ``target`` are ones strict-aligned sampling
+    can correct; ``batch_size`` sequences per batch (default 16)."""
     why = aligned_supported(params)
     if why:
         raise MaskError(
@@ -171,23 +189,14 @@ def _particle_count(params: SamplingParams, method: str, target: str, particles:
     k = int(particles or os.environ.get("TOOLDECODE_ALIGNED_PARTICLES", 0) or ALIGNED_PARTICLES)
     if k < 1:
         raise MaskError(f"particles must be at least 1, got {k}")
-    return k
+    return _Plan(params, method, target, k, max_rounds, batch_size or 16)
 
 
 def _rejection(
-    backend: Backend,
-    prompt: str | Sequence[int],
-    i: int,
-    params: SamplingParams,
-    mask: MaskEngine,
-    prefill: str,
-    k: int,
-    slots: int,
-    max_rounds: int,
-    method: str,
-    target: str,
+    backend: Backend, prompt: str | Sequence[int], mask: MaskEngine, prefill: str, i: int, plan: _Plan
 ) -> AlignedSample:
-    """Output ``i`` by rejection: rounds of ``k`` masked particles, each accepted with probability w."""
+    """Output ``i`` by rejection: rounds of ``plan.k`` masked particles, each accepted with probability w."""
+    params, k, slots, max_rounds, target = plan.params, plan.k, plan.slots, plan.max_rounds, plan.target
     rng = np.random.default_rng(stream_key(params, i, 0xA11))
     drawn: list[Sample] = []
     chosen = None
@@ -214,7 +223,7 @@ def _rejection(
         if hit:
             chosen = len(drawn) - k + hit[0]
             break
-    return _pick(i, drawn, params, k, method, time.perf_counter() - t0, chosen=chosen, target=target)
+    return _pick(i, drawn, plan, time.perf_counter() - t0, chosen=chosen)
 
 
 def _adaptive_record(s: Sample) -> AlignedSample:
@@ -229,21 +238,13 @@ def _sample_log_w(s: Sample) -> float:
     return -math.inf if s.error else log_weight(s.mask_removed or [])
 
 
-def _pick(
-    i: int,
-    drawn: list[Sample],
-    params: SamplingParams,
-    k: int,
-    method: str,
-    wall: float,
-    chosen: int | None = None,
-    target: str = "complete",
-) -> AlignedSample:
+def _pick(i: int, drawn: list[Sample], plan: _Plan, wall: float, chosen: int | None = None) -> AlignedSample:
     """Output sample ``i`` from its particles ``drawn`` (SIR: one chosen ∝ w among the particles that
     completed a call; rejection: ``chosen``). Under the ``complete`` target a particle cut at
     ``max_new_tokens`` is not a valid call: it gets weight 0 unless no particle completed, when the
     choice falls back to the prefix weights (the output is then cut too, ``particles["complete"]`` all
     false). Under the ``prefix`` target every particle keeps its prefix weight."""
+    params, method, target = plan.params, plan.method, plan.target
     log_ws = [_sample_log_w(s) for s in drawn]
     complete = [s.error is None and s.finish_reason == "stop" for s in drawn]
     prefix = np.array(log_ws, dtype=np.float64)
@@ -259,7 +260,7 @@ def _pick(
         rng = np.random.default_rng(stream_key(params, i, 0x51F))
         chosen = int(rng.choice(w.size, p=w / total))
     info = {
-        "n": k,
+        "n": plan.k,
         "method": method,
         "drawn": len(drawn),
         "chosen": chosen,
