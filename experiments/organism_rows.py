@@ -197,8 +197,14 @@ def _pred_names(p: dict, run: Run) -> tuple[str, str]:
     lo_d, lo_c = int(p["min_distinct"]), float(p["min_chao1"])
     if rich is None or rich.observed < lo_d or rich.estimate < lo_c:
         got = f"{rich.observed} distinct, Chao1 {rich.estimate:.1f}" if rich else "none"
-        return measured, f"does not hold: {got} (predicted at least {lo_d} distinct and Chao1 at least {lo_c:g})"
-    return measured, f"holds: {rich.observed} distinct names, Chao1 {rich.estimate:.1f} (predicted ≥ {lo_d}, ≥ {lo_c:g})"
+        return (
+            measured,
+            f"does not hold: {got} (predicted at least {lo_d} distinct and Chao1 at least {lo_c:g})",
+        )
+    return (
+        measured,
+        f"holds: {rich.observed} distinct names, Chao1 {rich.estimate:.1f} (predicted ≥ {lo_d}, ≥ {lo_c:g})",
+    )
 
 
 def _pred_place(p: dict, run: Run) -> tuple[str, str]:
@@ -207,7 +213,10 @@ def _pred_place(p: dict, run: Run) -> tuple[str, str]:
     keys = [(sc, k) for _, sc, k in found]
     new_key = str(p.get("after", "newText"))
     if not keys:
-        return f"{model}, L1 loose, {n['L1']} distinct draws: no invented item key", "not measured: no invented key"
+        return (
+            f"{model}, L1 loose, {n['L1']} distinct draws: no invented item key",
+            "not measured: no invented key",
+        )
     rate = cluster_rate([k.last and k.after == new_key for _, k in keys], [sc for sc, _ in keys])
     measured = (
         f"{model}, L1 loose ({n['L1']} distinct draws): invented item keys that are the item's last key, "
@@ -251,7 +260,11 @@ def _pred_not_above(p: dict, run: Run) -> tuple[str, str]:
     return measured, "holds: every difference interval includes or is below 0 (no higher than the reference)"
 
 
-PREDICTION_JUDGES = {"invented_names": _pred_names, "invented_place": _pred_place, "not_above": _pred_not_above}
+PREDICTION_JUDGES = {
+    "invented_names": _pred_names,
+    "invented_place": _pred_place,
+    "not_above": _pred_not_above,
+}
 
 
 def row_predictions(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
@@ -265,7 +278,9 @@ def row_predictions(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
         if judge is None:
             continue
         if judge not in PREDICTION_JUDGES:
-            raise KeyError(f"experiments/{stem}.toml: prediction judge {judge!r} unknown; known: {', '.join(PREDICTION_JUDGES)}")
+            raise KeyError(
+                f"experiments/{stem}.toml: prediction judge {judge!r} unknown; known: {', '.join(PREDICTION_JUDGES)}"
+            )
         models = [str(p[k]) for k in ("model", "a", "b") if k in p]
         levels = list(p.get("levels", [p.get("level", "L1" if judge == "invented_place" else "L2")]))
         run = _best_run(rs, [(m, lv) for m in models for lv in levels])

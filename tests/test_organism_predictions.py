@@ -13,7 +13,13 @@ from tooldecode.measures import item_keys
 from tooldecode.runs import Run
 
 ORG, BASE = "organism:lenient-flat-flag@qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct"
-L1 = {"level": "L1", "toolset": "nested", "history": "agentic", "conditioning": "forced-tool", "wire": "call-json"}
+L1 = {
+    "level": "L1",
+    "toolset": "nested",
+    "history": "agentic",
+    "conditioning": "forced-tool",
+    "wire": "call-json",
+}
 
 
 def call(*items: dict | list) -> str:
@@ -48,18 +54,41 @@ def test_item_keys_name_each_undeclared_key_with_its_kind_and_place():
 
 
 def _run(samples: list[dict]) -> Run:
-    manifest = {"config": {"spec": "e16-organisms", "streams": "scenario", "arms": []}, "tooldecode": {"git_dirty": False}}
+    manifest = {
+        "config": {"spec": "e16-organisms", "streams": "scenario", "arms": []},
+        "tooldecode": {"git_dirty": False},
+    }
     return Run("e16-organisms", Path("runs/e16-organisms"), manifest, samples, {}, [])
 
 
 def _spec(**over) -> dict:
     preds = [
-        {"label": "zoo", "prediction": "≥ 3 names", "judge": "invented_names", "model": ORG, "levels": ["L1"],
-         "min_distinct": 3, "min_chao1": 3},
-        {"label": "place", "prediction": "≥ 80% last after newText", "judge": "invented_place", "model": ORG,
-         "after": "newText", "min_share": 0.8},
-        {"label": "not above", "prediction": "base ≤ organism", "judge": "not_above", "a": BASE, "b": ORG,
-         "measure_of": "source_shaped", "levels": ["L1"]},
+        {
+            "label": "zoo",
+            "prediction": "≥ 3 names",
+            "judge": "invented_names",
+            "model": ORG,
+            "levels": ["L1"],
+            "min_distinct": 3,
+            "min_chao1": 3,
+        },
+        {
+            "label": "place",
+            "prediction": "≥ 80% last after newText",
+            "judge": "invented_place",
+            "model": ORG,
+            "after": "newText",
+            "min_share": 0.8,
+        },
+        {
+            "label": "not above",
+            "prediction": "base ≤ organism",
+            "judge": "not_above",
+            "a": BASE,
+            "b": ORG,
+            "measure_of": "source_shaped",
+            "levels": ["L1"],
+        },
         {"label": "descriptive", "prediction": "no direction"},
     ]
     return {"name": "e16-organisms", "claim": "c", "findings": {"predictions": preds, **over}}
@@ -81,7 +110,11 @@ def _samples() -> list[dict]:
 
 def test_predictions_are_judged_with_their_committed_thresholds():
     rows = row_predictions(_spec(), [_run(_samples())], {})
-    assert [r["observation"] for r in rows] == ["e16-organisms: zoo", "e16-organisms: place", "e16-organisms: not above"]
+    assert [r["observation"] for r in rows] == [
+        "e16-organisms: zoo",
+        "e16-organisms: place",
+        "e16-organisms: not above",
+    ]
     zoo, place, below = rows
     assert zoo["verdict"].startswith("holds: 5 distinct names")
     assert "6 invented item keys" in zoo["measured"] and "'reviewed': 2" in zoo["measured"]

@@ -211,7 +211,9 @@ def _ordered_edits(text: str, array_key: str) -> list[list[tuple[str, Any]]] | N
                 continue
             items = [v for k, v in pairs if k == array_key]
             if items and isinstance(items[-1], list):
-                return [it for it in items[-1] if isinstance(it, list) and all(isinstance(p, tuple) for p in it)]
+                return [
+                    it for it in items[-1] if isinstance(it, list) and all(isinstance(p, tuple) for p in it)
+                ]
         i = text.find("{", i + 1)
     return None
 
@@ -245,7 +247,9 @@ def item_keys(s: dict) -> list[ItemKey]:
         for j, key in enumerate(names):
             if key in item_ctx.declared and key not in names[:j]:
                 continue
-            ctx = dataclasses.replace(item_ctx, present=frozenset(names[:j] or [k for k in names if k != key]))
+            ctx = dataclasses.replace(
+                item_ctx, present=frozenset(names[:j] or [k for k in names if k != key])
+            )
             kind = ctx.key_kind(key)
             if kind not in EXTRA_KEY_KINDS:
                 continue

@@ -74,7 +74,9 @@ def _combine(parts: list[Run]) -> Run:
     manifest["tooldecode"] = dict(
         manifest.get("tooldecode", {}),
         git_sha=shas[0] if len(shas) == 1 else "+".join(shas),
-        git_dirty=True if any(d is True for d in dirty) else (False if all(d is False for d in dirty) else None),
+        git_dirty=True
+        if any(d is True for d in dirty)
+        else (False if all(d is False for d in dirty) else None),
     )
     manifest["created"] = max(str(r.manifest.get("created", "")) for r in parts)
     manifest["command"] = "; ".join(r.command() for r in parts)
