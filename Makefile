@@ -9,14 +9,19 @@ MODEL ?= qwen2.5-coder-0.5b-instruct
 setup:
 	@bash scripts/setup.sh
 
+# TEST_WORKERS pytest-xdist processes (one llama.cpp thread each); --dist loadfile keeps each test file, and
+# so its module-scoped models and servers, on one worker (tests/conftest.py puts the heaviest files first)
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadfile
+
 test: setup
 	$(PY) -m tooldecode models fetch smollm2-135m-instruct
 	$(PY) -m ruff check tooldecode tests benchmarks experiments scripts
-	$(PY) -m pytest -q -ra --durations=20
+	$(PY) -m pytest -q -ra --durations=20 $(XDIST)
 
 # no model weights (tests/model_guard.py fails a test that loads any) and nothing slow: under 2 minutes
 test-fast: setup
-	TOOLDECODE_TEST_FAST=1 $(PY) -m pytest -q -ra --durations=10 -m "not model and not slow"
+	TOOLDECODE_TEST_FAST=1 $(PY) -m pytest -q -ra --durations=10 -m "not model and not slow" $(XDIST)
 
 lint: setup
 	$(PY) -m ruff check tooldecode tests benchmarks experiments scripts

@@ -35,6 +35,23 @@ _START = pytest.StashKey[int]()
 os.environ.setdefault("TOOLDECODE_THREADS", "1")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Files in order of their expected cost (slow tests, then model tests, then the rest), each file's
+    tests together and in their written order: under pytest-xdist's ``--dist loadfile`` (``make test``)
+    the workers start on the longest files, so no long file is left to run alone at the end."""
+
+    def cost(item):
+        if item.get_closest_marker("slow"):
+            return 30.0
+        return 3.0 if item.get_closest_marker("model") else 0.05
+
+    per_file: dict[str, float] = {}
+    for item in items:
+        per_file[item.nodeid.split("::")[0]] = per_file.get(item.nodeid.split("::")[0], 0.0) + cost(item)
+    rank = {f: -c for f, c in per_file.items()}
+    items.sort(key=lambda it: rank[it.nodeid.split("::")[0]])  # stable: a file's own order is kept
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_setup(item):
     item.stash[_START] = _LOADS.stat().st_size

@@ -13,6 +13,9 @@ from tooldecode.experiments.runner import index_runs, scenario_stream
 from tooldecode.measures import continuation_class
 
 ROOT = Path(__file__).resolve().parent.parent
+# shallow probe bounds for the runs here (the library's defaults expand for minutes on 2 cores): every row
+# is still probed, read and copied as with the defaults
+SHALLOW_PROBE = "depth = 2\nkey_depth = 2\nmax_branches = 8\ntail = 1e-3\nmin_mass = 1e-3\n"
 
 
 def test_every_suite_spec_loads_and_has_arms():
@@ -149,9 +152,9 @@ def test_a_probe_variant_that_renders_like_an_earlier_one_is_copied_not_probed_a
     spec_path = tmp_path / "spec.toml"
     spec_path.write_text(
         'name = "same-probe"\nmodels = ["smollm2-135m-instruct"]\nmax_scenarios = 1\nn = 0\n'
-        'modes = ["loose"]\n[probe]\nonly = true\nselect = ["newText", "new_string"]\nkey_depth = 2\n'
+        'modes = ["loose"]\n[probe]\nonly = true\nselect = ["newText", "new_string"]\n'
         'fields = ["gold_cut", "history"]\ngold_cut = ["after-newtext", "before-edits"]\n'
-        'history = ["agentic", "fresh"]\n'
+        'history = ["agentic", "fresh"]\n' + SHALLOW_PROBE
     )
     out = tmp_path / "run"
     run_spec(load_spec(spec_path), out, progress=False)
@@ -215,7 +218,7 @@ def test_strict_smollm2_panel_run_scores_and_reports(tmp_path):
         tmp_path,
         'name = "panel"\nmodels = ["smollm2-135m-instruct"]\nmax_scenarios = 1\nn = 3\nmax_new_tokens = 24\n'
         'modes = ["loose", "strict"]\nbatch_size = 2\n[variant]\nconditioning = ["gold-prefix"]\n'
-        '[probe]\nselect = "newText"\n',
+        '[probe]\nselect = "newText"\n' + SHALLOW_PROBE,
     )
     strict = [r for r in recs if r["arm"]["mode"] == "strict"]
     assert len(strict) == 3 and all(r["arm"]["wire"] == "call-list" for r in strict)

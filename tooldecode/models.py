@@ -177,6 +177,15 @@ def _stat_key(path: Path) -> dict[str, int]:
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
 
 
+def _write_stamp(path: Path, digest: str) -> None:
+    """The sidecar of ``path`` (its stat key and sha256), replaced whole: processes that hash the same
+    model at once (test workers, two runs) never read a half-written one."""
+    stamp = _stamp_path(path)
+    tmp = stamp.with_name(f"{stamp.name}.{os.getpid()}.partial")
+    tmp.write_text(json.dumps({"stat": _stat_key(path), "sha256": digest}))
+    os.replace(tmp, stamp)
+
+
 def cached_sha256(path: Path) -> str:
     """sha256 of a file, memoized in a sidecar keyed by size, mtime and inode."""
     stamp = _stamp_path(path)
@@ -189,7 +198,7 @@ def cached_sha256(path: Path) -> str:
         pass
     digest = sha256_file(path)
     try:
-        stamp.write_text(json.dumps({"stat": key, "sha256": digest}))
+        _write_stamp(path, digest)
     except OSError:
         pass
     return digest
@@ -223,7 +232,7 @@ def loaded_digest(ref: ModelRef) -> str:
             f"{spec.sha256[:12]}…); run `tooldecode models fetch {spec.id}` to fetch it again"
         )
     try:
-        _stamp_path(ref.path).write_text(json.dumps({"stat": _stat_key(ref.path), "sha256": digest}))
+        _write_stamp(ref.path, digest)
     except OSError:
         pass
     return digest
@@ -439,7 +448,7 @@ def _assemble(spec: ModelSpec, target: Path, quiet: bool) -> Path:
             )
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
-        _stamp_path(target).write_text(json.dumps({"stat": _stat_key(target), "sha256": digest}))
+        _write_stamp(target, digest)
         return target
     finally:
         tmp.unlink(missing_ok=True)
@@ -467,5 +476,5 @@ def verify_model(model_id: str) -> VerifyResult:
     if digest != spec.sha256:
         invalidate_stamp(path)
         return VerifyResult(spec.id, path, "corrupt", f"sha256 {digest[:16]}… != {spec.sha256[:16]}…")
-    _stamp_path(path).write_text(json.dumps({"stat": _stat_key(path), "sha256": digest}))
+    _write_stamp(path, digest)
     return VerifyResult(spec.id, path, "ok")

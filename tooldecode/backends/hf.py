@@ -8,9 +8,10 @@ token and ignored).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -73,10 +74,11 @@ class HFBackend(Backend):
         kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
         quiet_gguf_progress()
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(str(folder), **kwargs)
-            self.hf = AutoModelForCausalLM.from_pretrained(
-                str(folder), dtype=getattr(torch, dtype), **kwargs
-            ).to(self.device)
+            with one_gguf_parse():
+                self.tokenizer = AutoTokenizer.from_pretrained(str(folder), **kwargs)
+                self.hf = AutoModelForCausalLM.from_pretrained(
+                    str(folder), dtype=getattr(torch, dtype), **kwargs
+                ).to(self.device)
         except (OSError, ValueError, KeyError, RuntimeError) as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ModelError(
@@ -228,6 +230,37 @@ class HFBackend(Backend):
             "threads": torch.get_num_threads(),
             "eval_mode": "prompt in one forward pass; one token per sequence per step (padded batch)",
         }
+
+
+@contextlib.contextmanager
+def one_gguf_parse() -> Iterator[None]:
+    """Within the block a GGUF file is parsed once, and its tensor-name table built once: transformers
+    builds a ``gguf.GGUFReader`` (which reads every metadata field, the whole vocabulary and merges
+    included, element by element in Python) for the tokenizer, again for the config and again for the
+    weights, and a ``gguf.TensorNameMap`` for every module of the model: most of a small model's load.
+    Both are read-only (a view of the file, a lookup table) and are dropped at the end of the block."""
+    import gguf
+
+    original_reader, original_names = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict[tuple[str, str], Any] = {}
+    names: dict[tuple[Any, int], Any] = {}
+
+    def reader(path: Any, mode: str = "r") -> Any:
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = original_reader(path, mode)
+        return readers[key]
+
+    def name_map(arch: Any, n_blocks: int) -> Any:
+        if (arch, n_blocks) not in names:
+            names[arch, n_blocks] = original_names(arch, n_blocks)
+        return names[arch, n_blocks]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = original_reader, original_names
 
 
 def quiet_gguf_progress() -> None:

@@ -48,7 +48,7 @@ def load_base(ref: ModelRef, *, device: str = "cpu", threads: int | None = None)
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tooldecode.backends.hf import quiet_gguf_progress
+    from tooldecode.backends.hf import one_gguf_parse, quiet_gguf_progress
 
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
@@ -59,8 +59,9 @@ def load_base(ref: ModelRef, *, device: str = "cpu", threads: int | None = None)
     kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     try:
-        tok = AutoTokenizer.from_pretrained(str(folder), **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, **kwargs).to(device)
+        with one_gguf_parse():
+            tok = AutoTokenizer.from_pretrained(str(folder), **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, **kwargs).to(device)
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise ModelError(f"transformers could not load '{ref.path}' for training ({first[:160]})") from None
