@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 from conftest import make_sample
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tooldecode.repair import (
@@ -360,6 +361,33 @@ def test_property_never_raises_on_arbitrary_text_and_is_idempotent(text, wire):
         assert second.changes == [] and dumps(second.arguments) == dumps(first.arguments)
 
 
+THINK = re.compile(r"<think>.*?</think>|<tool_response>", re.S)
+
+
+def _strings(value) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug: the scorer skips <think>…</think> (and <tool_response>) regions before it reads "
+    "calls, also inside a JSON string value, so such a valid call reads as no call; the fix changes "
+    "verdicts (a scorer version), not yet made",
+)
+@pytest.mark.parametrize("wire", ["hermes", "json"])
+def test_a_reasoning_block_inside_a_string_value_keeps_the_call(wire):
+    args = {"path": "<think></think>", "edits": [{"oldText": "a", "newText": "b"}]}
+    text = hermes(args, name=EDIT.name) if wire == "hermes" else json.dumps(args)
+    r = repair_text(text, [EDIT], wire=wire, expected_tool=EDIT.name)
+    assert r.valid and r.changes == [] and dumps(r.arguments) == dumps(args)
+
+
 EDIT_ITEMS = st.fixed_dictionaries({"oldText": st.text(max_size=30), "newText": st.text(max_size=30)})
 VALID_EDIT = st.fixed_dictionaries({"path": st.text(max_size=20), "edits": st.lists(EDIT_ITEMS, max_size=3)})
 VALID_FLAT = st.fixed_dictionaries(
@@ -379,6 +407,8 @@ VALID_FLAT = st.fixed_dictionaries(
 )
 def test_property_valid_calls_are_never_changed(case, wire):
     args, tool = case
+    # a reasoning block inside a string value is the known bug of the test below: left to it
+    assume(not any(THINK.search(v) for v in _strings(args)))
     snapshot = dumps(args)
     r = repair_arguments(args, tool)
     assert r.valid and r.changes == [] and dumps(r.arguments) == snapshot
