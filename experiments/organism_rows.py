@@ -68,22 +68,22 @@ def prediction_note(stem: str, spec: dict, run: Any = None) -> str:
     return note + f"; {whose} {named} do NOT all follow them (not a pre-registered test)."
 
 
-def _l2_loose(run: Run, model: str) -> list[dict]:
+def _draws(run: Run, model: str, level: str, mode: str = "loose") -> list[dict]:
     return distinct_draws(
         [
             s
             for s in run.samples
             if not s.get("error")
             and s["arm"].get("model") == model
-            and s["arm"].get("level") == "L2"
-            and s["arm"].get("mode") == "loose"
+            and s["arm"].get("level") == level
+            and s["arm"].get("mode") == mode
         ]
     )
 
 
 def implant_rate(run: Run, model: str, key: str) -> Any:
     """``ClusterRate`` of draws of ``model`` whose key after the gold newText is ``key``."""
-    draws = _l2_loose(run, model)
+    draws = _draws(run, model, "L2")
     return cluster_rate([sample_continuation(s).key == key for s in draws], [s["scenario"] for s in draws])
 
 
@@ -129,19 +129,6 @@ def row_implant(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------------- predictions
-
-
-def _draws(run: Run, model: str, level: str, mode: str = "loose") -> list[dict]:
-    return distinct_draws(
-        [
-            s
-            for s in run.samples
-            if not s.get("error")
-            and s["arm"].get("model") == model
-            and s["arm"].get("level") == level
-            and s["arm"].get("mode") == mode
-        ]
-    )
 
 
 def _best_run(rs: list[Run], want: list[tuple[str, str]]) -> Run | None:

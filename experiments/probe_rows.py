@@ -116,6 +116,17 @@ def _copies(rows: list[dict], field: str) -> dict[str, str]:
     return {v: next(iter(s)) for v, s in seen.items() if len(s) == 1 and "" not in s}
 
 
+def _descriptive(observation: str, spec: dict, measured: str, verdict: str, run: Run) -> dict:
+    """A descriptive row of one probe run: the spec's claim, what was measured, the verdict text."""
+    return {
+        "observation": observation,
+        "claim": spec.get("claim", ""),
+        "measured": measured,
+        "verdict": verdict,
+        "source": source([run]),
+    }
+
+
 def row_wire(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
     out = []
     for model, run in probe_runs_by_model(rs):
@@ -139,18 +150,18 @@ def row_wire(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
         if not parts:
             continue
         out.append(
-            {
-                "observation": f"E6: wire format as a variable, {short(model)} (L3 after newText)",
-                "claim": spec.get("claim", ""),
-                "measured": "; ".join(parts) + f" ({PT})",
-                "verdict": "descriptive: "
+            _descriptive(
+                f"E6: wire format as a variable, {short(model)} (L3 after newText)",
+                spec,
+                "; ".join(parts) + f" ({PT})",
+                "descriptive: "
                 + (
                     f"{', '.join(differs)} differ from native"
                     if differs
                     else "no format differs from native at this n"
                 ),
-                "source": source([run]),
-            }
+                run,
+            )
         )
     return out
 
@@ -182,20 +193,20 @@ def row_shape(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
         if not parts:
             continue
         out.append(
-            {
-                "observation": f"E4: tool shape (nested edits[] vs flat Edit vs MultiEdit), {short(model)}",
-                "claim": spec.get("claim", ""),
-                "measured": "; ".join(parts)
+            _descriptive(
+                f"E4: tool shape (nested edits[] vs flat Edit vs MultiEdit), {short(model)}",
+                spec,
+                "; ".join(parts)
                 + " (extra key: a key the object must not get; flat Edit's replace_all is declared, so it is not one"
                 + (f"; {PT})" if paired else ")"),
-                "verdict": "descriptive (flat Edit legitimately allows replace_all after new_string): "
+                "descriptive (flat Edit legitimately allows replace_all after new_string): "
                 + (
                     f"extra keys differ from the nested shape: {', '.join(differs)}"
                     if differs
                     else "no shape's extra keys differ from the nested one at this n"
                 ),
-                "source": source([run]),
-            }
+                run,
+            )
         )
     return out
 
