@@ -78,6 +78,23 @@ def test_every_committed_run_loads_through_the_one_loader():
     assert sampled and sampled < len(runs)  # sampled runs and probe-only runs alike
 
 
+def test_every_committed_verdict_is_what_the_current_scorer_gives():
+    """Each committed ``verdicts-<SCORER_VERSION>.jsonl`` line equals a scoring of its raw sample now: a
+    change to the verdict logic that leaves ``SCORER_VERSION`` alone fails here (the loader trusts a
+    verdict file that covers the run's keys, so a stale one would go on being read)."""
+    from tooldecode.runs import RunStore
+    from tooldecode.scoring import SCORER_VERSION, score_record
+
+    files = sorted(RUNS.glob(f"*/verdicts-{SCORER_VERSION}.jsonl"))
+    assert files and sorted(RUNS.glob("*/verdicts-*.jsonl")) == files, "a verdict file of another scorer"
+    for path in files:
+        store = RunStore.open(path.parent)
+        stored = {v["key"]: v for v in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
+        for smp in store.sample_records():
+            now = {"key": smp["key"], **score_record(smp, store.manifest)}
+            assert now == stored[smp["key"]], f"{path.relative_to(ROOT)}: {smp['key']}"
+
+
 def _sample(**over):
     arm = {"model": "qwen2.5-coder-0.5b-instruct", "backend": "llamacpp", "mode": "strict"}
     arm.update(temperature=1.0, history="agentic", level="L2", engine="xgrammar", wire="call-json")

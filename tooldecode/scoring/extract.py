@@ -64,9 +64,15 @@ def extract_calls(
         """Free, and not inside a balanced JSON value (a string may hold markup as content)."""
         return taken.free(a, b) and covers.free(a, a + 1)
 
-    # Regions that are never calls: reasoning and invented tool results.
-    for m in _SKIP_REGIONS.finditer(text):
-        taken.append(m.span())
+    # Regions that are never calls: reasoning and invented tool results, unless the tag sits inside a
+    # balanced JSON value (a string may hold ``<think>`` as content: the call around it is still a call).
+    pos = 0
+    while (m := _SKIP_REGIONS.search(text, pos)) is not None:
+        if covers.free(m.start(), m.start() + 1):
+            taken.append(m.span())
+            pos = m.end()
+        else:
+            pos = m.start() + 1
     calls: list[ExtractedCall] = []
     # Markup first (its spans are taken before the JSON passes look), in this order.
     for markup_pass in (_hermes_calls, _antml_calls, _harmony_calls, _fenced_calls):

@@ -8,7 +8,7 @@ from typing import Any
 from tooldecode.errors import ToolDecodeError
 from tooldecode.toolsets import EDIT_TOOL
 
-SCORER_VERSION = "s1"
+SCORER_VERSION = "s2"
 
 VERDICTS = (
     "valid",
