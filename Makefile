@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 MODEL ?= qwen2.5-coder-0.5b-instruct
 
-.PHONY: setup test test-fast lint demo grammars grammars-check conformance maskbench bench experiments notebooks models organisms clean
+.PHONY: setup test test-fast lint demo grammars grammars-check conformance maskbench bench experiments notebooks models organisms findings report clean
 
 setup:
 	@bash scripts/setup.sh
@@ -73,6 +73,10 @@ organisms: setup
 
 findings: setup
 	$(PY) -m scripts.findings
+
+# one combined report (summary.md, report.html) of every committed run, in runs/report (not committed: ~20 MB)
+report: setup
+	$(PY) -m tooldecode report $$(for d in runs/*/; do [ -f $$d/manifest.json ] && echo $$d; done) --out runs/report
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
