@@ -98,8 +98,31 @@ DIALECTS = frozenset(
 
 
 def json_type(v: Any, *, integer: bool = False) -> str:
-    """The JSON type of a JSON value (one of ``VALUE_TYPES``; with ``integer=True`` an ``int`` is
-    ``"integer"``). ``TypeError`` for a value that is not JSON."""
+    """The JSON type of a JSON value.
+
+    Parameters
+    ----------
+    v : Any
+        A parsed JSON value (``None``, ``bool``, ``int``, ``float``, ``str``, ``list`` or ``dict``).
+    integer : bool, default False
+        Report an ``int`` as ``"integer"`` instead of ``"number"``.
+
+    Returns
+    -------
+    str
+        One of ``VALUE_TYPES`` (``"integer"`` only with ``integer=True``).
+
+    Raises
+    ------
+    TypeError
+        A value that is not JSON.
+
+    Examples
+    --------
+    >>> from tooldecode.grammar import json_type
+    >>> json_type(3), json_type(3, integer=True), json_type(True)
+    ('number', 'integer', 'boolean')
+    """
     if v is None:
         return "null"
     if isinstance(v, bool):

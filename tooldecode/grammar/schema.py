@@ -57,8 +57,35 @@ class SchemaIR:
 def compile_schema(
     schema: Any, *, mode: str = "strict", order: str = "schema", lenient: bool = False
 ) -> SchemaIR:
-    """Compile a JSON Schema (dict or bool) to the IR. Unsupported keywords raise
-    ``UnsupportedSchemaError`` (keyword + JSON pointer) unless ``lenient``."""
+    """Compile a JSON Schema to the grammar IR that every grammar format is printed from.
+
+    Parameters
+    ----------
+    schema : dict or bool
+        A JSON Schema of any supported draft (4, 6, 7, 2019-09, 2020-12; see
+        ``tooldecode.grammar.dialects``), translated to 2020-12 first.
+    mode : str, default "strict"
+        ``strict`` closes every object (``strictify``) and asserts ``format``; ``spec`` follows the
+        schema as written (one of ``MODES``).
+    order : str, default "schema"
+        Key order of objects (one of ``ORDERS``), kept on the IR for the printers.
+    lenient : bool, default False
+        Skip keywords that have no exact rendering (listed in ``SchemaIR.ignored``) instead of raising.
+
+    Returns
+    -------
+    SchemaIR
+        The root expression, its named definitions, the ignored keywords, warnings and the dialect.
+
+    Raises
+    ------
+    GrammarError
+        An unknown mode or order, or a schema nested deeper than ``MAX_DEPTH`` or too large to render.
+    UnsupportedSchemaError
+        A keyword with no exact rendering (keyword and JSON pointer named), unless ``lenient``.
+    InvalidSchemaError
+        A schema that is not valid JSON Schema.
+    """
     from tooldecode.grammar.errors import GrammarError
 
     if mode not in MODES:

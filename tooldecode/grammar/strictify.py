@@ -21,6 +21,22 @@ def strictify(schema: Any) -> Any:
     branches of those keywords, ``$defs`` entries) are not closed themselves. A schema that gives an
     ``additionalProperties`` schema (or ``true``) keeps it. An untyped schema without object keywords
     (``{}``, "any value") stays open.
+
+    Parameters
+    ----------
+    schema : dict or bool
+        A JSON Schema of any supported draft; it is not changed.
+
+    Returns
+    -------
+    dict or bool
+        The closed copy, in draft 2020-12.
+
+    Examples
+    --------
+    >>> from tooldecode.grammar import strictify
+    >>> strictify({"type": "object", "properties": {"a": {"type": "string"}}})["additionalProperties"]
+    False
     """
     root = copy.deepcopy(to_2020(schema)[0])
     seen: set[int] = set()

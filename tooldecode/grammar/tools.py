@@ -128,7 +128,19 @@ def _catalog() -> dict[str, Tool]:
 
 
 def tool_catalog() -> dict[str, Tool]:
-    """Built-in tools by name (``edit``, ``read``, ``write``, ``bash``, ``Edit``, ``MultiEdit``, ...)."""
+    """Built-in tools by name (``edit``, ``read``, ``write``, ``bash``, ``Edit``, ``MultiEdit``, ...).
+
+    Returns
+    -------
+    dict of str to Tool
+        A new dict each call, holding the catalog's own (frozen) ``Tool`` objects.
+
+    Examples
+    --------
+    >>> from tooldecode.grammar import tool_catalog
+    >>> "edit" in tool_catalog() and "MultiEdit" in tool_catalog()
+    True
+    """
     return dict(_catalog())
 
 
@@ -149,7 +161,24 @@ def read_json(path: Path) -> Any:
 def is_schema(data: Any) -> bool:
     """Whether ``data`` reads as a JSON Schema: a boolean, the empty object, or an object with at least
     one keyword the builder knows (an annotation such as ``title`` counts). An object of unknown keys
-    only would admit any JSON value, which is never what a caller means."""
+    only would admit any JSON value, which is never what a caller means.
+
+    Parameters
+    ----------
+    data : Any
+        A parsed JSON value.
+
+    Returns
+    -------
+    bool
+        True when ``data`` is a schema by the rule above.
+
+    Examples
+    --------
+    >>> from tooldecode.grammar import is_schema
+    >>> is_schema({"type": "string"}), is_schema({"colour": "red"}), is_schema(True)
+    (True, False, True)
+    """
     from tooldecode.grammar.keywords import ANNOTATIONS, KNOWN, UNEXPRESSIBLE
 
     if isinstance(data, bool):
@@ -197,7 +226,28 @@ def read_tools(data: Any, *, where: str = "tool data", source: Path | None = Non
     "input_schema"}``, MCP ``{"name", "inputSchema"}``, or tooldecode's own ``{"name", "parameters"}``),
     an object holding such a list under ``tools`` (an MCP ``tools/list`` result, a request body), the
     same wrapped in a JSON-RPC response's ``result``, a single tool, or a JSON Schema. Anything else
-    raises ``SchemaError`` naming what was seen."""
+    raises ``SchemaError`` naming what was seen.
+
+    Parameters
+    ----------
+    data : Any
+        A parsed JSON document.
+    where : str, default "tool data"
+        What ``data`` is, for error messages (a file name, an HTTP response).
+    source : Path, optional
+        The file ``data`` came from, kept on each ``Tool``.
+
+    Returns
+    -------
+    list of Tool or None
+        The tools in document order, or None for a bare JSON Schema of arguments.
+
+    Raises
+    ------
+    SchemaError
+        A JSON-RPC message without a result, a list item that is not a tool, duplicate tool names,
+        an empty tool list, or a value that is neither a tool nor a schema.
+    """
     if isinstance(data, dict) and "jsonrpc" in data:
         if "result" not in data:
             err = data.get("error")
@@ -228,7 +278,33 @@ def read_tools(data: Any, *, where: str = "tool data", source: Path | None = Non
 def load_tools(obj_or_path: Any, *, name: str | None = None) -> list[Tool]:
     """Tools from any of the common shapes (see ``read_tools``): a parsed JSON document, a path to a
     JSON file, a built-in tool name, a ``Tool`` or a list of ``Tool``. A bare JSON Schema becomes one
-    tool named ``name`` (default: its ``title``, the file's stem, or ``"tool"``)."""
+    tool named ``name`` (default: its ``title``, the file's stem, or ``"tool"``).
+
+    Parameters
+    ----------
+    obj_or_path : Any
+        A parsed JSON document, a ``str`` or ``Path`` (built-in tool name or JSON file), a ``Tool``
+        or a list of ``Tool``.
+    name : str, optional
+        Tool name of a bare schema.
+
+    Returns
+    -------
+    list of Tool
+        At least one tool.
+
+    Raises
+    ------
+    SchemaError
+        A path that is neither a file nor a built-in tool, a file that is not JSON, or data
+        ``read_tools`` refuses.
+
+    Examples
+    --------
+    >>> from tooldecode.grammar import load_tools
+    >>> [t.name for t in load_tools({"type": "object", "title": "lookup"})]
+    ['lookup']
+    """
     if isinstance(obj_or_path, Tool):
         return [obj_or_path]
     if isinstance(obj_or_path, list) and obj_or_path and all(isinstance(t, Tool) for t in obj_or_path):
@@ -266,7 +342,30 @@ def _by_stem(key: str) -> Tool | None:
 
 def load_tool(name_or_path: str | Path | dict[str, Any]) -> Tool:
     """A built-in tool by name (or file stem such as ``flat-Edit``), a tool JSON file, or a tool given
-    as a dict in any shape ``read_tools`` accepts (a tool list of exactly one tool included)."""
+    as a dict in any shape ``read_tools`` accepts (a tool list of exactly one tool included).
+
+    Parameters
+    ----------
+    name_or_path : str, Path or dict
+        A built-in tool name or file stem (see ``tool_catalog``), a path to a tool JSON file, or
+        tool data.
+
+    Returns
+    -------
+    Tool
+        The one tool.
+
+    Raises
+    ------
+    SchemaError
+        An unknown name, a missing or invalid file, or data holding other than one tool.
+
+    Examples
+    --------
+    >>> from tooldecode.grammar import load_tool
+    >>> load_tool("edit").name
+    'edit'
+    """
     if isinstance(name_or_path, (dict, list)):
         tools = load_tools(name_or_path)
         if len(tools) != 1:

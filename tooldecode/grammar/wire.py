@@ -193,7 +193,29 @@ WIRES = tuple(WIRE_FORMATS)
 
 
 def wire_format(wire: str) -> WireFormat:
-    """The ``WireFormat`` called ``wire``; ``GrammarError`` naming the wires for an unknown one."""
+    """The ``WireFormat`` called ``wire``: its open and close strings, stop strings, extraction
+    patterns and envelope, the one table prompts, scoring, repair and engines read.
+
+    Parameters
+    ----------
+    wire : str
+        A wire format name, one of ``WIRES``.
+
+    Returns
+    -------
+    WireFormat
+
+    Raises
+    ------
+    GrammarError
+        An unknown name (the message lists ``WIRES``).
+
+    Examples
+    --------
+    >>> from tooldecode.grammar import wire_format
+    >>> wire_format("hermes").name
+    'hermes'
+    """
     try:
         return WIRE_FORMATS[wire]
     except (KeyError, TypeError):
