@@ -180,8 +180,7 @@ def finish_effect_rows(rows: list[dict]) -> int:
         r["result"] = res
         assert (
             res.verdict.verdict != "reproduces"
-            or res.claim.size is None
-            or (res.verdict.lo <= res.claim.size <= res.verdict.hi)
+            or not res.claim.excludes(res.verdict.lo, res.verdict.hi)  # a bound ("at least ×3") included
         ), r["observation"]
         assert res.verdict.verdict != BY_CONSTRUCTION or "instrument check:" in r["verdict"]
     return len(tested)

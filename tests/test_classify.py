@@ -238,6 +238,10 @@ def test_call_outcome_other_failures():
     assert call_outcome(extra, top) == "extra_other"
     assert call_outcome(extra, {**missing, "errors": missing["errors"][:1]}) == "source_shaped"
     assert call_outcome(extra, {"verdict": "truncated"}) == "derailment"
+    # the verdict of a later call of the same tool: the call at the decision point did not parse
+    shaped = {**missing, "errors": missing["errors"][:1], "tool": "edit"}
+    assert call_outcome(extra, shaped, tool="edit", parsed_here=False) == "derailment"
+    assert call_outcome(extra, shaped, tool="edit", parsed_here=True) == "source_shaped"
     assert call_outcome(Continuation(CLOSE, "close"), None) == "close"
     with pytest.raises(ValueError, match="verdict"):
         call_outcome(extra, None)

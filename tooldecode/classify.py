@@ -348,14 +348,19 @@ def source_shaped(verdict: Mapping[str, Any]) -> bool:
 
 
 def call_outcome(
-    c: Continuation, verdict: Mapping[str, Any] | None, present: Iterable[str] = (), tool: str | None = None
+    c: Continuation,
+    verdict: Mapping[str, Any] | None,
+    present: Iterable[str] = (),
+    tool: str | None = None,
+    parsed_here: bool | None = None,
 ) -> str:
     """The outcome (``OUTCOMES``) of a continuation ``c`` in a call whose scorer verdict is ``verdict``.
 
     ``present`` holds the keys the object had before the decision point (an exact repeat of one is a
     ``duplicate``). ``tool`` names the call the decision point sits in: a verdict of another tool's
-    call (the scorer fell back to a later call that parsed) means this one did not parse. A
-    continuation that is no extra key has its kind as outcome; an extra key's outcome needs
+    call (the scorer fell back to a later call that parsed) means this one did not parse;
+    ``parsed_here`` False says so directly (the call at the decision point did not parse, whatever
+    later call of the same tool the verdict describes). A continuation that is no extra key has its kind as outcome; an extra key's outcome needs
     ``verdict`` (the precedence: duplicate, derailment, source-shaped, other).
     """
     if c.kind not in EXTRA_KEY_KINDS:
@@ -364,7 +369,11 @@ def call_outcome(
         raise ValueError("call_outcome: an extra key's outcome needs the call's scorer verdict")
     if c.kind == REPEAT and c.key in set(present):
         return DUPLICATE
-    if verdict.get("verdict") in UNPARSED_VERDICTS or (tool is not None and verdict.get("tool") != tool):
+    if (
+        parsed_here is False
+        or verdict.get("verdict") in UNPARSED_VERDICTS
+        or (tool is not None and verdict.get("tool") != tool)
+    ):
         return DERAILMENT
     if source_shaped(verdict):
         return SOURCE_SHAPED
