@@ -177,18 +177,17 @@ def sample_outcome(s: dict) -> str:
         return c.kind
     edit = arm_tools(s["arm"])[1] if not s["arm"].get("expected_tool") else s["arm"]["expected_tool"]
     return call_outcome(
-        c, sample_verdict(s), sample_context(s).present, tool=edit, parsed_here=_parsed_here(s)
+        c, sample_verdict(s), sample_context(s).present, tool=edit, parsed_here=_parsed_here(s, edit)
     )
 
 
-def _parsed_here(s: dict) -> bool:
+def _parsed_here(s: dict, edit: str) -> bool:
     """Whether the call that holds an L2 sample's decision point (the end of its prefill) parsed: a
     verdict can describe a later call of the same tool that did (the scorer reads the best call)."""
     from tooldecode.scoring import extract_calls, toolset_tools
 
     toolset = s["arm"].get("toolset") or "nested"
     prefill = s.get("prefill") or ""
-    edit = arm_tools(s["arm"])[1] if not s["arm"].get("expected_tool") else s["arm"]["expected_tool"]
     calls = extract_calls(
         prefill + (s.get("text") or ""),
         wire=s["arm"].get("wire"),
