@@ -163,6 +163,40 @@ class Trial:
             on_batch=on_batch,
         )
 
+    def request(
+        self,
+        backend: Any,
+        n: int,
+        params: Any,
+        *,
+        start_index: int = 0,
+        on_batch: Callable[[list], None] | None = None,
+    ) -> Any:
+        """Samples ``start_index`` … ``start_index + n - 1`` as one item of a shared draw queue
+        (``tooldecode.sampling.DrawRequest`` for ``sample_queue``), where the condition's channel draws
+        with the plain sampler; ``None`` for every other channel (aligned, servers, engine samplers),
+        whose draws go through ``sample``."""
+        from tooldecode.sampling import DrawRequest, sample
+
+        draw = drawer(
+            self.channel,
+            self.prompt,
+            self.condition.mode,
+            conditioning=self.options.conditioning,
+            aligned=self.aligned,
+        )
+        if draw is not sample:
+            return None
+        return DrawRequest(
+            backend.tokenize(self.text),
+            n,
+            params,
+            mask=self.constraint(backend),
+            prefill=self.prompt.prefill,
+            start_index=start_index,
+            on_batch=on_batch,
+        )
+
     # --- the exact probe ----------------------------------------------------------------------
     @property
     def call(self) -> str:
