@@ -284,7 +284,7 @@ def resolve(model: str | os.PathLike[str], *, fetch: bool = False) -> ModelRef:
     """
     text = os.fspath(model)
     if text.startswith(ORGANISM_PREFIX):
-        return resolve_organism(text)
+        return resolve_organism(text, fetch=fetch)
     if text in REGISTRY:
         spec = REGISTRY[text]
         path = model_dir(spec.id) / spec.filename
@@ -348,7 +348,7 @@ def find_organism(name: str) -> Path | None:
     return None
 
 
-def resolve_organism(spec: str) -> ModelRef:
+def resolve_organism(spec: str, *, fetch: bool = False) -> ModelRef:
     """``organism:<recipe>[@<base>]`` → its base model with its LoRA adapter (``ModelRef.adapter``).
 
     The base must be the one the manifest names, with the same sha256, and the adapter's weights must
@@ -389,7 +389,7 @@ def resolve_organism(spec: str) -> ModelRef:
             f"organism '{name}': {weights} has sha256 {digest[:12]}…, its manifest says {expected[:12]}…; "
             f"run {rebuild}"
         )
-    base_ref = resolve(base_id)
+    base_ref = resolve(base_id, fetch=fetch)
     if base_ref.digest() != base_sha:
         raise ModelError(
             f"organism '{name}' was trained on {base_id} with sha256 {base_sha[:12]}…, the present file has "
