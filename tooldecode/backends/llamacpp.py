@@ -57,6 +57,11 @@ def read_gguf(llama_cpp: Any, path: Path, **params: Any) -> Any:
     return LlamaModel(path_model=str(path), params=mparams, verbose=False)
 
 
+# Tokens this process evaluated, over every llama.cpp context (benchmarks/bench_eval.py reads them):
+# prompt tokens decoded (after any reuse of a cached prefix), decode steps and tokens decoded in them.
+COUNTERS = {"prompt_tokens": 0, "decode_steps": 0, "decode_tokens": 0}
+
+
 class LlamaCppBackend(Backend):
     name = "llamacpp"
 
@@ -182,6 +187,7 @@ class LlamaCppBackend(Backend):
             raise ModelError(
                 f"llama_decode failed (code {rc}); the prompt may exceed the context of {self.n_ctx}"
             )
+        COUNTERS["prompt_tokens"] += len(tokens)
 
     def _logits_row(self, i: int) -> np.ndarray:
         ptr = self._lc.llama_get_logits_ith(self._ctx.ctx, i)
@@ -384,6 +390,8 @@ class LlamaCppBackend(Backend):
                 f"llama_decode failed (code {rc}) at batch {len(tokens)}; the KV cache of {self.n_ctx} tokens "
                 "is full: lower the batch size, max_new_tokens or max_branches, or raise n_ctx"
             )
+        COUNTERS["decode_steps"] += 1
+        COUNTERS["decode_tokens"] += len(tokens)
         ptr = self._lc.llama_get_logits(self._ctx.ctx)
         return np.ctypeslib.as_array(ptr, shape=(len(tokens), self.n_vocab))
 

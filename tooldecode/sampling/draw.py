@@ -45,6 +45,11 @@ class _Row:
     t_end: float = 0.0
 
 
+# Prompt tokens the draws of this process asked for (each draw counts its whole prompt, whether or not
+# it was evaluated again): the nominal prefill that benchmarks/bench_eval.py sets against what was evaluated.
+COUNTERS = {"prompt_tokens_nominal": 0, "draws": 0}
+
+
 def sample(
     backend: Backend,
     prompt: str | Sequence[int],
@@ -82,6 +87,8 @@ def sample(
         groups = [indices] if indices else []
     else:
         groups = [indices[k : k + slots] for k in range(0, n, slots)]
+    COUNTERS["prompt_tokens_nominal"] += len(ids) * n
+    COUNTERS["draws"] += n
     out: list[Sample] = []
     for group in groups:
         out.extend(_stream(backend, ids, group, params, mask, prefill, prefill_ids, slots, on_batch))
@@ -399,6 +406,8 @@ def _queue_stream(  # noqa: C901 - the decode loop of the shared queue: refill, 
     backend: Backend, reqs: list[DrawRequest], slots: int
 ) -> None:
     t0 = time.perf_counter()
+    COUNTERS["prompt_tokens_nominal"] += sum(len(r.prompt_ids) * r.n for r in reqs)
+    COUNTERS["draws"] += sum(r.n for r in reqs)
     waiting = [(k, i) for k, r in enumerate(reqs) for i in range(r.start_index, r.start_index + r.n)]
     waiting.reverse()
     prefill_ids: dict[int, list[int]] = {}
