@@ -103,7 +103,9 @@ def run_spec(
     # the write lock before anything is resolved, loaded or deleted: a second writer learns of it at once
     lock = RunLock(out) if out.is_dir() else None
     branches = probe_config(spec.probe).max_branches if spec.probe else 0
-    models = ModelCache(batch_size=spec.batch_size, branches=branches, server=server)
+    models = ModelCache(
+        batch_size=spec.batch_size, branches=branches, server=server, fill_slots=spec.fill_slots
+    )
     store = None
     try:
         manifest = _run_manifest(spec, out, arms, scenarios, fresh=fresh)
