@@ -251,6 +251,14 @@ class Condition(_Record):
         """Whether a mask (or a server's grammar) constrains this arm's samples."""
         return self.mode in STRICT_MODES
 
+    def get(self, name: str, default: Any = None) -> Any:
+        """The arm's value of field ``name`` by name (a field it does not know: from ``extra``);
+        ``default`` where the arm does not set it. What a spec's ``field = value`` filter reads."""
+        value = getattr(self, name) if name in self._REQUIRED or name in self._OPTIONAL else None
+        if value is None:
+            value = self.extra.get(name)
+        return default if value is None else value
+
     def label(self) -> str:
         """The arm's part of a sample key: model (short), level and mode bare, then ``field=value`` for
         each variant field the arm sets, the schema extra, and engine and duplicates where not default.

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from tooldecode.records import VARIANT_FIELDS, Condition
+from tooldecode.records import VARIANT_FIELDS, Condition, OfferedTool, SampleRecord
 from tooldecode.trial.channel import TrialError, channel_of, constraint, drawer, strict_grammar
 from tooldecode.trial.views import apply_view, check_view
 
@@ -31,6 +33,16 @@ def replay_status(matcher: Any, token_ids: Sequence[int], eog: frozenset[int], f
             return "valid"
         matcher.accept(int(tok))
     return "valid-prefix" if finish_reason == "length" else "stop-string"
+
+
+# the characters of a structural decision point: a token carrying one keeps its top-k in a record
+_STRUCT = set(',}]":')
+# a record's leading keys as runs store them (the rest in field order)
+_SAMPLE_ORDER = ("key", "arm", "scenario", "seed", "stream", "index", "prompt_sha256", "prefill")
+
+
+def _rounded(values: list[float] | None, digits: int) -> list[float] | None:
+    return None if values is None else [round(x, digits) for x in values]
 
 
 def condition_of(arm: Condition | Mapping[str, Any]) -> Condition:
@@ -106,6 +118,7 @@ class Trial:
         self.tool_view = tool_view
         self._constraints: dict[int, Any] = {}
         self._grammars: dict[str, str] = {}
+        self._sha: str | None = None
 
     # --- drawing ------------------------------------------------------------------------------
     def params(self, **kw: Any) -> Any:
@@ -138,12 +151,12 @@ class Trial:
         *,
         batch_size: int | None = None,
         start_index: int = 0,
-        on_batch: Callable[[list], None] | None = None,
-    ) -> list:
-        """Samples ``start_index`` … ``start_index + n - 1`` through the condition's channel.
+        on_batch: Callable[[list[SampleRecord]], None] | None = None,
+    ) -> list[SampleRecord]:
+        """Samples ``start_index`` … ``start_index + n - 1`` through the condition's channel, as records.
 
         ``params`` is a ``tooldecode.sampling.SamplingParams`` (``Trial.params``); ``on_batch`` receives
-        samples as they complete."""
+        the records as their samples complete. Each record is built by ``Trial.record``."""
         draw = drawer(
             self.channel,
             self.prompt,
@@ -151,7 +164,17 @@ class Trial:
             conditioning=self.options.conditioning,
             aligned=self.aligned,
         )
-        return draw(
+        built: dict[int, SampleRecord] = {}
+
+        def records(batch: list) -> list[SampleRecord]:
+            out = []
+            for s in batch:
+                if s.index not in built:
+                    built[s.index] = self.record(s, params, backend)
+                out.append(built[s.index])
+            return out
+
+        drawn = draw(
             backend,
             self.text,
             n,
@@ -160,7 +183,76 @@ class Trial:
             prefill=self.prompt.prefill,
             batch_size=batch_size,
             start_index=start_index,
-            on_batch=on_batch,
+            on_batch=(lambda batch: on_batch(records(batch))) if on_batch is not None else None,
+        )
+        return records(drawn)
+
+    # --- the records --------------------------------------------------------------------------
+    @property
+    def arm(self) -> Condition:
+        """The condition as its samples record it: with the prompt's wire and the tool it expects."""
+        return dataclasses.replace(
+            self.condition, wire=self.prompt.wire, expected_tool=self.prompt.expected_tool
+        )
+
+    @property
+    def tools(self) -> tuple[OfferedTool, ...]:
+        """The tools the prompt shows at the call (name and arguments schema, as shown)."""
+        return tuple(OfferedTool(t.name, t.parameters) for t in self.prompt.tools)
+
+    @property
+    def prompt_sha256(self) -> str:
+        """sha256 of the prompt text the model sees (prefill included)."""
+        if self._sha is None:
+            self._sha = hashlib.sha256(self.text.encode()).hexdigest()
+        return self._sha
+
+    def key(self, seed: int, index: int) -> str:
+        """The key of sample ``index`` at ``seed``: ``"<arm label>/<scenario>/<seed>/<index>"``."""
+        return f"{self.condition.label()}/{self.scenario.id}/{seed}/{index}"
+
+    def record(self, draw: Any, params: Any, backend: Any) -> SampleRecord:
+        """The ``SampleRecord`` of one drawn sample (a ``tooldecode.sampling.Sample`` or a server's).
+
+        Log-probabilities and entropies are rounded, and top-k lists kept only at structural decision
+        points (tokens carrying ``, } ] " :``) to bound a run's size; what a server could not report is
+        ``None``. Fields of the draw the record has no field for (a server's ``tokens``) are kept."""
+        d = dict(draw.to_record())
+        top, ids = d.pop("top"), d.pop("token_ids")
+        if top is not None and ids is not None:
+            top = [
+                t
+                if t is not None and _STRUCT & set(backend.token_bytes(tok).decode("utf-8", "ignore"))
+                else None
+                for t, tok in zip(top, ids, strict=True)
+            ]
+        logprobs, entropy = d.pop("logprobs"), d.pop("entropy")
+        masked, removed = d.pop("entropy_masked"), d.pop("mask_removed")
+        index = d.pop("index")
+        d.pop("seed", None)
+        return SampleRecord(
+            key=self.key(params.seed, index),
+            arm=self.arm,
+            scenario=self.scenario.id,
+            seed=params.seed,
+            stream=params.stream,
+            index=index,
+            prompt_sha256=self.prompt_sha256,
+            prefill=self.prompt.prefill,
+            text=d.pop("text"),
+            token_ids=ids,
+            logprobs=_rounded(logprobs, 5),
+            top=top,
+            entropy=_rounded(entropy, 4),
+            entropy_masked=_rounded(masked, 5),
+            mask_removed=_rounded(removed, 5),
+            finish_reason=d.pop("finish_reason"),
+            error=d.pop("error"),
+            timing=d.pop("timing"),
+            particles=d.pop("particles", None),
+            tools=self.tools,
+            extra=d,
+            order=_SAMPLE_ORDER,
         )
 
     # --- the exact probe ----------------------------------------------------------------------
@@ -227,9 +319,14 @@ class Trial:
         return replay_status(mask.matcher(self.prompt.prefill), token_ids, backend.eog_ids, finish_reason)
 
     def score(self, sample: Any, finish_reason: str | None = None) -> Any:
-        """The verdict (``tooldecode.scoring.score_text``) of a drawn sample (or its text), prefill included."""
-        from tooldecode.scoring import score_text
+        """The verdict of a drawn sample, prefill included: a ``SampleRecord`` through
+        ``tooldecode.scoring.score_record`` against the tools it records (what ``run`` → ``rescore``
+        gives it), a text (or an object with ``text`` and ``finish_reason``) through ``score_text``
+        against the prompt's tools."""
+        from tooldecode.scoring import score_record, score_text
 
+        if isinstance(sample, SampleRecord):
+            return score_record(sample, self.scenario)
         text = sample if isinstance(sample, str) else sample.text
         if not isinstance(sample, str) and finish_reason is None:
             finish_reason = sample.finish_reason
