@@ -405,17 +405,16 @@ def rel_path(path: Path | None) -> str:
 
 def index_runs(indices: list[int]) -> Iterable[tuple[int, int]]:
     """(start, count) of each run of consecutive indices in ``indices`` (sorted)."""
-    start = prev = None
-    for i in indices:
-        if start is None:
-            start = prev = i
-        elif i == prev + 1:
+    if not indices:
+        return
+    start = prev = indices[0]
+    for i in indices[1:]:
+        if i == prev + 1:
             prev = i
         else:
             yield start, prev - start + 1
             start = prev = i
-    if start is not None:
-        yield start, prev - start + 1
+    yield start, prev - start + 1
 
 
 def scenario_stream(scenario_id: str) -> int:

@@ -62,7 +62,7 @@ def _score_text(
     call = primary_call(calls, expected_tool)
     if call is None:
         return Verdict("no_call", flags, None, None, [], [], None, None, None, 0)
-    base = dict(
+    base: dict[str, Any] = dict(
         flags=flags,
         wrapping=call.wrapping,
         shape=call.shape,
@@ -222,7 +222,12 @@ def score_record(record: SampleRecord, scenario: Scenario | None) -> VerdictReco
     VerdictRecord
         One line of ``verdicts-<SCORER_VERSION>.jsonl``; a failed sample's verdict is ``skipped``.
     """
-    head = {"key": record.key, "scorer": SCORER_VERSION, "arm": record.arm, "scenario": record.scenario}
+    head: dict[str, Any] = {
+        "key": record.key,
+        "scorer": SCORER_VERSION,
+        "arm": record.arm,
+        "scenario": record.scenario,
+    }
     if record.error:
         return VerdictRecord(**head, verdict=None, skipped=str(record.error))
     arm = record.arm
