@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from tooldecode.backends.state import PerBackend
 from tooldecode.records import VARIANT_FIELDS, Condition, OfferedTool, SampleRecord
 from tooldecode.trial.channel import TrialError, channel_of, constraint, drawer, strict_grammar
 from tooldecode.trial.views import apply_view, check_view
@@ -116,7 +117,7 @@ class Trial:
             self.prompt.text, self.prompt.tools, self.prompt.expected_tool, tool_view
         )
         self.tool_view = tool_view
-        self._constraints: dict[int, Any] = {}
+        self._constraints: PerBackend[Any] = PerBackend()
         self._grammars: dict[str, str] = {}
         self._sha: str | None = None
 
@@ -130,9 +131,10 @@ class Trial:
     def constraint(self, backend: Any) -> Any:
         """What constrains the samples on ``backend`` (``tooldecode.trial.channel.constraint``; built once
         per backend)."""
-        key = id(backend)
-        if key not in self._constraints:
-            self._constraints[key] = constraint(
+        return self._constraints.get(
+            backend,
+            "constraint",
+            lambda: constraint(
                 self.channel,
                 self.prompt,
                 backend,
@@ -140,8 +142,8 @@ class Trial:
                 engine=self.engine,
                 ws=self.ws,
                 duplicates=self.duplicates,
-            )
-        return self._constraints[key]
+            ),
+        )
 
     def sample(
         self,
