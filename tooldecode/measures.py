@@ -457,24 +457,15 @@ def l2_values(samples: Sequence[SampleRecord], measure: str) -> tuple[dict[str, 
 # --- probe rows (L3)
 
 
-@measure("p_continue", ("L3",))
-def _p_continue(row: ProbeRow, _: None) -> float:
-    return float(row.p_continue)
+def _row_value(field: str) -> Callable[[ProbeRow, None], float]:
+    def value(row: ProbeRow, _: None) -> float:
+        return float(getattr(row, field))
+
+    return value
 
 
-@measure("p_close", ("L3",))
-def _p_close(row: ProbeRow, _: None) -> float:
-    return float(row.p_close)
-
-
-@measure("p_other", ("L3",))
-def _p_other(row: ProbeRow, _: None) -> float:
-    return float(row.p_other)
-
-
-@measure("decision_entropy", ("L3",))
-def _decision_entropy(row: ProbeRow, _: None) -> float:
-    return float(row.decision_entropy)
+for _field in ("p_continue", "p_close", "p_other", "decision_entropy"):  # a probability of the row as stored
+    measure(_field, ("L3",))(_row_value(_field))
 
 
 def _kind_mass(row: ProbeRow, kinds: tuple[str, ...]) -> float | None:

@@ -91,18 +91,13 @@ def verdict_order() -> tuple[str, ...]:
 
 def _sample(run: str, r: SampleRecord, verdict: VerdictRecord | None) -> Sample:
     arm = r.arm.to_json()
+    kept = {f: getattr(r, f) for f in ("key", "seed", "index", "prefill", "text", "finish_reason", "error")}
     return Sample(
         run=run,
-        key=r.key,
         arm={k: v for k, v in arm.items() if k not in NOT_ARM_FIELDS},
         scenario=r.scenario or "-",
-        seed=r.seed,
-        index=r.index,
-        prefill=r.prefill,
-        text=r.text,
-        finish_reason=r.finish_reason,
-        error=r.error,
         verdict=verdict.to_json() if verdict is not None else {},
+        **kept,
     )
 
 
