@@ -136,7 +136,7 @@ def payload_correct(v: dict) -> bool:
     return isinstance(payload, dict) and bool(payload.get("file_correct"))
 
 
-def outcome(metric: str, verdict: dict) -> bool:
+def shows_metric(metric: str, verdict: dict) -> bool:
     """Whether a (scored) sample's verdict counts for ``metric``: a verdict class or a headline metric."""
     if metric == "payload_correct":
         return payload_correct(verdict)
