@@ -3,6 +3,7 @@ probe refusal, replay and score (no model weights: a backend here is a stand-in)
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -296,6 +297,28 @@ def test_a_drawn_sample_scores_the_same_through_sample_and_rescore(tmp_path, qwe
     old = [{k: v for k, v in r.to_json().items() if k != "tools"} for r in records]
     before = stored_run("before-tools", old)
     assert before.samples[0].tools == rec.tools and before.verdicts[rec.key] == via_sample
+
+
+def test_a_users_tool_list_is_what_the_trial_shows_draws_against_and_scores(tmp_path, qwen_ref, scenario):
+    """Tools given to the trial (a user's list) replace the catalog's: the prompt shows them, the records
+    carry them, and the verdict reads them (``minLength`` on newText: an empty newText is wrong_type)."""
+    import dataclasses
+    import re
+
+    from tooldecode.grammar import load_tool
+
+    edit = load_tool("edit")
+    params = json.loads(json.dumps(edit.parameters))
+    params["properties"]["edits"]["items"]["properties"]["newText"]["minLength"] = 1
+    mine = dataclasses.replace(edit, parameters=params)
+    arm = dict(ARM, backend="openai", level="L1", conditioning="forced-tool")
+    trial = Trial(arm, scenario, ref=qwen_ref, tools=[mine])
+    assert trial.prompt.tools == (mine,) and '"minLength"' in trial.text
+    empty = re.sub(r'("newText":\s*)"(?:[^"\\]|\\.)*"', r'\1""', trial.call)
+    (rec,) = trial.sample(_TextServer(empty[len(trial.prompt.prefill) :]), 1, trial.params())
+    assert [t.name for t in rec.tools] == ["edit"] and rec.tools[0].parameters == params
+    assert trial.score(rec).verdict == "wrong_type"
+    assert Trial(arm, scenario, ref=qwen_ref).score(rec).verdict == "wrong_type"  # the record's tools decide
 
 
 class _Matcher:

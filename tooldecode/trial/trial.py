@@ -75,6 +75,11 @@ class Trial:
         ``strict-aligned``'s options (``particles``, ``method``, ``target``).
     tool_view
         How the prompt shows the offered tools (``tooldecode.trial.views.VIEWS``).
+    tools
+        The tools the prompt offers (``tooldecode.grammar.Tool``; a user's tool list, an imported
+        session's): by default the scenario's own where it carries them (a ``tools`` attribute), else
+        the tool set's catalog tools in the arm's schema view. The constraint, the records and the
+        verdicts all read the tools as the prompt shows them.
 
     Raises
     ------
@@ -93,6 +98,7 @@ class Trial:
         engine: str = "xgrammar",
         aligned: Mapping[str, Any] | None = None,
         tool_view: str = "as-written",
+        tools: Sequence[Any] | None = None,
     ) -> None:
         from tooldecode.models import resolve
         from tooldecode.prompts import TranscriptOptions, render_prompt
@@ -111,7 +117,9 @@ class Trial:
         )
         check_view(tool_view)
         self.ref = ref if ref is not None else resolve(cond.model)
-        self.prompt = render_prompt(scenario, self.ref, self.options)
+        if tools is None:
+            tools = getattr(scenario, "tools", None) or None
+        self.prompt = render_prompt(scenario, self.ref, self.options, tools=tools)
         # the text the model sees and the tool forms that classify a key, as the view shows them
         self.text, self.key_tools = apply_view(
             self.prompt.text, self.prompt.tools, self.prompt.expected_tool, tool_view
