@@ -64,7 +64,9 @@ class Trial:
     condition
         The arm: a ``tooldecode.records.Condition`` or a stored arm dict.
     scenario
-        The ``tooldecode.scenarios.Scenario`` the prompt is rendered from.
+        The ``tooldecode.scenarios.Scenario`` the prompt is rendered from, or a session scenario (one call
+        of an imported session, ``tooldecode.scenarios.importers.session_scenario``: its history, tools and
+        call; ``tooldecode.prompts.session``).
     ref
         The resolved model (default: ``resolve(condition.model)``; the model must be fetched).
     ws
@@ -102,6 +104,7 @@ class Trial:
     ) -> None:
         from tooldecode.models import resolve
         from tooldecode.prompts import TranscriptOptions, render_prompt
+        from tooldecode.prompts.session import is_session_scenario, render_session
 
         self.condition = cond = condition_of(condition)
         self.scenario = scenario
@@ -117,9 +120,15 @@ class Trial:
         )
         check_view(tool_view)
         self.ref = ref if ref is not None else resolve(cond.model)
-        if tools is None:
-            tools = getattr(scenario, "tools", None) or None
-        self.prompt = render_prompt(scenario, self.ref, self.options, tools=tools)
+        self._call: str | None = None
+        if is_session_scenario(scenario):  # one call of an imported session: its history, tools and call
+            self.scenario_id = str(scenario.get("id", "session"))
+            self.prompt, self._call = render_session(self.ref, scenario)
+        else:
+            self.scenario_id = scenario.id
+            if tools is None:
+                tools = getattr(scenario, "tools", None) or None
+            self.prompt = render_prompt(scenario, self.ref, self.options, tools=tools)
         # the text the model sees and the tool forms that classify a key, as the view shows them
         self.text, self.key_tools = apply_view(
             self.prompt.text, self.prompt.tools, self.prompt.expected_tool, tool_view
@@ -219,7 +228,7 @@ class Trial:
 
     def key(self, seed: int, index: int) -> str:
         """The key of sample ``index`` at ``seed``: ``"<arm label>/<scenario>/<seed>/<index>"``."""
-        return f"{self.condition.label()}/{self.scenario.id}/{seed}/{index}"
+        return f"{self.condition.label()}/{self.scenario_id}/{seed}/{index}"
 
     def record(self, draw: Any, params: Any, backend: Any) -> SampleRecord:
         """The ``SampleRecord`` of one drawn sample (a ``tooldecode.sampling.Sample`` or a server's).
@@ -243,7 +252,7 @@ class Trial:
         return SampleRecord(
             key=self.key(params.seed, index),
             arm=self.arm,
-            scenario=self.scenario.id,
+            scenario=self.scenario_id,
             seed=params.seed,
             stream=params.stream,
             index=index,
@@ -268,9 +277,12 @@ class Trial:
     # --- the exact probe ----------------------------------------------------------------------
     @property
     def call(self) -> str:
-        """The scenario's gold call in the model's wire and the condition's call style."""
+        """The scenario's gold call in the model's wire and the condition's call style (a session
+        scenario's call as the session made it)."""
         from tooldecode.prompts import gold_call_text
 
+        if self._call is not None:
+            return self._call
         return gold_call_text(self.scenario, self.options, self.ref.family)
 
     def probe(
@@ -336,7 +348,7 @@ class Trial:
         from tooldecode.scoring import score_record, score_text
 
         if isinstance(sample, SampleRecord):
-            return score_record(sample, self.scenario)
+            return score_record(sample, None if self._call is not None else self.scenario)
         text = sample if isinstance(sample, str) else sample.text
         if not isinstance(sample, str) and finish_reason is None:
             finish_reason = sample.finish_reason
@@ -345,6 +357,6 @@ class Trial:
             list(self.prompt.tools),
             wire=self.prompt.wire,
             expected_tool=self.prompt.expected_tool,
-            scenario=self.scenario,
+            scenario=None if self._call is not None else self.scenario,  # a session has no gold file
             finish_reason=finish_reason,
         )
