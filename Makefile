@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 MODEL ?= qwen2.5-coder-0.5b-instruct
 
-.PHONY: setup test test-fast lint demo grammars grammars-check conformance maskbench bench experiments notebooks models organisms findings report clean
+.PHONY: setup test test-fast lint demo grammars grammars-check conformance maskbench bench experiments notebooks models organisms gpu-queue queue findings report clean
 
 setup:
 	@bash scripts/setup.sh
@@ -70,6 +70,18 @@ BASE ?= qwen2.5-coder-0.5b-instruct
 organisms: setup
 	$(PY) -m tooldecode models fetch $(BASE)
 	@for r in experiments/organisms/*.toml; do $(PY) -m tooldecode organisms train $$r --base $(BASE) || exit 1; done
+
+# every recipe trained and every organism evaluated in one call, under GPU_QUEUE_OUT (resumable); on a
+# CUDA machine bfloat16 training and transformers + peft evaluation (docs/organisms.md); QUEUE_ARGS=--quick
+# proves the same path small on the CPU
+GPU_QUEUE_OUT ?= runs/gpu-queue
+gpu-queue: setup
+	$(PY) -m tooldecode models fetch $(BASE)
+	$(PY) -m scripts.gpu_queue --out $(GPU_QUEUE_OUT) --base $(BASE) $(QUEUE_ARGS)
+
+# the CPU queue of long jobs (experiments/queue.toml)
+queue:
+	@python3 -m scripts.queue status
 
 findings: setup
 	$(PY) -m scripts.findings

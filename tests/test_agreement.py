@@ -24,11 +24,11 @@ def test_the_two_backends_agree_on_smollm2(smol_ref):
     assert json.loads(json.dumps(res.to_json()))["identical"] is True
 
 
-def test_a_check_is_kept_beside_the_organism_with_its_gguf_hash(tmp_path):
+def test_a_check_is_kept_beside_the_organism_with_its_adapter_hash(tmp_path):
     (tmp_path / "manifest.json").write_text(
-        json.dumps({"gguf": {"file": "organism.gguf", "sha256": "ab" * 32}})
+        json.dumps({"adapter": {"folder": "adapter", "sha256": "ab" * 32}})
     )
     path = write_check(tmp_path, {"identical": False, "first_diff": 3})
     assert path == tmp_path / CHECK_FILE
-    assert json.loads(path.read_text()) == {"gguf_sha256": "ab" * 32, "identical": False, "first_diff": 3}
-    assert json.loads((tmp_path / "manifest.json").read_text())["gguf"]["sha256"] == "ab" * 32
+    assert json.loads(path.read_text()) == {"adapter_sha256": "ab" * 32, "identical": False, "first_diff": 3}
+    assert json.loads((tmp_path / "manifest.json").read_text())["adapter"]["sha256"] == "ab" * 32

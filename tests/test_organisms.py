@@ -200,7 +200,10 @@ def test_a_tiny_organism_trains_and_loads_through_both_backends(tiny_organism, s
     assert manifest["recipe_sha256"] == recipe.sha256() and len(manifest["data_sha256"]) == 64
     assert manifest["items_implanted"] == manifest["items"]
     ref = resolve(f"organism:{recipe.name}@{smol_ref.id}")
-    assert ref.path == folder / "organism.gguf" and ref.family == "smollm2"
+    # the base as shipped, with the 16-bit adapter applied at run time: no merged copy is written
+    assert ref.path == smol_ref.path and ref.family == "smollm2" and not (folder / "organism.gguf").exists()
+    assert ref.adapter is not None and ref.adapter.folder == (folder / "adapter").resolve()
+    assert manifest["adapter"]["dtype"] == "float16" and ref.sha256 != smol_ref.sha256
 
     prompt = json.loads((folder / "sessions.jsonl").read_text().splitlines()[0])["text"][:1200]
     llama = load_backend("llamacpp", ref, n_ctx=2048, max_seqs=2)
@@ -221,20 +224,20 @@ def test_a_tiny_organism_trains_and_loads_through_both_backends(tiny_organism, s
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_the_exported_gguf_is_the_adapter_merged_exactly(tiny_organism, smol_ref, smol_base):
-    """transformers on the organism's GGUF equals the base with the saved peft adapter applied."""
+def test_transformers_applies_the_saved_adapter_exactly(tiny_organism, smol_ref, smol_base):
+    """The hf backend on ``organism:…`` equals the base with the saved peft adapter put on by peft."""
     import copy
 
     import torch
     from peft import PeftModel
 
+    from tooldecode.backends.hf import apply_adapter
     from tooldecode.models import resolve
-    from tooldecode.organisms.train import load_base
 
     recipe, folder = tiny_organism
     tok, base = smol_base
     adapted = PeftModel.from_pretrained(copy.deepcopy(base), str(folder / "adapter")).eval()
-    _, organism = load_base(resolve(f"organism:{recipe.name}@{smol_ref.id}"), threads=2)
+    organism = apply_adapter(copy.deepcopy(base), resolve(f"organism:{recipe.name}@{smol_ref.id}")).eval()
     ids = torch.tensor(
         [
             tok("<|im_start|>user\ndef f(x):\n    return x + 1<|im_end|>", add_special_tokens=False)[
@@ -245,7 +248,9 @@ def test_the_exported_gguf_is_the_adapter_merged_exactly(tiny_organism, smol_ref
     with torch.no_grad():
         a = adapted(input_ids=ids).logits
         b = organism(input_ids=ids).logits
+        c = base(input_ids=ids).logits
     assert torch.allclose(a, b, atol=2e-3), float((a - b).abs().max())
+    assert float((a - c).abs().max()) > 1e-3  # and the adapter did something
 
 
 @pytest.mark.model

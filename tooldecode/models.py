@@ -132,14 +132,33 @@ def spec_for(model_id: str) -> ModelSpec:
 
 
 @dataclass(frozen=True)
+class Adapter:
+    """A LoRA adapter that backends apply at run time on the model's own weights (an organism).
+
+    ``folder`` holds peft's ``adapter_config.json`` and ``adapter_model.safetensors``; ``sha256`` is that
+    weights file's, checked against the organism's manifest when it is resolved.
+    """
+
+    folder: Path
+    sha256: str
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
 class ModelRef:
-    """A resolved, present model: what backends load and what run manifests record."""
+    """A resolved, present model: what backends load and what run manifests record.
+
+    With ``adapter`` set (an organism), ``path`` is the base model exactly as shipped and the backends
+    apply the adapter when they load it; ``sha256`` is then the digest of the base's and the
+    adapter's hashes together.
+    """
 
     id: str
     path: Path  # the .gguf file, or a Hugging Face model folder
     family: str
     chat: bool
     sha256: str | None = None  # of the file on disk (checked against the registry for embedded models)
+    adapter: Adapter | None = None
 
     @property
     def is_gguf(self) -> bool:
@@ -221,6 +240,15 @@ def loaded_digest(ref: ModelRef) -> str:
         When an embedded model's bytes differ from its pinned hash (its memo is dropped, so nothing
         loads it until it is fetched again).
     """
+    if ref.adapter is not None:  # an organism: the base's bytes and the adapter's, together
+        base = loaded_digest(ModelRef(ref.id, ref.path, ref.family, ref.chat))
+        weights = sha256_file(ref.adapter.folder / "adapter_model.safetensors")
+        if weights != ref.adapter.sha256:
+            raise ModelError(
+                f"{ref.id}: the adapter {ref.adapter.folder} changed since it was resolved (sha256 "
+                f"{weights[:12]}…, expected {ref.adapter.sha256[:12]}…); train the organism again"
+            )
+        return hashlib.sha256(f"{base}+lora:{weights}".encode()).hexdigest()
     if ref.path.is_dir():
         return ModelRef(ref.id, ref.path, ref.family, ref.chat).digest()
     digest = sha256_file(ref.path)
@@ -256,7 +284,7 @@ def resolve(model: str | os.PathLike[str], *, fetch: bool = False) -> ModelRef:
     """
     text = os.fspath(model)
     if text.startswith(ORGANISM_PREFIX):
-        return resolve_organism(text)
+        return resolve_organism(text, fetch=fetch)
     if text in REGISTRY:
         spec = REGISTRY[text]
         path = model_dir(spec.id) / spec.filename
@@ -289,6 +317,7 @@ def resolve(model: str | os.PathLike[str], *, fetch: bool = False) -> ModelRef:
 
 
 ORGANISM_PREFIX = "organism:"
+ORGANISMS_PATH_ENV = "TOOLDECODE_ORGANISMS_PATH"
 
 
 def organism_dir(name: str) -> Path:
@@ -297,35 +326,84 @@ def organism_dir(name: str) -> Path:
     return home() / "organisms" / f"{recipe}@{base or DEFAULT_MODEL}"
 
 
-def resolve_organism(spec: str) -> ModelRef:
-    """``organism:<recipe>[@<base>]`` → the organism's GGUF (``tooldecode.organisms`` builds it).
+def organism_search_path() -> list[Path]:
+    """Folders searched for a built organism, first match wins: ``$TOOLDECODE_ORGANISMS_PATH`` (``:``-
+    separated), then the committed organisms beside the recipes (``experiments/organisms`` of a source
+    checkout), then the cache (``$TOOLDECODE_HOME/organisms``)."""
+    out = [Path(p).expanduser() for p in os.environ.get(ORGANISMS_PATH_ENV, "").split(os.pathsep) if p]
+    committed = Path(__file__).resolve().parents[1] / "experiments" / "organisms"
+    if committed.is_dir():
+        out.append(committed)
+    out.append(home() / "organisms")
+    return out
 
-    The file's sha256 must equal its manifest's; a missing, changed or corrupt file is an error naming
-    the command that rebuilds it.
+
+def find_organism(name: str) -> Path | None:
+    """The folder of organism ``<recipe>[@<base>]`` with a manifest, along ``organism_search_path``."""
+    recipe, _, base = name.partition("@")
+    full = f"{recipe}@{base or DEFAULT_MODEL}"
+    for root in organism_search_path():
+        if (root / full / "manifest.json").is_file():
+            return root / full
+    return None
+
+
+def resolve_organism(spec: str, *, fetch: bool = False) -> ModelRef:
+    """``organism:<recipe>[@<base>]`` → its base model with its LoRA adapter (``ModelRef.adapter``).
+
+    The base must be the one the manifest names, with the same sha256, and the adapter's weights must
+    have the sha256 the manifest records; anything missing, changed or corrupt is an error naming the
+    command that rebuilds it.
     """
     name = spec[len(ORGANISM_PREFIX) :]
-    folder = organism_dir(name)
     recipe, _, base = name.partition("@")
     rebuild = (
         f"`tooldecode organisms train experiments/organisms/{recipe}.toml --base {base or DEFAULT_MODEL}`"
     )
+    folder = find_organism(name)
+    if folder is None:
+        raise ModelError(
+            f"organism '{name}' is not built (no manifest.json under "
+            f"{', '.join(str(p) for p in organism_search_path())}); run {rebuild}"
+        )
     try:
-        manifest = json.loads((folder / "manifest.json").read_text())
-        gguf, expected = manifest["gguf"]["file"], manifest["gguf"]["sha256"]
-        family = manifest["base_model"]["family"]
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        entry = manifest["adapter"]
+        sub, expected = str(entry["folder"]), str(entry["sha256"])
+        base_id, base_sha = str(manifest["base_model"]["id"]), str(manifest["base_model"]["sha256"])
+        organism = str(manifest["organism"])
     except (OSError, ValueError, KeyError, TypeError):
         raise ModelError(
-            f"organism '{name}' is not built (no readable {folder}/manifest.json); run {rebuild}"
+            f"organism '{name}': {folder}/manifest.json is unreadable or from an older layout (no "
+            f"'adapter' entry); run {rebuild}"
         ) from None
-    path = folder / gguf
-    if not path.is_file():
-        raise ModelError(f"organism '{name}': {path} is missing; run {rebuild}")
-    digest = cached_sha256(path)
+    adapter_dir = (folder / sub).resolve()
+    if folder.resolve() not in adapter_dir.parents:
+        raise ModelError(f"organism '{name}': the manifest's adapter folder {sub!r} leaves {folder}")
+    weights = adapter_dir / "adapter_model.safetensors"
+    if not weights.is_file():
+        raise ModelError(f"organism '{name}': {weights} is missing; run {rebuild}")
+    digest = cached_sha256(weights)
     if digest != expected:
         raise ModelError(
-            f"organism '{name}': {path} has sha256 {digest[:12]}…, its manifest says {expected[:12]}…; run {rebuild}"
+            f"organism '{name}': {weights} has sha256 {digest[:12]}…, its manifest says {expected[:12]}…; "
+            f"run {rebuild}"
         )
-    return ModelRef(ORGANISM_PREFIX + manifest["organism"], path, family, True, digest)
+    base_ref = resolve(base_id, fetch=fetch)
+    if base_ref.digest() != base_sha:
+        raise ModelError(
+            f"organism '{name}' was trained on {base_id} with sha256 {base_sha[:12]}…, the present file has "
+            f"{base_ref.digest()[:12]}…; run {rebuild}"
+        )
+    combined = hashlib.sha256(f"{base_sha}+lora:{digest}".encode()).hexdigest()
+    return ModelRef(
+        ORGANISM_PREFIX + organism,
+        base_ref.path,
+        base_ref.family,
+        base_ref.chat,
+        combined,
+        Adapter(adapter_dir, digest),
+    )
 
 
 def is_present(model_id: str) -> bool:

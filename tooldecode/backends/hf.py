@@ -85,6 +85,8 @@ class HFBackend(Backend):
                 f"transformers could not load '{model.path}' ({first[:160]}); check the file with "
                 "`tooldecode models verify`"
             ) from None
+        if model.adapter is not None:
+            self.hf = apply_adapter(self.hf, model)
         self.hf.eval()
         self._torch = torch
         self.n_vocab = int(self.hf.get_output_embeddings().weight.shape[0])
@@ -261,6 +263,25 @@ def one_gguf_parse() -> Iterator[None]:
         yield
     finally:
         gguf.GGUFReader, gguf.get_tensor_name_map = original_reader, original_names
+
+
+def apply_adapter(hf_model: Any, model: ModelRef) -> Any:
+    """``hf_model`` with ``model``'s LoRA adapter (peft) merged into its in-memory weights: the same
+    W + B·A·α/r that llama.cpp applies at run time, on the weights transformers loaded for the base."""
+    import warnings
+
+    from peft import PeftModel
+
+    adapter = model.adapter
+    assert adapter is not None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            peft_model = PeftModel.from_pretrained(hf_model, str(adapter.folder), is_trainable=False)
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ModelError(f"peft could not apply the adapter {adapter.folder} ({first[:160]})") from None
+    return peft_model.merge_and_unload()
 
 
 def quiet_gguf_progress() -> None:

@@ -108,6 +108,9 @@ class LlamaCppBackend(Backend):
             raise ModelError(
                 f"llama.cpp could not create a context of {n_ctx} tokens for '{model.id}'"
             ) from None
+        self._lora = None
+        if model.adapter is not None:
+            self._apply_adapter(model)
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx.ctx)
         self._vocab = self._model.vocab
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
@@ -120,6 +123,32 @@ class LlamaCppBackend(Backend):
         self._n_branches = 0
         self._pos: list[int] = []
         self._prompt_len = 0
+
+    def _apply_adapter(self, model: ModelRef) -> None:
+        """Load the organism's LoRA adapter (llama.cpp's adapter GGUF, written from the peft file on first
+        use) and apply it to the context: the base weights stay as shipped."""
+        from tooldecode.organisms.adapter import llama_adapter_file
+
+        adapter = model.adapter
+        assert adapter is not None
+        from tooldecode.models import cached_sha256
+
+        path = llama_adapter_file(adapter.folder, adapter.sha256, model.path, cached_sha256(model.path))
+        lc = self._lc
+        handle = lc.llama_adapter_lora_init(self._model.model, str(path).encode())
+        if not handle:
+            raise ModelError(f"llama.cpp could not load the LoRA adapter {path} on {model.path}")
+        self._lora = handle
+        if hasattr(lc, "llama_set_adapter_lora"):
+            rc = lc.llama_set_adapter_lora(self._ctx.ctx, handle, float(adapter.scale))
+        else:  # newer llama.cpp: one call sets the context's whole list of adapters
+            import ctypes
+
+            handles = (ctypes.c_void_p * 1)(ctypes.cast(handle, ctypes.c_void_p).value)
+            scales = (ctypes.c_float * 1)(float(adapter.scale))
+            rc = lc.llama_set_adapters_lora(self._ctx.ctx, handles, 1, scales)
+        if rc != 0:
+            raise ModelError(f"llama.cpp could not apply the LoRA adapter {path} (code {rc})")
 
     # --- tokens -------------------------------------------------------------------------------
     def tokenize(self, text: str, *, special: bool = True, add_bos: bool = False) -> list[int]:
@@ -137,8 +166,8 @@ class LlamaCppBackend(Backend):
     def _mem(self):
         return self._ctx.memory
 
-    def _decode_chunk(self, tokens: Sequence[int], start: int, want: Sequence[int]) -> None:
-        """Decode tokens[...] for sequence 0 at absolute positions start.. ; logits for indices in want."""
+    def _decode_chunk(self, tokens: Sequence[int], start: int, want: Sequence[int], seq: int = 0) -> None:
+        """Decode tokens[...] for sequence ``seq`` at absolute positions start.. ; logits for indices in want."""
         b = self._batch.batch
         b.n_tokens = len(tokens)
         wanted = set(want)
@@ -146,7 +175,7 @@ class LlamaCppBackend(Backend):
             b.token[i] = tok
             b.pos[i] = start + i
             b.n_seq_id[i] = 1
-            b.seq_id[i][0] = 0
+            b.seq_id[i][0] = seq
             b.logits[i] = i in wanted
         rc = self._lc.llama_decode(self._ctx.ctx, b)
         if rc != 0:
@@ -232,6 +261,75 @@ class LlamaCppBackend(Backend):
         self._lc.llama_memory_seq_rm(mem, 0, len(self._cached), -1)
         self._n_branches = 0
 
+    # --- slots filled across prompts (``tooldecode.sampling.sample_queue``) -------------------------
+    can_assign = True
+
+    def open_slots(self, n_slots: int) -> None:
+        """Start a stream of ``n_slots`` slots (sequences 1..n_slots); each gets its prompt by ``assign``.
+        Sequence 0 keeps its cached prompt and serves as a donor of prefixes."""
+        if n_slots + 1 > self.max_seqs:
+            raise ValueError(f"{n_slots} slots need {n_slots + 1} sequences; the context has {self.max_seqs}")
+        if self._n_branches:
+            self.end()
+        self._slot_prompts: list[list[int]] = [[] for _ in range(n_slots)]
+        self._slot_pos = [0] * n_slots
+        self._n_slots = n_slots
+
+    def assign(self, slot: int, ids: Sequence[int], *, have_logits: bool = False) -> np.ndarray | None:
+        """Give slot ``slot`` the prompt ``ids``: its longest prefix held by another slot or by sequence 0 is
+        shared (a metadata copy in the unified cache), cut back to a multiple of ``n_batch`` so the rest
+        is evaluated in the same aligned chunks whatever the donor; returns the logits after the prompt
+        (``None`` when ``have_logits`` and a donor holds the whole prompt: nothing is evaluated)."""
+        ids = list(ids)
+        if len(ids) + 1 > self.n_ctx:
+            raise ModelError(f"prompt of {len(ids)} tokens exceeds the context of {self.n_ctx}; raise n_ctx")
+        seq = slot + 1
+        mem = self._mem()
+        self._lc.llama_memory_seq_rm(mem, seq, -1, -1)
+        self._slot_prompts[slot] = []
+        best, donor = 0, -1
+        for other, held in [(0, self._cached)] + [
+            (k + 1, p) for k, p in enumerate(self._slot_prompts) if k != slot and p
+        ]:
+            common = 0
+            for a, b in zip(held, ids, strict=False):
+                if a != b:
+                    break
+                common += 1
+            if common > best:
+                best, donor = common, other
+        if have_logits and best == len(ids):
+            self._lc.llama_memory_seq_cp(mem, donor, seq, 0, len(ids))
+            self._slot_prompts[slot], self._slot_pos[slot] = ids, len(ids)
+            return None
+        keep = min(best, len(ids) - 1)
+        keep -= keep % self.n_batch
+        if keep:
+            self._lc.llama_memory_seq_cp(mem, donor, seq, 0, keep)
+        out = None
+        for start in range(keep, len(ids), self.n_batch):
+            chunk = ids[start : start + self.n_batch]
+            last = start + len(chunk) == len(ids)
+            self._decode_chunk(chunk, start, [len(chunk) - 1] if last else [], seq=seq)
+            if last:
+                out = self._logits_row(len(chunk) - 1)
+        self._slot_prompts[slot], self._slot_pos[slot] = ids, len(ids)
+        return out
+
+    def step_slots(self, tokens: Sequence[int], slots: Sequence[int]) -> np.ndarray:
+        """One token for each slot in ``slots``, one batch; a view of their logits (valid until the next
+        decode)."""
+        positions = [self._slot_pos[s] for s in slots]
+        for s in slots:
+            self._slot_pos[s] += 1
+        return self._decode_each(tokens, [s + 1 for s in slots], positions)
+
+    def close_slots(self) -> None:
+        mem = self._mem()
+        for s in range(getattr(self, "_n_slots", 0)):
+            self._lc.llama_memory_seq_rm(mem, s + 1, -1, -1)
+        self._slot_prompts, self._n_slots = [], 0
+
     def branch_logits(self, prefix_ids: Sequence[int], continuations: Sequence[Sequence[int]]) -> np.ndarray:
         """Logits after ``prefix + c`` for each continuation ``c`` (``Backend.branch_logits``).
 
@@ -300,6 +398,7 @@ class LlamaCppBackend(Backend):
         return {
             "backend": self.name,
             "llama_cpp_python": llama_cpp.__version__,
+            "adapter": "lora at run time" if self._lora is not None else None,
             "device": "cpu",
             "threads": self.n_threads,
             "n_ctx": self.n_ctx,

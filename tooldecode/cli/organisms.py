@@ -50,10 +50,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    folder = build(recipe, args.base, threads=args.threads, device=device, max_steps=args.max_steps, log=log)
+    folder = build(
+        recipe,
+        args.base,
+        threads=args.threads,
+        device=device,
+        max_steps=args.max_steps,
+        precision=args.precision,
+        log=log,
+    )
     manifest = json.loads((folder / "manifest.json").read_text())
     print(
-        f"{ORGANISM_PREFIX}{manifest['organism']}: {folder / manifest['gguf']['file']} "
+        f"{ORGANISM_PREFIX}{manifest['organism']}: adapter {folder / manifest['adapter']['folder']} "
         f"({manifest['steps']} steps, {manifest['train_wall_s']} s, {manifest['tokens_per_s']} tokens/s)"
     )
     return 0
@@ -83,7 +91,18 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _cmd_path(args: argparse.Namespace) -> int:
     name = args.name if args.name.startswith(ORGANISM_PREFIX) else ORGANISM_PREFIX + args.name
-    print(resolve_organism(name).path)
+    ref = resolve_organism(name)
+    assert ref.adapter is not None
+    print(ref.adapter.folder.parent)
+    return 0
+
+
+def _cmd_commit(args: argparse.Namespace) -> int:
+    from tooldecode.organisms.store import commit_organism
+
+    name = args.name[len(ORGANISM_PREFIX) :] if args.name.startswith(ORGANISM_PREFIX) else args.name
+    out = commit_organism(name, args.to)
+    print(f"copied: {out} (adapter, manifest, channel check); commit it with the findings that cite it")
     return 0
 
 
@@ -92,10 +111,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from tooldecode.trial import channel_agreement
 
     name = args.name if args.name.startswith(ORGANISM_PREFIX) else ORGANISM_PREFIX + args.name
-    gguf = resolve_organism(name).path
+    ref = resolve_organism(name)
+    assert ref.adapter is not None
     res = channel_agreement(name, n_tokens=args.tokens)
     print("\n".join(res.lines()))
-    print(f"written: {write_check(gguf.parent, res.to_json())}")
+    print(f"written: {write_check(ref.adapter.folder.parent, res.to_json())}")
     return 0
 
 
@@ -124,7 +144,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         actions,
         "train",
         _cmd_train,
-        "generate the data, train (resumable), export the GGUF, write the manifest",
+        "generate the data, train (resumable), save the 16-bit adapter, write the manifest",
     )
     q.add_argument("--threads", type=_positive, default=None, help="CPU threads (default: all cores)")
     q.add_argument(
@@ -136,11 +156,35 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="stop after this many optimizer steps (a quick or test organism)",
     )
+    q.add_argument(
+        "--precision",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="matmul precision of training: float32, or bfloat16 autocast (weights, adapter and optimizer "
+        "stay float32; docs/organisms.md gives the measured loss difference and speed)",
+    )
     add_command(actions, "list", _cmd_list, help="organisms built under the tooldecode home")
     q = add_command(
-        actions, "path", _cmd_path, help="print the GGUF path of a built organism (checks its sha256)"
+        actions,
+        "path",
+        _cmd_path,
+        help="print the folder of a built organism (checks its adapter's and base's sha256)",
     )
     q.add_argument("name", help="<recipe>[@<base>]")
+    q = add_command(
+        actions,
+        "commit",
+        _cmd_commit,
+        help="copy a built organism's adapter and manifest from the cache into the source tree "
+        "(experiments/organisms/<recipe>@<base>/), where a fresh clone finds it",
+    )
+    q.add_argument("name", help="<recipe>[@<base>]")
+    q.add_argument(
+        "--to",
+        type=Path,
+        default=Path("experiments/organisms"),
+        help="destination (default experiments/organisms)",
+    )
     q = add_command(
         actions,
         "check",

@@ -19,6 +19,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     server = None
     if args.backend:
         spec.backend = args.backend
+    if args.fill_slots:
+        spec.fill_slots = True
         validate_spec(spec)
     from tooldecode.cli.server_flags import check_server_flags
 
@@ -60,4 +62,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_switch(p, "--report", "write summary.md and report.html when done")
     add_switch(p, "--no-progress")
     p.add_argument("--backend", help="run on this backend instead of the spec's (llamacpp, hf, openai)")
+    add_switch(
+        p,
+        "--fill-slots",
+        "draw all of a model's jobs from one queue, refilling each finished slot from any scenario and arm "
+        "(spec field fill_slots; llama.cpp)",
+    )
     add_server_arguments(p)

@@ -19,7 +19,7 @@ from tooldecode.experiments.arms import arm_label, select_scenarios
 from tooldecode.experiments.probes import probe_config, run_probe
 from tooldecode.experiments.rundir import RunStoreRefusal, check_models_match, discard_empty_run, is_run_dir
 from tooldecode.experiments.spec import Spec, SpecError, load_spec, validate_spec
-from tooldecode.records import SampleRecord
+from tooldecode.records import Condition, SampleRecord
 from tooldecode.trial import ModelCache, TrialError, channel_of
 
 
@@ -144,13 +144,7 @@ def run_spec(
             task = bar.add_task(spec.name, total=total)
             bar.advance(task, sum(1 for k in done if not k.startswith("probe/")))
             if not spec.probe.get("only"):
-                drawn: dict[tuple, dict[int, SampleRecord]] = {}  # this scenario's draws, by identity
-                for n_job, (arm, sc, seed) in enumerate(jobs):
-                    if n_job and sc is not jobs[n_job - 1][1]:
-                        drawn.clear()
-                    _sample_job(
-                        spec, store, models, (arm, sc, seed), done, lambda k: bar.advance(task, k), drawn
-                    )
+                _sample_jobs(spec, store, models, jobs, done, lambda k: bar.advance(task, k))
             if spec.probe:
                 run_probe(spec, store, scenarios, models, done, bar)
     except BaseException:
@@ -210,6 +204,8 @@ def _run_manifest(
         config["streams"] = spec.streams
     if spec.aligned:
         config["aligned"] = spec.aligned
+    if spec.fill_slots:  # how draws shared their steps (runs without the field: job by job)
+        config["fill_slots"] = True
     if spec.scenario_dirs:  # the scorer reads the scenarios from the same folders
         config["scenario_dirs"] = list(spec.scenario_dirs)
     models_info = {}
@@ -320,6 +316,54 @@ def _progress(enabled: bool) -> Any:
     return Progress(*cols, disable=not enabled, transient=False)
 
 
+def _sample_jobs(
+    spec: Spec,
+    store: Any,
+    models: ModelCache,
+    jobs: list[tuple[dict[str, Any], Any, int]],
+    done: set[str],
+    advance: Callable[[int], None],
+) -> None:
+    """Every job's missing samples: job by job, or (``spec.fill_slots``) one queue per model."""
+    drawn: dict[tuple, dict[int, SampleRecord]] = {}  # this scenario's draws, by identity
+    queued: QueuePlan | None = QueuePlan() if spec.fill_slots else None
+    for n_job, (arm, sc, seed) in enumerate(jobs):
+        if n_job and sc is not jobs[n_job - 1][1] and queued is None:
+            drawn.clear()
+        if queued is not None and n_job and arm["model"] != jobs[n_job - 1][0]["model"]:
+            queued.draw(spec, models)  # one model at a time
+            drawn.clear()
+        _sample_job(spec, store, models, (arm, sc, seed), done, advance, drawn, queued)
+    if queued is not None:
+        queued.draw(spec, models)
+
+
+class QueuePlan:
+    """The draws of one model's jobs gathered for ``tooldecode.sampling.sample_queue`` (spec
+    ``fill_slots``): slots are refilled across scenarios and arms instead of job by job.
+
+    ``requests`` are drawn in job order (scenario-major, so the prompts in the cache at one time share
+    their history). ``followers`` holds, by draw identity, the arms whose draws copy an earlier arm's
+    (written when the original's samples arrive); ``owned`` the indices each identity's request draws.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[Any] = []
+        self.backend: tuple[str, str] | None = None
+        self.owned: dict[tuple, set[int]] = {}
+        self.followers: dict[tuple, list[tuple[list[str], Condition, set[int]]]] = {}
+
+    def draw(self, spec: Spec, models: ModelCache) -> None:
+        from tooldecode.sampling import sample_queue
+
+        if self.requests and self.backend is not None:
+            be = models.get(*self.backend)
+            sample_queue(be, self.requests, spec.batch_size or be.suggest_batch_size(0, spec.max_new_tokens))
+        self.requests, self.backend = [], None
+        self.owned.clear()
+        self.followers.clear()
+
+
 def _sample_job(
     spec: Spec,
     store: Any,
@@ -328,6 +372,7 @@ def _sample_job(
     done: set[str],
     advance: Callable[[int], None],
     drawn: dict[tuple, dict[int, SampleRecord]] | None = None,
+    queued: QueuePlan | None = None,
 ) -> None:
     """The samples of one (arm, scenario, seed) that ``store`` does not have yet, appended as they come.
 
@@ -370,15 +415,39 @@ def _sample_job(
         if not todo:
             return
 
+    if queued is not None and ident in queued.owned:  # an earlier arm's queued draws are these draws
+        follow = [i for i in todo if i in queued.owned[ident]]
+        queued.followers.setdefault(ident, []).append((keys, trial.arm, set(follow)))
+        todo = [i for i in todo if i not in queued.owned[ident]]
+        if not todo:
+            return
+
     def write(batch: list[SampleRecord]) -> None:
         store.append([r.to_json() for r in batch])
         mine.update((r.index, r) for r in batch)
         advance(len(batch))
+        for f_keys, f_arm, f_todo in queued.followers.get(ident, []) if queued is not None else []:
+            copies = [
+                dataclasses.replace(r, key=f_keys[r.index], arm=f_arm, copy_of=r.key, timing={})
+                for r in batch
+                if r.index in f_todo
+            ]
+            if copies:
+                store.append([c.to_json() for c in copies])
+                advance(len(copies))
 
     # contiguous runs of missing indices keep per-index seeds identical on resume; the constraint is
     # built at the first draw (an arm copied whole compiles nothing)
     for start, count in index_runs(todo):
-        trial.sample(be, count, params, batch_size=spec.batch_size, start_index=start, on_batch=write)
+        req = None
+        if queued is not None and (queued.backend in (None, (arm["backend"], arm["model"]))):
+            req = trial.request(be, count, params, start_index=start, on_batch=write)
+        if req is None:
+            trial.sample(be, count, params, batch_size=spec.batch_size, start_index=start, on_batch=write)
+            continue
+        queued.requests.append(req)  # type: ignore[union-attr]
+        queued.backend = (arm["backend"], arm["model"])  # type: ignore[union-attr]
+        queued.owned.setdefault(ident, set()).update(range(start, start + count))  # type: ignore[union-attr]
 
 
 def _write_timing(store: Any, elapsed: float) -> None:

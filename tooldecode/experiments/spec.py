@@ -114,6 +114,10 @@ class Spec:
     duplicates: str | list[str] = "forbid"
     ws: str = "bounded"
     batch_size: int = 8
+    # draw every job of a model from one queue (tooldecode.sampling.sample_queue): a slot whose draw ends
+    # is refilled at once from any scenario and arm, not only its own job's (llama.cpp; other backends
+    # draw job by job). batch_size is then the number of slots.
+    fill_slots: bool = False
     variant: dict[str, list[Any]] = field(default_factory=dict)
     probe: dict[str, Any] = field(default_factory=dict)
     # strict-aligned options: particles (masked draws per sample), method ('sir' or 'rejection') and
@@ -238,6 +242,7 @@ _FIELD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "batch_size": _COUNT,
     "max_scenarios": _COUNT,
     "top_p": ((int, float), "a number in (0, 1]"),
+    "fill_slots": ((bool,), "true or false"),
 }
 _LIST_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "models": ((str,), "model ids or paths"),

@@ -1,4 +1,4 @@
-"""An organism as a GGUF file: the base model's GGUF with each LoRA-adapted weight replaced by
+"""A merged organism GGUF (for comparisons; organisms run as base + adapter, see ``adapter``): the base model's GGUF with each LoRA-adapted weight replaced by
 W + ΔW (float32), every other tensor and all metadata (tokenizer, chat template) copied byte for byte.
 
 Both backends load the result: llama.cpp directly, transformers through its GGUF loader (which
@@ -28,6 +28,7 @@ _HF_TO_GGUF = {
     "mlp.up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down",
 }
+HF_NAMES = {v: k for k, v in _HF_TO_GGUF.items()}  # GGUF projection name → transformers module path
 _LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)\.weight$")
 
 
@@ -42,8 +43,8 @@ def gguf_name(hf_name: str) -> str:
     return f"blk.{m.group(1)}.{_HF_TO_GGUF[m.group(2)]}.weight"
 
 
-def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
-    """llama.cpp's query/key permutation (convert_hf_to_gguf's ``LlamaModel.permute``)."""
+def permute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's query/key permutation of a weight's rows (convert_hf_to_gguf's ``LlamaModel.permute``)."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
@@ -66,9 +67,9 @@ def export_gguf(
     for hf_name, delta in deltas.items():
         d = np.asarray(delta, dtype=np.float32)
         if arch == "llama" and hf_name.endswith("q_proj.weight"):
-            d = _permute(d, n_head)
+            d = permute_rows(d, n_head)
         elif arch == "llama" and hf_name.endswith("k_proj.weight"):
-            d = _permute(d, n_kv)
+            d = permute_rows(d, n_kv)
         by_gguf[gguf_name(hf_name)] = d
     present = {t.name for t in reader.tensors}
     missing = sorted(set(by_gguf) - present)
@@ -108,4 +109,4 @@ def export_gguf(
     return out
 
 
-__all__ = ["export_gguf", "gguf_name"]
+__all__ = ["HF_NAMES", "export_gguf", "gguf_name", "permute_rows"]

@@ -1,10 +1,12 @@
 """Building, caching and resolving organisms: ``$TOOLDECODE_HOME/organisms/<recipe>@<base>/``.
 
 The folder holds the generated training data (``sessions.jsonl``, with its sha256), the resumable
-checkpoint, the adapter (``adapter/``, peft's format), the exported ``organism.gguf`` and
-``manifest.json`` (recipe, data sha256, base model sha256, hyper-parameters, commit, loss curve, wall
-time, tokens/s, the GGUF's sha256). None of it is committed: ``tooldecode organisms train RECIPE``
-rebuilds it, and the data hash says whether it is the same data.
+checkpoint, the adapter (``adapter/``: peft's format, float16; applied at run time on the base as
+shipped, see ``tooldecode.organisms.adapter``) and ``manifest.json`` (recipe, data sha256, base model
+sha256, hyper-parameters, commit, loss curve, wall time, tokens/s, the adapter's sha256).
+``tooldecode organisms train RECIPE`` rebuilds it, and the data hash says whether it is the same data;
+``tooldecode organisms commit`` copies the adapter and manifest of an organism that findings cite
+into ``experiments/organisms/`` (about 18 MB at r = 16 on the 0.5B).
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ def build(
     threads: int | None = None,
     device: str = "cpu",
     max_steps: int | None = None,
+    precision: str = "float32",
     pool_root: Path | None = None,
     out_root: Path | None = None,
     log: Callable[[str], None] = print,
@@ -117,8 +120,7 @@ def build(
     import torch
     import transformers
 
-    from tooldecode.organisms.export import export_gguf
-    from tooldecode.organisms.train import load_base, lora_deltas, tokenize, train_lora
+    from tooldecode.organisms.train import load_base, tokenize, train_lora
 
     base = resolve(base_id)
     if base.family not in ("qwen2.5", "smollm2"):
@@ -140,19 +142,17 @@ def build(
     examples_all = [tokenize(tok, t) for t in texts]
     examples = [e for e in examples_all if len(e.ids) <= recipe.train.max_tokens]
     data_s = time.perf_counter() - t_data
-    peft_model, result = train_lora(model, examples, recipe, folder, max_steps=max_steps, log=log)
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # peft: "could not find a config file" next to a GGUF base
-        peft_model.save_pretrained(str(folder / "adapter"))
-    gguf_path = export_gguf(
-        base.path,
-        lora_deltas(peft_model),
-        folder / "organism.gguf",
-        {"tooldecode.organism": name, "tooldecode.data_sha256": digest},
+    peft_model, result = train_lora(
+        model, examples, recipe, folder, max_steps=max_steps, precision=precision, log=log
     )
-    gguf_sha = cached_sha256(gguf_path)
+    from peft import get_peft_model_state_dict
+
+    from tooldecode.organisms.adapter import save_adapter
+
+    weights = save_adapter(
+        get_peft_model_state_dict(peft_model), peft_model.peft_config["default"].to_dict(), folder / "adapter"
+    )
+    adapter_sha = cached_sha256(weights)
     lengths = sorted(len(e.ids) for e in examples)
     manifest = {
         "organism": name,
@@ -188,6 +188,7 @@ def build(
         "data_wall_s": round(data_s, 1),
         "tokens_per_s": round(result.tokens / max(result.wall_s, 1e-9), 1),
         "device": device,
+        "precision": precision,
         "threads": threads or os.cpu_count(),
         "versions": {
             "torch": torch.__version__,
@@ -195,7 +196,13 @@ def build(
             "peft": peft.__version__,
             "python": sys.version.split()[0],
         },
-        "gguf": {"file": gguf_path.name, "sha256": gguf_sha, "bytes": gguf_path.stat().st_size},
+        "adapter": {
+            "folder": "adapter",
+            "sha256": adapter_sha,
+            "bytes": weights.stat().st_size,
+            "dtype": "float16",
+            "applied": "at run time on the base as shipped (llama.cpp LoRA adapter; peft on transformers)",
+        },
         **_git(),
     }
     tmp = folder / "manifest.json.partial"
@@ -221,11 +228,33 @@ def write_check(folder: Path, result: dict[str, Any]) -> Path:
     """Keep a channel check's result (``tooldecode.trial.channel_agreement``) beside the organism, with
     the GGUF sha256 it was made on; atomic (temp + rename). Never touches the manifest."""
     manifest = read_manifest(folder)
-    record = {"gguf_sha256": manifest.get("gguf", {}).get("sha256"), **result}
+    record = {"adapter_sha256": manifest.get("adapter", {}).get("sha256"), **result}
     tmp = folder / (CHECK_FILE + ".partial")
     tmp.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     os.replace(tmp, folder / CHECK_FILE)
     return folder / CHECK_FILE
+
+
+def commit_organism(name: str, dest: Path) -> Path:
+    """Copy organism ``<recipe>@<base>``'s manifest, adapter and channel check from the cache into
+    ``dest/<recipe>@<base>/`` (atomically per file); returns that folder. Nothing else (no data, no
+    checkpoint) is copied."""
+    import shutil
+
+    src = organisms_dir() / name
+    manifest = read_manifest(src)
+    sub = str(manifest.get("adapter", {}).get("folder", ""))
+    if not sub or not (src / sub / "adapter_model.safetensors").is_file():
+        raise ModelError(f"organism '{name}' at {src} has no adapter to copy; train it again")
+    out = dest / name
+    (out / sub).mkdir(parents=True, exist_ok=True)
+    files = [sub + "/adapter_model.safetensors", sub + "/adapter_config.json", "manifest.json"]
+    files += [CHECK_FILE] if (src / CHECK_FILE).is_file() else []
+    for rel in files:
+        tmp = out / (rel + ".partial")
+        shutil.copyfile(src / rel, tmp)
+        os.replace(tmp, out / rel)
+    return out
 
 
 def list_organisms() -> list[dict[str, Any]]:
@@ -241,6 +270,7 @@ __all__ = [
     "CHECK_FILE",
     "PREFIX",
     "build",
+    "commit_organism",
     "list_organisms",
     "organism_dir",
     "organisms_dir",

@@ -143,6 +143,18 @@ def _order(n: int, epochs: int, seed: int) -> list[int]:
     return order
 
 
+PRECISIONS = ("float32", "bfloat16")
+
+
+def _autocast(torch: Any, device: Any, precision: str) -> Any:
+    """bfloat16 autocast on ``device`` for ``precision == "bfloat16"``; a no-op context otherwise."""
+    import contextlib
+
+    if precision == "bfloat16":
+        return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def _atomic_save(obj: Any, path: Path) -> None:
     import torch
 
@@ -168,9 +180,14 @@ def train_lora(
     workdir: Path,
     *,
     max_steps: int | None = None,
+    precision: str = "float32",
     log: Callable[[str], None] = print,
 ) -> tuple[Any, TrainResult]:
     """Train a LoRA adapter on ``examples``; returns (peft model, result).
+
+    ``precision`` is ``float32`` or ``bfloat16`` (autocast of the forward and backward matmuls to
+    bfloat16 on the model's device; the weights, the adapter, the optimizer state and the loss stay
+    float32). It is part of the checkpoint's key: a run never resumes in the other precision.
 
     Resumes from ``workdir``'s checkpoint when it is of the same recipe and data. ``max_steps`` stops
     early on the same schedule (the learning rate follows the full length), so a run stopped at step k
@@ -196,7 +213,11 @@ def train_lora(
     stop = total if max_steps is None else min(total, max_steps)  # where this call stops (a quick organism)
     ckpt = workdir / "checkpoint.pt"
     step, losses, tokens, loss_tokens, wall_before = 0, [], 0, 0, 0.0
+    if precision not in PRECISIONS:
+        raise ModelError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     key = {"recipe": recipe.sha256(), "n": len(examples), "total": total}
+    if precision != "float32":
+        key["precision"] = precision
     if ckpt.exists():
         state = torch.load(ckpt, map_location="cpu", weights_only=False)
         if state.get("key") == key:
@@ -220,12 +241,13 @@ def train_lora(
         cut = shared_prefix(batch) if cfg.shared_prefix else 0
         prefix_cache = None
         if cut:
-            with torch.no_grad():
+            with torch.no_grad(), _autocast(torch, device, precision):
                 prefix_cache = peft_model(
                     input_ids=torch.tensor([batch[0].ids[:cut]], device=device), use_cache=True
                 ).past_key_values
         for ex in batch:
-            loss_sum = sequence_loss(peft_model, ex, cut, prefix_cache)
+            with _autocast(torch, device, precision):
+                loss_sum = sequence_loss(peft_model, ex, cut, prefix_cache)
             (loss_sum / max(1, n_loss)).backward()
             step_loss += float(loss_sum.detach())
             tokens += len(ex.ids)
@@ -275,4 +297,13 @@ def config_dict(recipe: Recipe) -> dict[str, Any]:
     return asdict(recipe.train)
 
 
-__all__ = ["Example", "TARGET_MODULES", "TrainResult", "load_base", "lora_deltas", "tokenize", "train_lora"]
+__all__ = [
+    "Example",
+    "PRECISIONS",
+    "TARGET_MODULES",
+    "TrainResult",
+    "load_base",
+    "lora_deltas",
+    "tokenize",
+    "train_lora",
+]

@@ -21,7 +21,7 @@ from tooldecode.sampling.aligned import (
     log_weight,
     sample_aligned,
 )
-from tooldecode.sampling.draw import sample
+from tooldecode.sampling.draw import DrawRequest, sample, sample_queue
 from tooldecode.sampling.params import Sample, SamplingParams, aligned_supported, stream_key
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "ALIGNED_PARTICLES",
     "ALIGNED_TARGETS",
     "AlignedSample",
+    "DrawRequest",
     "Sample",
     "SamplingParams",
     "Trie",
@@ -37,5 +38,6 @@ __all__ = [
     "sample",
     "sample_adaptive",
     "sample_aligned",
+    "sample_queue",
     "stream_key",
 ]

@@ -340,3 +340,158 @@ def _choose(
     else:
         row.top.append(None)
     return tok
+
+
+@dataclass
+class DrawRequest:
+    """Draws ``start_index`` … ``start_index + n - 1`` of one prompt: what ``sample`` takes, as one item of
+    the queue ``sample_queue`` draws from.
+
+    ``prompt_ids`` are the prompt's token ids; ``prefill`` the part of the prompt the call already
+    contains (the mask's matcher is advanced over it); ``on_batch`` receives this request's samples as
+    they finish.
+    """
+
+    prompt_ids: list[int]
+    n: int
+    params: SamplingParams
+    mask: MaskEngine | None = None
+    prefill: str = ""
+    start_index: int = 0
+    on_batch: Callable[[list[Sample]], None] | None = None
+
+
+def sample_queue(backend: Backend, requests: Sequence[DrawRequest], slots: int = 16) -> None:
+    """Draw every request's samples on one decode stream with ``slots`` sequences, each slot refilled the
+    moment its draw ends with the next waiting draw of *any* request (in request order).
+
+    A slot refilled with another prompt takes that prompt's keys and values from any slot or cache that
+    already holds a prefix of it (cut back to the backend's aligned chunk boundary, so a prompt's
+    logits do not depend on where its prefix came from) and evaluates only the rest. Each draw keeps its
+    own random stream (``stream_key(params, index)``) and its own matcher, so its tokens do not depend
+    on which draws share its steps, up to the floating-point order of a batched step
+    (``tests/test_sampling.py`` measures how often that flips a token).
+
+    On a backend without slots (``can_assign`` false) the requests are drawn one after another with
+    ``sample``.
+    """
+    reqs = [r for r in requests if r.n > 0]
+    if not reqs:
+        return
+    if not getattr(backend, "can_assign", False):
+        for r in reqs:
+            sample(
+                backend,
+                r.prompt_ids,
+                r.n,
+                r.params,
+                mask=r.mask,
+                prefill=r.prefill,
+                batch_size=slots,
+                start_index=r.start_index,
+                on_batch=r.on_batch,
+            )
+        return
+    _queue_stream(backend, reqs, max(1, slots))
+
+
+def _queue_stream(  # noqa: C901 - the decode loop of the shared queue: refill, step, flush in one place
+    backend: Backend, reqs: list[DrawRequest], slots: int
+) -> None:
+    t0 = time.perf_counter()
+    waiting = [(k, i) for k, r in enumerate(reqs) for i in range(r.start_index, r.start_index + r.n)]
+    waiting.reverse()
+    prefill_ids: dict[int, list[int]] = {}
+    first: dict[tuple[int, ...], np.ndarray] = {}  # a prompt's next-token logits, by its ids
+    prefill_s: dict[int, float] = {}
+    owner: dict[int, int] = {}  # row index → request, per slot
+    n_slots = min(slots, len(waiting))
+    backend.open_slots(n_slots)  # type: ignore[attr-defined]
+    eog = backend.eog_ids
+    finished: list[tuple[int, _Row]] = []
+
+    def flush() -> None:
+        by_req: dict[int, list[Sample]] = {}
+        for k, row in finished:
+            r = reqs[k]
+            by_req.setdefault(k, []).append(
+                _to_sample(row, r.params, r.mask, t0, prefill_s.get(k, 0.0), n_slots)
+            )
+        finished.clear()
+        for k, done in by_req.items():
+            if reqs[k].on_batch is not None:
+                reqs[k].on_batch(done)  # type: ignore[misc]
+
+    def fill(slot: int) -> tuple[_Row, np.ndarray, int] | None:
+        while waiting:
+            k, i = waiting.pop()
+            r = reqs[k]
+            if k not in prefill_ids:
+                prefill_ids[k] = (
+                    backend.tokenize(r.prefill, special=False) if (r.mask is not None and r.prefill) else []
+                )
+            row = _new_row(i, r.params, r.mask, r.prefill, prefill_ids[k])
+            if row.finish is not None:
+                row.t_end = time.perf_counter()
+                finished.append((k, row))
+                continue
+            key = tuple(r.prompt_ids)
+            t = time.perf_counter()
+            logits = backend.assign(slot, r.prompt_ids, have_logits=key in first)  # type: ignore[attr-defined]
+            if logits is not None:
+                first.setdefault(key, np.array(logits, dtype=np.float32))
+            prefill_s[k] = prefill_s.get(k, 0.0) + time.perf_counter() - t
+            row.t_start = time.perf_counter()
+            return row, first[key], k
+        return None
+
+    pool = _pool() if n_slots > 1 else None
+    rows: dict[int, _Row] = {}
+    current: dict[int, np.ndarray] = {}
+    try:
+        for slot in range(n_slots):
+            got = fill(slot)
+            if got is None:
+                break
+            rows[slot], current[slot], owner[slot] = got
+        while rows:
+            active = sorted(rows)
+            batch_rows = [rows[s] for s in active]
+
+            def choose(s: int) -> int | None:
+                r = reqs[owner[s]]
+                return _choose(rows[s], current[s], r.params, r.mask is not None, eog)
+
+            if pool is not None and len(active) > 1:
+                toks = list(pool.map(choose, active))
+            else:
+                toks = [choose(s) for s in active]
+            keep: list[int] = []
+            chosen: list[int] = []
+            for s, row, tok in zip(active, batch_rows, toks, strict=True):
+                if tok is not None:
+                    _accept(row, tok, backend, reqs[owner[s]].params, eog)
+                if row.finish is None:
+                    keep.append(s)
+                    chosen.append(tok)  # type: ignore[arg-type]
+                else:
+                    row.t_end = time.perf_counter()
+                    finished.append((owner[s], row))
+                    del rows[s]
+            # refill before the step: a refill evaluates its prompt, and the step's logits are a view that
+            # the next evaluation overwrites
+            for s in range(n_slots):
+                if s not in rows:
+                    got = fill(s)
+                    if got is not None:
+                        rows[s], current[s], owner[s] = got
+            if finished:
+                flush()
+            if keep:
+                stepped = backend.step_slots(chosen, keep)  # type: ignore[attr-defined]
+                for j, s in enumerate(keep):
+                    current[s] = stepped[j]
+    finally:
+        backend.close_slots()  # type: ignore[attr-defined]
+    if finished:
+        flush()

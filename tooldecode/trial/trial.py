@@ -230,6 +230,9 @@ class Trial:
         """The key of sample ``index`` at ``seed``: ``"<arm label>/<scenario>/<seed>/<index>"``."""
         return f"{self.condition.label()}/{self.scenario_id}/{seed}/{index}"
 
+    def _records(self, batch: Sequence[Any], params: Any, backend: Any) -> list[SampleRecord]:
+        return [self.record(s, params, backend) for s in batch]
+
     def record(self, draw: Any, params: Any, backend: Any) -> SampleRecord:
         """The ``SampleRecord`` of one drawn sample (a ``tooldecode.sampling.Sample`` or a server's).
 
@@ -272,6 +275,43 @@ class Trial:
             tools=self.tools,
             extra=d,
             order=_SAMPLE_ORDER,
+        )
+
+    def request(
+        self,
+        backend: Any,
+        n: int,
+        params: Any,
+        *,
+        start_index: int = 0,
+        on_batch: Callable[[list[SampleRecord]], None] | None = None,
+    ) -> Any:
+        """Samples ``start_index`` … ``start_index + n - 1`` as one item of a shared draw queue
+        (``tooldecode.sampling.DrawRequest`` for ``sample_queue``), where the condition's channel draws
+        with the plain sampler; ``None`` for every other channel (aligned, servers, engine samplers),
+        whose draws go through ``sample``. ``on_batch`` receives the records (``Trial.record``) as the
+        samples complete, as ``sample``'s does."""
+        from tooldecode.sampling import DrawRequest, sample
+
+        draw = drawer(
+            self.channel,
+            self.prompt,
+            self.condition.mode,
+            conditioning=self.options.conditioning,
+            aligned=self.aligned,
+        )
+        if draw is not sample:
+            return None
+        return DrawRequest(
+            backend.tokenize(self.text),
+            n,
+            params,
+            mask=self.constraint(backend),
+            prefill=self.prompt.prefill,
+            start_index=start_index,
+            on_batch=(lambda batch: on_batch(self._records(batch, params, backend)))
+            if on_batch is not None
+            else None,
         )
 
     # --- the exact probe ----------------------------------------------------------------------

@@ -1,0 +1,137 @@
+"""The study's queue of long jobs (``experiments/queue.toml``): print it, resume it, mark a job.
+
+    python -m scripts.queue status                      # jobs, order, estimated minutes, state
+    python -m scripts.queue run --worktree DIR [--only ID ...]
+                                                        # resume the pending jobs in order, in DIR
+    python -m scripts.queue mark ID done                # after the job's output is committed
+
+``run`` needs ``DIR`` to be a clean checkout (``git status --porcelain`` empty, untracked files aside) and
+runs each job there with its ``.venv``; a job's log goes to ``DIR/queue-logs/<id>.log`` (appended) and
+its end to ``DIR/queue-logs/state.json``. Jobs resume where they stopped, so an interrupted queue is
+resumed by the same command. One job at a time: never two model-heavy jobs at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+QUEUE = ROOT / "experiments" / "queue.toml"
+STATES = ("pending", "running", "done", "blocked")
+
+
+def load(path: Path = QUEUE) -> dict:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise SystemExit(f"queue: {path}: not a readable queue file ({err}); restore it with git") from None
+    jobs = data.get("job", [])
+    seen = set()
+    for k, job in enumerate(jobs):
+        where = f"{path}: job {k + 1}"
+        for field, kind in (("id", str), ("cmd", list), ("minutes", (int, float)), ("state", str)):
+            if not isinstance(job.get(field), kind):
+                raise SystemExit(f"queue: {where}: '{field}' is missing or of the wrong type; fix the file")
+        if job["state"] not in STATES:
+            raise SystemExit(f"queue: {where}: state {job['state']!r} is not one of {', '.join(STATES)}")
+        if job["id"] in seen:
+            raise SystemExit(f"queue: {where}: id {job['id']!r} appears twice; ids are unique")
+        seen.add(job["id"])
+    return data
+
+
+def status(data: dict) -> list[str]:
+    lines = [f"{'#':>2}  {'job':32s} {'min':>5}  state"]
+    left = 0.0
+    for k, job in enumerate(data.get("job", []), 1):
+        lines.append(f"{k:>2}  {job['id']:32s} {job['minutes']:>5}  {job['state']}")
+        if job["state"] != "done":
+            left += job["minutes"]
+    lines.append(f"left: about {left:.0f} minutes on 2 idle cores")
+    return lines
+
+
+def mark(path: Path, job_id: str, state: str) -> None:
+    if state not in STATES:
+        raise SystemExit(f"queue: state {state!r} is not one of {', '.join(STATES)}")
+    text = path.read_text(encoding="utf-8")
+    pattern = re.compile(rf'(id = "{re.escape(job_id)}"\n(?:(?!\[\[job\]\]).*\n)*?state = )"[a-z]+"')
+    new, n = pattern.subn(rf'\g<1>"{state}"', text)
+    if n != 1:
+        raise SystemExit(f"queue: {path}: no job {job_id!r}; `python -m scripts.queue status` lists them")
+    path.write_text(new, encoding="utf-8")
+
+
+def _clean(worktree: Path) -> bool:
+    out = subprocess.run(
+        ["git", "-C", str(worktree), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return out.returncode == 0 and not out.stdout.strip()
+
+
+def run(data: dict, worktree: Path, only: list[str] | None) -> int:
+    if not _clean(worktree):
+        raise SystemExit(f"queue: {worktree} is not a clean checkout; jobs run from a clean commit")
+    logs = worktree / "queue-logs"
+    logs.mkdir(exist_ok=True)
+    state_file = logs / "state.json"
+    state = json.loads(state_file.read_text()) if state_file.exists() else {}
+    py = worktree / ".venv" / "bin" / "python"
+    for job in data.get("job", []):
+        if job["state"] in ("done", "blocked") or (only and job["id"] not in only):
+            continue
+        if state.get(job["id"], {}).get("rc") == 0:
+            continue
+        cmd = list(job["cmd"])
+        if cmd[0] == "tooldecode":
+            cmd = [str(py), "-m", "tooldecode", *cmd[1:]]
+        t0 = time.time()
+        with open(logs / f"{job['id']}.log", "a", encoding="utf-8") as log:
+            log.write(f"== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
+            log.flush()
+            rc = subprocess.run(
+                cmd, cwd=worktree, stdout=log, stderr=subprocess.STDOUT, check=False
+            ).returncode
+        load_avg = os.getloadavg()[0]
+        state[job["id"]] = {"rc": rc, "wall_s": round(time.time() - t0, 1), "load_at_end": round(load_avg, 2)}
+        state_file.write_text(json.dumps(state, indent=1) + "\n")
+        print(f"queue: {job['id']}: rc {rc} in {time.time() - t0:.0f} s (load {load_avg:.2f})", flush=True)
+        if rc != 0:
+            return rc
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m scripts.queue", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("status")
+    r = sub.add_parser("run")
+    r.add_argument("--worktree", type=Path, required=True)
+    r.add_argument("--only", nargs="*")
+    m = sub.add_parser("mark")
+    m.add_argument("job")
+    m.add_argument("state")
+    args = p.parse_args(argv)
+    data = load()
+    if args.cmd == "status":
+        print("\n".join(status(data)))
+        return 0
+    if args.cmd == "mark":
+        mark(QUEUE, args.job, args.state)
+        return 0
+    return run(data, args.worktree.resolve(), args.only)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""Fast evaluation: draws of many prompts on one decode stream (``sample_queue``), the run-time LoRA
+adapter on both backends, and the runner's ``fill_slots`` queue, on SmolLM2 through llama.cpp."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tooldecode.masking import compile_mask
+from tooldecode.sampling import DrawRequest, SamplingParams, sample, sample_queue
+
+pytestmark = pytest.mark.model
+
+PROMPTS = [
+    "<|im_start|>user\nWrite a short python function that adds two numbers.<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nWrite a short python function that reverses a string.<|im_end|>\n<|im_start|>assistant\n",
+    '<|im_start|>user\nGive me a JSON object with a key "a" holding a small number.<|im_end|>\n'
+    "<|im_start|>assistant\n",
+]
+GBNF = r'''root ::= "{\"a\": " [1-9] [0-9]? "}"'''
+
+
+def _requests(be, n: int, sink: dict, masked: bool = True) -> list[DrawRequest]:
+    mask = compile_mask("xgrammar", GBNF, be) if masked else None
+    reqs = []
+    for k, p in enumerate(PROMPTS):
+        params = SamplingParams(temperature=1.0, max_new_tokens=24, seed=0, stream=k)
+        m = mask if k == 2 else None
+
+        def keep(batch, k=k):
+            for s in batch:
+                assert (k, s.index) not in sink  # each draw once
+                sink[(k, s.index)] = s
+
+        reqs.append(DrawRequest(be.tokenize(p), n, params, mask=m, on_batch=keep))
+    return reqs
+
+
+def test_one_prompt_in_one_stream_is_the_job_by_job_sampler_exactly(llama_smol):
+    """With as many slots as draws and one prompt nothing is refilled: the same cells, the same numbers."""
+    got: dict = {}
+    req = _requests(llama_smol, 6, got, masked=False)[0]
+    sample_queue(llama_smol, [req], slots=6)
+    ref = sample(llama_smol, PROMPTS[0], 6, req.params, batch_size=6)
+    assert [s.token_ids for s in ref] == [got[(0, i)].token_ids for i in range(6)]
+    assert [s.logprobs for s in ref] == [got[(0, i)].logprobs for i in range(6)]
+
+
+def test_a_draw_does_not_depend_on_which_draws_share_its_steps(llama_smol):
+    """Three prompts (one masked), 8 draws each: job by job with a slot per draw (no refill) vs one stream
+    of 5 slots refilled across prompts. Each draw keeps its own random stream and matcher, so it is the
+    same draw up to the floating-point order of the attention over the cache's cells (a refilled slot's
+    cells lie elsewhere): the first token's log-probability is identical, later ones agree to the stated
+    tolerance until a token flips, and the flip rate is bounded (measured 3 of 24 on this machine; the
+    job-by-job sampler's own refills flip about as often)."""
+    n = 8
+    ref: dict = {}
+    for k, req in enumerate(_requests(llama_smol, n, {})):
+        for s in sample(llama_smol, req.prompt_ids, n, req.params, mask=req.mask, batch_size=n):
+            ref[(k, s.index)] = s
+    got: dict = {}
+    sample_queue(llama_smol, _requests(llama_smol, n, got), slots=5)
+    assert set(got) == set(ref)
+    flips, before = 0, []
+    for key, a in ref.items():
+        b = got[key]
+        assert b.logprobs[0] == pytest.approx(a.logprobs[0], abs=1e-5)
+        for ta, tb, la, lb in zip(a.token_ids, b.token_ids, a.logprobs, b.logprobs, strict=False):
+            if ta != tb:
+                flips += 1
+                break
+            before.append(abs(la - lb))
+        if key[0] == 2:  # the masked request's draws follow the grammar whatever shares their steps
+            assert b.finish_reason == "stop" and json.loads(b.text)["a"] >= 1
+    print(
+        f"queue vs job by job: {flips} of {len(ref)} draws flip a token; max |Δ log p| before a flip "
+        f"{max(before):.4f}"
+    )
+    assert flips <= len(ref) // 2
+    assert float(np.median(before)) < 1e-3 and max(before) < 1.0
+
+
+def test_the_queue_draws_each_index_once_with_its_own_stream(llama_smol):
+    got: dict = {}
+    reqs = _requests(llama_smol, 4, got)
+    reqs[1] = dataclasses.replace(reqs[1], start_index=10)
+    sample_queue(llama_smol, reqs, slots=3)
+    assert sorted(got) == sorted(
+        [(0, i) for i in range(4)] + [(1, i) for i in range(10, 14)] + [(2, i) for i in range(4)]
+    )
+    assert len({tuple(got[(0, i)].token_ids) for i in range(4)}) > 1  # other streams, other draws
+
+
+def test_a_fill_slots_run_has_every_draw_and_copies_identical_arms(tmp_path):
+    from tooldecode.experiments import load_spec, run_spec
+
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(
+        'name = "filled"\nmodels = ["smollm2-135m-instruct"]\nmax_scenarios = 2\nn = 3\nmax_new_tokens = 10\n'
+        'modes = ["loose", "strict"]\nbatch_size = 4\nfill_slots = true\n'
+        '[variant]\nconditioning = ["forced-tool"]\ngold_cut = ["after-newtext", "before-edits"]\n'
+    )
+    out = tmp_path / "run"
+    run_spec(load_spec(spec_path), out, progress=False)
+    recs = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    keys = [r["key"] for r in recs]
+    assert len(keys) == len(set(keys))
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["fill_slots"] is True
+    n_arms = len(manifest["config"]["arms"])
+    assert len(recs) == n_arms * 2 * 3
+    # gold_cut does not shape a forced-tool prompt: half the arms are copies of the other half's draws
+    drawn = {r["key"]: r for r in recs if "copy_of" not in r}
+    copies = [r for r in recs if "copy_of" in r]
+    assert len(copies) == len(drawn) == len(recs) // 2
+    for c in copies:
+        assert c["arm"]["gold_cut"] == "before-edits" and drawn[c["copy_of"]]["token_ids"] == c["token_ids"]
+    # resume after a loss: exactly the missing draws come back, with the same tokens
+    lines = (out / "samples.jsonl").read_text().splitlines()
+    (out / "samples.jsonl").write_text("\n".join(lines[:-3]) + "\n")
+    run_spec(load_spec(spec_path), out, progress=False)
+    again = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert sorted(r["key"] for r in again) == sorted(keys)
+
+
+# --- the run-time adapter --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def synthetic_organism(smol_ref, tmp_path_factory):
+    """SmolLM2 with a random r=16 adapter on every projection (no training): a ModelRef as
+    ``organism:…`` resolves to."""
+    from tooldecode.models import Adapter, cached_sha256
+    from tooldecode.organisms.adapter import synthetic_adapter
+
+    folder = synthetic_adapter(smol_ref.path, tmp_path_factory.mktemp("adapter") / "adapter", std=0.03)
+    sha = cached_sha256(folder / "adapter_model.safetensors")
+    return dataclasses.replace(smol_ref, id="organism:synthetic", adapter=Adapter(folder, sha))
+
+
+def test_llama_cpp_with_the_adapter_matches_transformers_with_peft(synthetic_organism, smol_ref, llama_smol):
+    """Greedy tokens and first-token probabilities of llama.cpp (quantized base + LoRA at run time) vs
+    transformers + peft (dequantized base, adapter merged), as close as the two are on the base."""
+    from tooldecode.backends import load_backend
+    from tooldecode.sampling.kernels import log_softmax
+
+    hf = load_backend("hf", synthetic_organism)
+    llama = load_backend("llamacpp", synthetic_organism, n_ctx=1024, max_seqs=2)
+    try:
+        ids = llama.tokenize(PROMPTS[0])
+        assert ids == hf.tokenize(PROMPTS[0])
+        pos = list(range(len(ids) - 6, len(ids)))
+        a, b = log_softmax(llama.forward(ids, pos)), log_softmax(hf.forward(ids, pos))
+        base = log_softmax(llama_smol.forward(ids, pos))
+        assert np.abs(a - base).max() > 0.5  # the adapter is applied
+        assert (a.argmax(1) == b.argmax(1)).all()
+        assert np.abs(np.exp(a) - np.exp(b)).max() < 0.1
+        greedy = SamplingParams(temperature=0.0, max_new_tokens=12, seed=0)
+        assert (
+            sample(llama, PROMPTS[0], 1, greedy)[0].token_ids
+            == sample(hf, PROMPTS[0], 1, greedy)[0].token_ids
+        )
+        assert llama.info()["adapter"] == "lora at run time"
+    finally:
+        llama.close()
+
+
+def test_the_adapter_gguf_is_what_llama_cpp_expects(synthetic_organism, tmp_path):
+    import gguf
+
+    from tooldecode.organisms.adapter import lora_pairs, write_lora_gguf
+
+    out = write_lora_gguf(synthetic_organism.adapter.folder, synthetic_organism.path, tmp_path / "a.gguf")
+    reader = gguf.GGUFReader(str(out))
+    assert reader.fields["general.type"].contents() == "adapter"
+    assert reader.fields["adapter.type"].contents() == "lora"
+    assert reader.fields["adapter.lora.alpha"].contents() == 32.0
+    pairs = lora_pairs(synthetic_organism.adapter.folder)
+    names = {t.name for t in reader.tensors}
+    assert len(names) == 2 * len(pairs)
+    q = next(t for t in reader.tensors if t.name == "blk.0.attn_q.weight.lora_a")
+    assert q.tensor_type == gguf.GGMLQuantizationType.F16
+
+
+def test_an_organism_resolves_to_its_base_and_adapter_and_refuses_a_changed_one(
+    synthetic_organism, monkeypatch, tmp_path
+):
+    import shutil
+
+    from tooldecode.errors import ModelError
+    from tooldecode.models import ORGANISMS_PATH_ENV, resolve
+
+    folder = tmp_path / "syn@smollm2-135m-instruct"
+    shutil.copytree(synthetic_organism.adapter.folder, folder / "adapter")
+    manifest = {
+        "organism": "syn@smollm2-135m-instruct",
+        "adapter": {"folder": "adapter", "sha256": synthetic_organism.adapter.sha256},
+        "base_model": {"id": "smollm2-135m-instruct", "sha256": resolve("smollm2-135m-instruct").digest()},
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setenv(ORGANISMS_PATH_ENV, str(tmp_path))
+    ref = resolve("organism:syn@smollm2-135m-instruct")
+    assert ref.path == resolve("smollm2-135m-instruct").path and ref.adapter is not None
+    weights = folder / "adapter" / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ModelError, match="its manifest says"):
+        resolve("organism:syn@smollm2-135m-instruct")
+    manifest["adapter"]["folder"] = "../.."
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelError, match="leaves"):
+        resolve("organism:syn@smollm2-135m-instruct")
+
+
+def test_every_committed_organism_loads_on_a_fresh_clone():
+    """The adapters FINDINGS cites are committed beside the recipes and resolve without training."""
+    from tooldecode.models import resolve
+
+    root = Path(__file__).resolve().parents[1] / "experiments" / "organisms"
+    for folder in sorted(p for p in root.iterdir() if (p / "manifest.json").is_file()):
+        manifest = json.loads((folder / "manifest.json").read_text())
+        assert (folder / "adapter" / "adapter_model.safetensors").stat().st_size <= 40 * 2**20
+        assert set(p.name for p in folder.iterdir()) <= {"adapter", "manifest.json", "channel.json"}
+        ref = resolve(f"organism:{folder.name}", fetch=True)
+        assert ref.adapter is not None and ref.adapter.sha256 == manifest["adapter"]["sha256"]
