@@ -176,13 +176,7 @@ class Trial:
 
         ``params`` is a ``tooldecode.sampling.SamplingParams`` (``Trial.params``); ``on_batch`` receives
         the records as their samples complete. Each record is built by ``Trial.record``."""
-        draw = drawer(
-            self.channel,
-            self.prompt,
-            self.condition.mode,
-            conditioning=self.options.conditioning,
-            aligned=self.aligned,
-        )
+        draw = self._drawer()
         built: dict[int, SampleRecord] = {}
 
         def records(batch: list) -> list[SampleRecord]:
@@ -229,6 +223,16 @@ class Trial:
     def key(self, seed: int, index: int) -> str:
         """The key of sample ``index`` at ``seed``: ``"<arm label>/<scenario>/<seed>/<index>"``."""
         return f"{self.condition.label()}/{self.scenario_id}/{seed}/{index}"
+
+    def _drawer(self) -> Callable[..., list]:
+        """The condition's draw function (``tooldecode.trial.channel.drawer``)."""
+        return drawer(
+            self.channel,
+            self.prompt,
+            self.condition.mode,
+            conditioning=self.options.conditioning,
+            aligned=self.aligned,
+        )
 
     def _records(self, batch: Sequence[Any], params: Any, backend: Any) -> list[SampleRecord]:
         return [self.record(s, params, backend) for s in batch]
@@ -293,13 +297,7 @@ class Trial:
         samples complete, as ``sample``'s does."""
         from tooldecode.sampling import DrawRequest, sample
 
-        draw = drawer(
-            self.channel,
-            self.prompt,
-            self.condition.mode,
-            conditioning=self.options.conditioning,
-            aligned=self.aligned,
-        )
+        draw = self._drawer()
         if draw is not sample:
             return None
         return DrawRequest(
