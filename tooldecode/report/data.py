@@ -69,7 +69,7 @@ class RunData:
     samples: list[Sample]
     verdict_file: Path | None  # None: scored in memory (the run directory was not writable), or no samples
     verdicts_written: bool  # loading the run (re)wrote verdict_file
-    probe: list[dict] = field(default_factory=list)
+    probe: list[dict] = field(default_factory=list)  # the run's ProbeRows in their stored form (to_json)
     # tooldecode.repair's rescue accounting as Markdown, when the run has loose samples
     rescue: str | None = None
     run: Run | None = None
