@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -337,6 +338,12 @@ def test_one_sizing_rule_for_llamacpp_contexts():
 # --- one home per fact ---------------------------------------------------------------------------------
 
 
+@functools.cache
+def _parsed(path: Path) -> ast.AST:
+    """A module's syntax tree, parsed once for the checks below."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _module_imports() -> dict[str, set[str]]:
     """Module → the tooldecode modules it imports (top-level and function-level; an import of a package
     names its ``__init__``, which is left out: a package re-exports its own modules)."""
@@ -347,7 +354,7 @@ def _module_imports() -> dict[str, set[str]]:
     packages = {m for m, p in mods.items() if p.name == "__init__.py"}
     edges: dict[str, set[str]] = defaultdict(set)
     for name, p in mods.items():
-        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+        for node in ast.walk(_parsed(p)):
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tooldecode":
                 targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
             elif isinstance(node, ast.Import):
@@ -411,7 +418,7 @@ def test_modes_conditionings_and_variant_fields_are_written_once():
     for p in sorted(PACKAGE.rglob("*.py")):
         if p.name == "records.py" and p.parent == PACKAGE:
             continue
-        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+        for node in ast.walk(_parsed(p)):
             if _literal_strings(node) in facts:
                 bad.append(f"{p.relative_to(ROOT)}:{node.lineno}")
     assert not bad, f"import these from tooldecode.records: {bad}"
@@ -435,7 +442,7 @@ def test_no_cache_is_keyed_on_the_id_of_a_backend():
     bad = {
         str(p.relative_to(ROOT)): lines
         for p in sorted(PACKAGE.rglob("*.py"))
-        if (lines := _id_of_a_model(ast.parse(p.read_text(encoding="utf-8"))))
+        if (lines := _id_of_a_model(_parsed(p)))
     }
     assert not bad, bad
     assert _id_of_a_model(ast.parse("key = (name, id(backend))\nk = id(model)\nseen.add(id(node))")) == [1, 2]
@@ -446,7 +453,7 @@ def test_stages_hand_on_records_not_private_keys():
     ``_verdict`` and ``_run_streams``): what crosses stages is a field of a record type."""
     bad = []
     for p in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+        for node in ast.walk(_parsed(p)):
             if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
                 if ast.unparse(node.value).endswith("__dict__"):
                     continue  # an object's own memo in its __dict__
