@@ -94,6 +94,7 @@ def test_every_committed_verdict_is_what_the_current_scorer_gives():
         for smp in store.sample_records():
             now = {"key": smp["key"], **score_stored(smp, store.manifest)}
             assert now == stored[smp["key"]], f"{path.relative_to(ROOT)}: {smp['key']}"
+            assert list(now) == list(stored[smp["key"]]), f"{path.relative_to(ROOT)}: key order"
 
 
 def _sample(**over):

@@ -169,8 +169,9 @@ class _Record:
         return self._ordered(out)
 
     def _ordered(self, out: dict[str, Any]) -> dict[str, Any]:
-        """``out`` with its keys in the order the record was read in (new keys last)."""
-        rank = {k: i for i, k in enumerate(self.order)}
+        """``out`` with its keys in the order the record was read in (new keys last); a record made here,
+        not read, in field order (``_REQUIRED``, then ``_OPTIONAL``)."""
+        rank = {k: i for i, k in enumerate(self.order or (*self._REQUIRED, *self._OPTIONAL))}
         return dict(sorted(out.items(), key=lambda kv: rank.get(kv[0], len(rank))))
 
     @classmethod
