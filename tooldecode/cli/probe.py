@@ -35,8 +35,12 @@ def _cmd_probe(args: argparse.Namespace) -> int:
         from tooldecode.cli.replay import probe_session_file
 
         return probe_session_file(args, session)
-    ref = resolve(args.model, fetch=True)
     sc = get_scenario(args.scenario, args.dir)
+    if getattr(sc, "kind", "edit") == "session":  # a session scenario found in --dir
+        from tooldecode.cli.replay import probe_session_file
+
+        return probe_session_file(args, sc.data)
+    ref = resolve(args.model, fetch=True)
     opts = parse_variant(args.variant) if args.variant else TranscriptOptions()
     cond = Condition(args.model, args.backend, "loose", 1.0, **{**variant_of(opts), "conditioning": "free"})
     trial = Trial(cond, sc, ref=ref)

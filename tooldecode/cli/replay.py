@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tooldecode.errors import ScenarioError
 from tooldecode.cli.options import (
     add_backend_option,
     add_command,
@@ -29,64 +30,6 @@ from tooldecode.cli.options import (
 )
 
 MASKED_KINDS = ("repeat", "wrong_level", "schema_word", "invented", "other")
-
-
-def _lower(messages: Sequence[dict[str, Any]], wire: str, tool_role: bool) -> list[dict[str, Any]]:
-    """Session messages as chat-template messages: calls written into the assistant text in ``wire``,
-    tool results as ``tool`` turns (or, without ``tool_role``, ``<tool_response>`` user turns)."""
-    from tooldecode.prompts.wires import calls_text
-
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        role = m["role"]
-        if role == "assistant":
-            calls = [(c["name"], c["arguments"]) for c in m.get("tool_calls", [])]
-            text = calls_text(calls, wire, "compact") if calls else ""
-            out.append(
-                {"role": "assistant", "content": "\n".join(p for p in (m.get("content", ""), text) if p)}
-            )
-        elif role == "tool" and not tool_role:
-            body = f"<tool_response>\n{m.get('content', '')}\n</tool_response>"
-            if out and out[-1]["role"] == "user" and out[-1]["content"].startswith("<tool_response>"):
-                out[-1] = {"role": "user", "content": out[-1]["content"] + "\n" + body}
-            else:
-                out.append({"role": "user", "content": body})
-        elif role == "tool":
-            out.append({"role": "tool", "name": m.get("name", ""), "content": m.get("content", "")})
-        else:
-            out.append({"role": role, "content": m.get("content", "")})
-    return out
-
-
-def render_session(ref: Any, data: dict[str, Any]) -> tuple[str, str, str, list[Any]]:
-    """(prompt ending where the call starts, the call in the model's wire, the wire, the tools) of a
-    session scenario ``data`` for model ``ref``."""
-    from tooldecode.chat_templates import apply_template, template_info
-    from tooldecode.errors import PromptError
-    from tooldecode.grammar import load_tools
-    from tooldecode.prompts.conversation import SYSTEM_TEXT, qwen_tool_block, smollm2_tool_block
-    from tooldecode.prompts.wires import calls_text, wires_for
-
-    template, bos, eos = template_info(ref)
-    if not template:
-        raise PromptError(f"model '{ref.id}' has no chat template; replay needs a chat model")
-    tools = load_tools(data["tools"])
-    history_wire, wire = wires_for(ref.family, "native", template)
-    block = (smollm2_tool_block if ref.family == "smollm2" else qwen_tool_block)(tools, history_wire)
-    messages = _lower(data["history"], history_wire, tool_role=ref.family != "smollm2")
-    if messages and messages[0]["role"] == "system":
-        messages[0] = {"role": "system", "content": f"{messages[0]['content']}\n\n{block}"}
-    else:
-        messages.insert(0, {"role": "system", "content": f"{SYSTEM_TEXT}\n\n{block}"})
-    text = apply_template(template, messages, None, bos, eos, add_generation_prompt=True)
-    before = data.get("before_call") or {}
-    earlier = [(c["name"], c["arguments"]) for c in before.get("tool_calls", [])]
-    lead = "\n".join(
-        p for p in (before.get("content", ""), calls_text(earlier, wire, "compact") if earlier else "") if p
-    )
-    prompt = text + (lead + "\n" if lead else "")
-    call = calls_text([(data["call"]["name"], data["call"]["arguments"])], wire, "compact")
-    return prompt, call, wire, tools
 
 
 def strict_view(p: Any) -> tuple[float, float]:
@@ -105,6 +48,8 @@ def masked_continue(p: Any) -> float:
 def probe_scenario(backend: Any, ref: Any, data: dict[str, Any], config: Any = None) -> list[Any]:
     """The probe's decision points of a session scenario's gold call."""
     from tooldecode.probe import probe_call
+
+    from tooldecode.prompts.session import render_session
 
     prompt, call, _, tools = render_session(ref, data)
     points = probe_call(backend, prompt, call, config=config, tools=tools, expected_tool=data["call"]["name"])
@@ -130,7 +75,11 @@ def call_row(n: int, name: str, points: Sequence[Any], threshold: float) -> dict
     return row
 
 
-def format_table(rows: Sequence[dict[str, Any]], threshold: float) -> str:
+def format_table(rows: Sequence[dict[str, Any]], threshold: float, total: int | None = None) -> str:
+    """The replay table, one row per call, and a last line naming the first call at risk; ``total`` is
+    the session's number of calls (default: the rows'). A call strict cannot write (``strict_problem``)
+    shows ``n/a`` for strict and its reason."""
+    total = len(rows) if total is None else total
     head = (
         f"{'call':>4} {'tool':14s} {'pts':>4} {'P(close) loose':>15} {'strict':>8} {'P(cont) loose':>14} "
         f"{'P(masked)':>10}  worst point / kinds"
@@ -139,19 +88,23 @@ def format_table(rows: Sequence[dict[str, Any]], threshold: float) -> str:
     for r in rows:
         kinds = ",".join(f"{k}={v:.3f}" for k, v in sorted(r["worst_kinds"].items()))
         flag = "  AT RISK" if r["at_risk"] else ""
+        unreachable = r.get("strict_problem")
+        strict = f"{'n/a':>8}" if unreachable else f"{r['min_p_close_strict']:8.4f}"
+        note = f"  (strict cannot write this call: {unreachable})" if unreachable else ""
         lines.append(
             f"{r['call']:>4} {r['tool'][:14]:14s} {r['points']:>4} {r['min_p_close_loose']:15.4f} "
-            f"{r['min_p_close_strict']:8.4f} {r['max_p_continue_loose']:14.4f} {r['max_p_masked_loose']:10.4f}  "
-            f"{r['worst_at']} {kinds}{flag}"
+            f"{strict} {r['max_p_continue_loose']:14.4f} {r['max_p_masked_loose']:10.4f}  "
+            f"{r['worst_at']} {kinds}{flag}{note}"
         )
     first = next((r for r in rows if r["at_risk"]), None)
     if first is None:
         lines.append(
-            f"no call at risk (P(masked continue) < {threshold:g} at every point of {len(rows)} calls)"
+            f"no call at risk (P(masked continue) < {threshold:g} at every point of the {len(rows)} "
+            f"call(s) probed, of {total})"
         )
     else:
         lines.append(
-            f"first call at risk: call {first['call']} of {len(rows)} ({first['tool']}) at {first['worst_at']}: "
+            f"first call at risk: call {first['call']} of {total} ({first['tool']}) at {first['worst_at']}: "
             f"P(masked continue) {first['max_p_masked_loose']:.4f} >= {threshold:g}"
         )
     return "\n".join(lines)
@@ -176,9 +129,14 @@ def probe_session_file(args: argparse.Namespace, data: dict[str, Any]) -> int:
     from tooldecode.probe import summarize
     from tooldecode.trial import backend_kwargs
 
+    from tooldecode.cli import Progress
+
     ref = resolve(args.model, fetch=True)
     be = load_backend(args.backend, ref, **backend_kwargs(args.backend, branches=args.max_branches))
+    progress = Progress(f"probe {data['id']}", 1, unit="call")
+    progress.log.info("probe: the gold call of %s on %s (an exact probe: minutes on CPU)", data["id"], ref.id)
     points = probe_scenario(be, ref, data, _config(args))
+    progress.step(note=f"{len(points)} decision points")
     if args.select:
         points = [p for p in points if p.after == args.select]
     if args.json:
@@ -198,13 +156,22 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     docs/scenarios.md).
     """
     from tooldecode.backends import load_backend
+    from tooldecode.cli.scenarios import report_guess
     from tooldecode.models import resolve
-    from tooldecode.scenarios.importers import load_session, session_scenario
+    from tooldecode.scenarios.importers import (
+        call_problem,
+        load_session,
+        session_scenario,
+        strip_thinking,
+    )
     from tooldecode.trial import backend_kwargs
 
-    session = load_session(args.session, args.format, args.tools)
+    if not 0 <= args.threshold <= 1:  # nan fails both
+        raise ScenarioError(f"replay: --threshold {args.threshold} must be a probability in [0, 1]")
+    session = load_session(args.session, args.format, args.tools, guess=args.guess_tools)
+    report_guess(session)
     calls = session.calls()
-    wanted = [int(x) for x in args.calls.split(",")] if args.calls else list(range(1, len(calls) + 1))
+    wanted = parse_calls(args.calls, len(calls)) if args.calls else list(range(1, len(calls) + 1))
     ref = resolve(args.model, fetch=True)
     be = load_backend(args.backend, ref, **backend_kwargs(args.backend, branches=args.max_branches))
     cfg = _config(args)
@@ -212,20 +179,41 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
     rows = []
     progress = Progress("replay", len(wanted), unit="call")
+    schemas = {t["name"]: t["parameters"] for t in session.tools}
     for n in wanted:
         data = session_scenario(session, n)
+        if args.strip_thinking:
+            data = strip_thinking(data)
         points = probe_scenario(be, ref, data, cfg)
         row = call_row(n, data["call"]["name"], points, args.threshold)
+        why = call_problem(data["call"]["arguments"], schemas.get(data["call"]["name"], {}), strict=True)
+        if why is not None:  # strict never writes this call: its figures are not strict's
+            row["strict_problem"] = why
+            row["min_p_close_strict"] = float("nan")
         rows.append(row)
         if args.json:
             print(json.dumps({**row, "decision_points": [p.to_dict() for p in points]}))
-        progress.step(note=f"call {n} of {len(calls)} ({data['call']['name']}): {len(points)} points")
+        progress.step(note=f"call {n} ({data['call']['name']}, of {len(calls)} in the session): {len(points)} points")
     if not args.json:
         print(
             f"session {Path(args.session).name} ({session.format}), model {ref.id} ({args.backend}), {len(calls)} calls"
         )
-        print(format_table(rows, args.threshold))
+        print(format_table(rows, args.threshold, len(calls)))
     return 0
+
+
+def parse_calls(spec: str, total: int) -> list[int]:
+    """``--calls 1,3`` as call numbers, each in 1..``total``; one-line ``ScenarioError`` otherwise."""
+    out = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part.isdigit() or not 1 <= int(part) <= total:
+            raise ScenarioError(
+                f"replay: --calls {spec!r}: {part!r} is not a call number; give numbers from 1 to {total}, "
+                "comma-separated (e.g. --calls 1,3)"
+            )
+        out.append(int(part))
+    return out
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -237,6 +225,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", help="the session's format (default: detected)")
     p.add_argument("--tools", help="tool definitions to use (any shape `tooldecode grammar` reads)")
     p.add_argument("--calls", help="only these calls, e.g. 1,3 (1-based)")
+    add_switch(
+        p,
+        "--guess-tools",
+        "where the session stores no tool definitions, infer a schema from the calls (printed) "
+        "instead of refusing",
+    )
+    add_switch(p, "--strip-thinking", "drop the thinking of every assistant turn before rendering")
     p.add_argument(
         "--threshold", type=float, default=0.05, help="P(masked continue) that puts a call at risk"
     )

@@ -23,7 +23,15 @@ from tooldecode.grammar.lower import DUPLICATES, Lowerer
 from tooldecode.grammar.regex import emit_regex
 from tooldecode.grammar.schema import MODES, ORDERS, SchemaIR, check_budget, compile_schema, strictify
 from tooldecode.grammar.terminals import WS_POLICIES, ws_max_for
-from tooldecode.grammar.tools import Tool, is_schema, load_tool, load_tools, read_tools, tool_catalog
+from tooldecode.grammar.tools import (
+    Tool,
+    arguments_schema,
+    is_schema,
+    load_tool,
+    load_tools,
+    read_tools,
+    tool_catalog,
+)
 from tooldecode.grammar.wire import WIRE_FORMATS, WIRES, WireFormat, check_name, check_wire, wire_format
 
 FORMATS = ("gbnf", "lark", "regex")
@@ -34,6 +42,7 @@ __all__ = [
     "render_toolset",
     "compile_schema",
     "strictify",
+    "arguments_schema",
     "load_tool",
     "load_tools",
     "read_tools",
@@ -180,19 +189,20 @@ def _emit(g: Grammar, format: str) -> str:
     return emit_regex(g)
 
 
-def _as_tool(schema_or_tool: Any, name: str | None) -> tuple[str, Any]:
+def _as_tool(schema_or_tool: Any, name: str | None) -> tuple[str, Any, bool]:
+    """(tool name, schema, whether the schema is a tool's arguments)."""
     if isinstance(schema_or_tool, Tool):
-        return schema_or_tool.name, schema_or_tool.parameters
+        return schema_or_tool.name, schema_or_tool.parameters, True
     if isinstance(schema_or_tool, (dict, bool, list)):
         tools = read_tools(schema_or_tool, where="render")
         if tools is None:
-            return name or "", schema_or_tool
+            return name or "", schema_or_tool, False
         if len(tools) != 1:
             raise GrammarError(
                 f"render: the tool list holds {len(tools)} tools ({', '.join(t.name for t in tools)}); "
                 "use render_toolset for a call of any of them"
             )
-        return tools[0].name, tools[0].parameters
+        return tools[0].name, tools[0].parameters, True
     raise GrammarError(f"render needs a Tool or a JSON Schema dict, not {type(schema_or_tool).__name__}")
 
 
@@ -284,9 +294,11 @@ def render(
     'true|false'
     """
     _check(format, wire, ws, ws_max)
-    tool_name, schema = _as_tool(schema_or_tool, name)
+    tool_name, schema, is_tool = _as_tool(schema_or_tool, name)
     if wire != "json" and not tool_name:
         raise GrammarError(f"the {wire} wire carries the tool name; pass a Tool or name=...")
+    if is_tool or wire != "json":  # a tool call's arguments: always an object ({} takes no arguments)
+        schema = arguments_schema(schema, tool_name or "tool")
     check_budget(schema)  # before json.dumps: an integer past Python's digit limit is named, not raised
     return _render_cached(json.dumps(schema), tool_name, format, wire, mode, order, ws, ws_max, lenient)
 
@@ -345,7 +357,10 @@ def render_toolset(
     names = [t.name for t in tools]
     if len(set(names)) != len(names):
         raise GrammarError(f"duplicate tool names in the tool set: {names}")
-    items = [(t.name, compile_schema(t.parameters, mode=mode, order=order, lenient=lenient)) for t in tools]
+    items = [
+        (t.name, compile_schema(arguments_schema(t.parameters, t.name), mode=mode, order=order, lenient=lenient))
+        for t in tools
+    ]
     g = build_grammar(
         items, wire=wire, ws=ws, ws_max=ws_max, duplicates=duplicates, single_terminals=format == "regex"
     )
@@ -399,5 +414,9 @@ def serialize_call(
     else:
         tool = tool_catalog().get(tool_name)
     name = tool.name if tool is not None else str(tool_name)
-    sir = compile_schema(tool.parameters, mode=mode, order=order, lenient=True) if tool is not None else None
+    sir = (
+        compile_schema(arguments_schema(tool.parameters, name), mode=mode, order=order, lenient=True)
+        if tool is not None
+        else None
+    )
     return serialize(name, sir, args, wire=wire, ws=ws, ws_max=ws_max)

@@ -130,6 +130,10 @@ def gold_call_text(scenario: Scenario, options: TranscriptOptions, family: str |
     ``family`` decides the native wire. A ``generic`` model's native wire depends on its chat template:
     pass its ``ModelRef`` (a bare ``"generic"`` counts as hermes).
     """
+    if getattr(scenario, "kind", "edit") == "session":
+        from tooldecode.prompts.session import session_call_text
+
+        return session_call_text(scenario, family)
     template = wire_format("hermes").open  # a template that writes hermes calls
     if isinstance(family, ModelRef):
         template = template_info(family)[0] if family.family == "generic" else None

@@ -34,6 +34,8 @@ def score_text(
     (``scoring.outcome.edit_outcome``; a sample without a parsed call to the expected tool edits nothing).
     """
     tools = list(tools)
+    if getattr(scenario, "kind", "edit") != "edit":  # a session scenario: no file to edit
+        scenario = None
     verdict = _score_text(tools, text, wire, expected_tool, scenario, finish_reason)
     if scenario is not None:
         tool = next((t for t in tools if t.name == verdict.tool), None)
@@ -186,6 +188,10 @@ def record_context(
         if key not in _SCENARIOS:
             _SCENARIOS[key] = get_scenario(str(sid), dirs=dirs)
         scenario = _SCENARIOS[key]
+    if scenario is not None and getattr(scenario, "kind", "edit") == "session":  # the tools it shows
+        from tooldecode.grammar import load_tools
+
+        return load_tools(scenario.data["tools"]), arm.get("wire"), scenario.data["call"]["name"], None
     return tools, arm.get("wire"), expected, scenario
 
 

@@ -169,7 +169,8 @@ class Trial:
         """The scenario's gold call in the model's wire and the condition's call style."""
         from tooldecode.prompts import gold_call_text
 
-        return gold_call_text(self.scenario, self.options, self.ref.family)
+        session = getattr(self.scenario, "kind", "edit") == "session"  # rendered by the model's template
+        return gold_call_text(self.scenario, self.options, self.ref if session else self.ref.family)
 
     def probe(
         self,
@@ -238,6 +239,6 @@ class Trial:
             list(self.prompt.tools),
             wire=self.prompt.wire,
             expected_tool=self.prompt.expected_tool,
-            scenario=self.scenario,
+            scenario=self.scenario if getattr(self.scenario, "kind", "edit") == "edit" else None,
             finish_reason=finish_reason,
         )
