@@ -35,8 +35,11 @@ DATA = Path(__file__).parent / "data" / "sessions"
 
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(
-        [sys.executable, "-m", "tooldecode", *args], capture_output=True, text=True, cwd=cwd
+        [sys.executable, "-m", "tooldecode", *args], capture_output=True, text=True, cwd=cwd, env=env
     )
 
 
@@ -114,7 +117,10 @@ MY_TOOL_SESSION = [
         "type": "user",
         "uuid": "u2",
         "parentUuid": "a1",
-        "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]},
+        "message": {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}],
+        },
     },
 ]
 
@@ -158,8 +164,10 @@ def test_claude_code_follows_parent_uuid_past_a_rewind():
             msg["id"] = f"m-{uid}"
         return {"type": role, "uuid": uid, "parentUuid": parent, "message": msg}
 
-    abandoned = [line(f"x{i}", f"x{i - 1}" if i else "a1", "user" if i % 2 else "assistant", f"old {i}")
-                 for i in range(10)]
+    abandoned = [
+        line(f"x{i}", f"x{i - 1}" if i else "a1", "user" if i % 2 else "assistant", f"old {i}")
+        for i in range(10)
+    ]
     rows = [
         line("u1", None, "user", "task"),
         line("a1", "u1", "assistant", "looking"),
@@ -178,7 +186,12 @@ def test_claude_code_follows_parent_uuid_past_a_rewind():
 
 def test_thinking_is_kept_by_every_importer_and_strip_thinking_removes_it():
     oa = from_openai(
-        {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning_content": "hmm"}]}
+        {
+            "messages": [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": "a", "reasoning_content": "hmm"},
+            ]
+        }
     )
     assert oa.messages[1]["thinking"] == "hmm"
     an = from_anthropic(
@@ -195,7 +208,9 @@ def test_thinking_is_kept_by_every_importer_and_strip_thinking_removes_it():
                 },
                 {
                     "role": "user",
-                    "content": [{"type": "tool_result", "tool_use_id": "t", "content": "boom", "is_error": True}],
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "t", "content": "boom", "is_error": True}
+                    ],
                 },
             ]
         }
@@ -226,33 +241,62 @@ def test_the_thinking_is_rendered_before_the_content():
 def test_pi_keeps_shell_runs_extension_messages_and_branch_summaries():
     rows = [
         {"type": "session", "id": "s", "version": 3},
-        {"type": "message", "id": "e1", "parentId": None, "message": {"role": "user", "content": "make test pass"}},
+        {
+            "type": "message",
+            "id": "e1",
+            "parentId": None,
+            "message": {"role": "user", "content": "make test pass"},
+        },
         {
             "type": "message",
             "id": "e2",
             "parentId": "e1",
-            "message": {"role": "bashExecution", "command": "make test", "output": "FAILED t.py", "exitCode": 2},
+            "message": {
+                "role": "bashExecution",
+                "command": "make test",
+                "output": "FAILED t.py",
+                "exitCode": 2,
+            },
         },
-        {"type": "custom_message", "id": "e3", "parentId": "e2", "customType": "note", "content": "lint is on", "display": True},
+        {
+            "type": "custom_message",
+            "id": "e3",
+            "parentId": "e2",
+            "customType": "note",
+            "content": "lint is on",
+            "display": True,
+        },
         {"type": "branch_summary", "id": "e4", "parentId": "e3", "fromId": "zz", "summary": "tried X"},
         {
             "type": "message",
             "id": "e5",
             "parentId": "e4",
-            "message": {"role": "assistant", "content": [{"type": "toolCall", "id": "c", "name": "read", "arguments": {"path": "t.py"}}]},
+            "message": {
+                "role": "assistant",
+                "content": [{"type": "toolCall", "id": "c", "name": "read", "arguments": {"path": "t.py"}}],
+            },
         },
         {
             "type": "message",
             "id": "e6",
             "parentId": "e5",
-            "message": {"role": "toolResult", "toolCallId": "c", "toolName": "read", "content": "nope", "isError": True},
+            "message": {
+                "role": "toolResult",
+                "toolCallId": "c",
+                "toolName": "read",
+                "content": "nope",
+                "isError": True,
+            },
         },
     ]
     s = from_pi(_jsonl(rows))
     users = [m["content"] for m in s.messages if m["role"] == "user"]
     assert users[1] == "Ran `make test`\n```\nFAILED t.py\n```\n\nCommand exited with code 2"
     assert users[2] == "lint is on"
-    assert users[3].startswith("The following is a summary of a branch") and "<summary>\ntried X</summary>" in users[3]
+    assert (
+        users[3].startswith("The following is a summary of a branch")
+        and "<summary>\ntried X</summary>" in users[3]
+    )
     assert s.messages[-1]["is_error"] is True
 
 
@@ -283,7 +327,9 @@ def test_round_trip_every_text_the_model_saw_reaches_the_rendered_messages(name,
 def test_an_invented_key_is_named():
     s = load_session(DATA / "anthropic-messages.json")
     data = session_scenario(s, 2)
-    data["tools"] = [{**t, "parameters": {**t["parameters"], "additionalProperties": False}} for t in data["tools"]]
+    data["tools"] = [
+        {**t, "parameters": {**t["parameters"], "additionalProperties": False}} for t in data["tools"]
+    ]
     data["call"]["arguments"]["colour"] = "red"
     (problem,) = check_session_scenario(data, f"{data['id']}.json")
     assert "invented key 'colour'" in problem
@@ -296,10 +342,14 @@ def test_an_invented_key_is_named():
 
 
 def test_imported_scenarios_load_list_and_check_with_the_edit_scenarios(tmp_path):
-    out = _cli("scenarios", "import", str(DATA / "pi-session.jsonl"), "--call", "2", "-o", str(tmp_path / "mine"))
+    out = _cli(
+        "scenarios", "import", str(DATA / "pi-session.jsonl"), "--call", "2", "-o", str(tmp_path / "mine")
+    )
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "mine").is_dir()  # `-o DIR` that does not exist yet is a folder
-    shutil.copy(ROOT / "tooldecode" / "scenarios" / "data" / "py-pagination-off-by-one.yaml", tmp_path / "mine")
+    shutil.copy(
+        ROOT / "tooldecode" / "scenarios" / "data" / "py-pagination-off-by-one.yaml", tmp_path / "mine"
+    )
     (sc,) = [s for s in load_scenarios([tmp_path / "mine"]) if isinstance(s, SessionScenario)]
     assert sc.kind == "session" and sc.call["name"] == "edit" and sc.sha256() == sc.sha256()
     out = _cli("scenarios", "list", str(tmp_path / "mine"))
@@ -324,7 +374,11 @@ def test_readme_import_example_works_on_a_fresh_clone(tmp_path):
 
 
 def test_replay_flags_give_one_line_errors(tmp_path):
-    for flags, what in ((["--calls", "x"], "--calls 'x'"), (["--calls", "9"], "from 1 to"), (["--threshold", "nan"], "--threshold")):
+    for flags, what in (
+        (["--calls", "x"], "--calls 'x'"),
+        (["--calls", "9"], "from 1 to"),
+        (["--threshold", "nan"], "--threshold"),
+    ):
         out = _cli("replay", str(DATA / "claude-code.jsonl"), *flags)
         assert out.returncode == 2 and what in out.stderr and "Traceback" not in out.stderr, out.stderr
 
@@ -333,9 +387,17 @@ def test_replay_table_counts_the_session_calls_and_marks_strict_unreachable():
     from tooldecode.cli.replay import format_table
 
     row = {
-        "call": 6, "tool": "Edit", "points": 1, "min_p_close_loose": 0.5, "min_p_close_strict": float("nan"),
-        "max_p_continue_loose": 0.5, "max_p_masked_loose": 0.2, "worst_at": "a.b", "worst_kinds": {},
-        "at_risk": True, "strict_problem": "invented key 'x' at (root): the schema does not declare it",
+        "call": 6,
+        "tool": "Edit",
+        "points": 1,
+        "min_p_close_loose": 0.5,
+        "min_p_close_strict": float("nan"),
+        "max_p_continue_loose": 0.5,
+        "max_p_masked_loose": 0.2,
+        "worst_at": "a.b",
+        "worst_kinds": {},
+        "at_risk": True,
+        "strict_problem": "invented key 'x' at (root): the schema does not declare it",
     }
     text = format_table([row], 0.05, total=7)
     assert "call 6 of 7" in text and "n/a" in text and "strict cannot write this call" in text
@@ -343,7 +405,14 @@ def test_replay_table_counts_the_session_calls_and_marks_strict_unreachable():
 
 def test_grammar_name_picks_a_tool_of_a_list(tmp_path):
     f = tmp_path / "tools.json"
-    f.write_text(json.dumps([{"name": "a", "parameters": {}}, {"name": "b", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}]))
+    f.write_text(
+        json.dumps(
+            [
+                {"name": "a", "parameters": {}},
+                {"name": "b", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+            ]
+        )
+    )
     out = _cli("grammar", str(f), "--name", "b", "--wire", "call-json", "--format", "regex")
     assert out.returncode == 0 and '"b"' in out.stdout and '"a"' not in out.stdout, out.stderr
     out = _cli("grammar", str(f), "--name", "c")
@@ -362,4 +431,6 @@ def test_a_provider_tool_in_a_request_body_is_skipped_not_refused():
         tools = load_tools(body)
     assert [t.name for t in tools] == ["lookup"]
     with pytest.warns(UserWarning):
-        assert [t.name for t in load_tools([{"type": "web_search_preview"}, *body["tools"][2:]])] == ["lookup"]
+        assert [t.name for t in load_tools([{"type": "web_search_preview"}, *body["tools"][2:]])] == [
+            "lookup"
+        ]

@@ -23,7 +23,6 @@ prefix as parallel sequences.
 from __future__ import annotations
 
 import logging
-
 import re
 from collections import Counter
 from collections.abc import Sequence

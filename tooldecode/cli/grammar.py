@@ -137,7 +137,15 @@ def _render(args: argparse.Namespace) -> tuple[str, list[Any]]:
         items = [(name or "", tools[0].parameters if tools else schema)]
     is_tool = bool(tools) or args.wire != "json"
     sirs = [
-        (n, compile_schema(arguments_schema(s, n) if is_tool else s, mode=args.mode, order=args.order, lenient=args.lenient))
+        (
+            n,
+            compile_schema(
+                arguments_schema(s, n) if is_tool else s,
+                mode=args.mode,
+                order=args.order,
+                lenient=args.lenient,
+            ),
+        )
         for n, s in items
     ]
     return text, sirs

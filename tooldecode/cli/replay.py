@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tooldecode.errors import ScenarioError
 from tooldecode.cli.options import (
     add_backend_option,
     add_command,
@@ -28,6 +27,7 @@ from tooldecode.cli.options import (
     add_probe_bounds,
     add_switch,
 )
+from tooldecode.errors import ScenarioError
 
 MASKED_KINDS = ("repeat", "wrong_level", "schema_word", "invented", "other")
 
@@ -48,7 +48,6 @@ def masked_continue(p: Any) -> float:
 def probe_scenario(backend: Any, ref: Any, data: dict[str, Any], config: Any = None) -> list[Any]:
     """The probe's decision points of a session scenario's gold call."""
     from tooldecode.probe import probe_call
-
     from tooldecode.prompts.session import render_session
 
     prompt, call, _, tools = render_session(ref, data)
@@ -125,11 +124,10 @@ def _config(args: argparse.Namespace) -> Any:
 def probe_session_file(args: argparse.Namespace, data: dict[str, Any]) -> int:
     """`tooldecode probe --scenario FILE` for a session scenario file: the probe table of its gold call."""
     from tooldecode.backends import load_backend
+    from tooldecode.cli import Progress
     from tooldecode.models import resolve
     from tooldecode.probe import summarize
     from tooldecode.trial import backend_kwargs
-
-    from tooldecode.cli import Progress
 
     ref = resolve(args.model, fetch=True)
     be = load_backend(args.backend, ref, **backend_kwargs(args.backend, branches=args.max_branches))
@@ -193,7 +191,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         rows.append(row)
         if args.json:
             print(json.dumps({**row, "decision_points": [p.to_dict() for p in points]}))
-        progress.step(note=f"call {n} ({data['call']['name']}, of {len(calls)} in the session): {len(points)} points")
+        progress.step(
+            note=f"call {n} ({data['call']['name']}, of {len(calls)} in the session): {len(points)} points"
+        )
     if not args.json:
         print(
             f"session {Path(args.session).name} ({session.format}), model {ref.id} ({args.backend}), {len(calls)} calls"

@@ -148,9 +148,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from tooldecode.engines import ENGINES
 
     p = add_command(sub, "sample", _cmd_sample)
-    p.add_argument(
-        "--scenario", help="scenario id (see `tooldecode scenarios list`); or --tools / --session"
-    )
+    p.add_argument("--scenario", help="scenario id (see `tooldecode scenarios list`); or --tools / --session")
     add_scenario_dir_option(p)
     p.add_argument(
         "--tools",
@@ -158,7 +156,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="your tool list (OpenAI, Anthropic, MCP, tooldecode): draw calls of your own tools",
     )
-    p.add_argument("--tool", help="with --tools/--session: the tool to call (default: the first / the last called)")
+    p.add_argument(
+        "--tool", help="with --tools/--session: the tool to call (default: the first / the last called)"
+    )
     p.add_argument(
         "--session",
         type=Path,

@@ -15,9 +15,9 @@ from tooldecode.scenarios import SUFFIXES, line_count, load_scenarios, scenario_
 from tooldecode.scenarios.check import check_paths
 from tooldecode.scenarios.importers import (
     FORMATS,
+    Session,
     check_session_scenario,
     load_session,
-    Session,
     read_if_session,
     session_scenario,
     strip_thinking,

@@ -358,7 +358,10 @@ def render_toolset(
     if len(set(names)) != len(names):
         raise GrammarError(f"duplicate tool names in the tool set: {names}")
     items = [
-        (t.name, compile_schema(arguments_schema(t.parameters, t.name), mode=mode, order=order, lenient=lenient))
+        (
+            t.name,
+            compile_schema(arguments_schema(t.parameters, t.name), mode=mode, order=order, lenient=lenient),
+        )
         for t in tools
     ]
     g = build_grammar(

@@ -534,7 +534,9 @@ def call_problem(args: Any, schema: Any, *, strict: bool = False) -> str | None:
     e = errors[0]
     at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path) or "(root)"
     if e.validator in ("additionalProperties", "unevaluatedProperties"):
-        extra = [k for k in (e.instance if isinstance(e.instance, dict) else {}) if k not in _declared(e.schema)]
+        extra = [
+            k for k in (e.instance if isinstance(e.instance, dict) else {}) if k not in _declared(e.schema)
+        ]
         keys = ", ".join(repr(k) for k in extra) or e.message
         return f"invented key {keys} at {at}: the schema does not declare it"
     return f"{e.message} at {at}"
@@ -687,7 +689,11 @@ def as_session_scenario(data: dict[str, Any], where: str, source: Path | None = 
     problem (``check_session_scenario``) when it does not check."""
     problems = check_session_scenario(data, where)
     if problems:
-        more = f" (and {len(problems) - 1} more; `tooldecode scenarios check` lists them)" if len(problems) > 1 else ""
+        more = (
+            f" (and {len(problems) - 1} more; `tooldecode scenarios check` lists them)"
+            if len(problems) > 1
+            else ""
+        )
         raise ScenarioError(problems[0] + more)
     return SessionScenario(
         id=data["id"], title=str(data.get("title") or data["id"]), data=data, source=source
