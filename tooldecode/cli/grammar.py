@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
             for kw, ptr in sir.ignored:
                 print(f"tooldecode: {where}ignored '{kw}' at {ptr or '(root)'}", file=sys.stderr)
         for msg in sir.warnings:  # a narrowing always (the grammar admits less than the schema)
-            if args.verbose or "rendered narrower than the schema" in msg:
+            if args.verbose or "rendered narrower than the schema" in msg or "rendered wider" in msg:
                 print(f"tooldecode: {where}warning: {msg}", file=sys.stderr)
     if args.format == "regex":
         g = build_grammar(sirs, wire=args.wire, ws=args.ws, ws_max=args.ws_max)
