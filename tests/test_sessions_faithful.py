@@ -434,3 +434,72 @@ def test_a_provider_tool_in_a_request_body_is_skipped_not_refused():
         assert [t.name for t in load_tools([{"type": "web_search_preview"}, *body["tools"][2:]])] == [
             "lookup"
         ]
+
+
+# ------------------------------------------------------------------------------------ on a model
+
+WEATHER = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather for a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "maxLength": 40}, "unit": {"enum": ["c", "f"]}},
+                "required": ["city"],
+            },
+        },
+    },
+    {"type": "function", "function": {"name": "ping", "parameters": {}}},
+]
+
+
+@pytest.mark.model
+def test_sample_draws_masked_calls_of_your_own_tools(tmp_path, smol_ref):
+    f = tmp_path / "tools.json"
+    f.write_text(json.dumps(WEATHER))
+    out = _cli(
+        "sample", "--tools", str(f), "--tool", "get_weather", "--ask", "Weather in Paris?",
+        "--model", "smollm2-135m-instruct", "--mode", "strict", "-n", "3", "--max-new-tokens", "60", "--json",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert len(rows) == 3
+    for r in rows:
+        assert r["invented_keys"] == [] and r["verdict"] in ("valid", "wrong_tool", "truncated"), r["text"]
+
+
+@pytest.mark.model
+def test_run_samples_an_imported_session_and_a_tool_list_loose_and_strict(tmp_path, smol_ref):
+    sc = tmp_path / "sc"
+    out = _cli("scenarios", "import", str(DATA / "pi-session.jsonl"), "--call", "2", "-o", str(sc))
+    assert out.returncode == 0, out.stderr
+    tools = load_tools(WEATHER)
+    mine = {
+        "id": "weather",
+        "kind": "session",
+        "tools": [{"name": t.name, "parameters": t.parameters} for t in tools],
+        "history": [{"role": "user", "content": "What is the weather in Paris?"}],
+        "call": {"name": "get_weather", "arguments": {"city": "Paris"}},
+    }
+    (sc / "weather.json").write_text(json.dumps(mine))
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        'name = "mine"\ndescription = "d"\nmodels = ["smollm2-135m-instruct"]\nbackend = "llamacpp"\n'
+        'scenarios = "all"\nscenario_dirs = ["sc"]\nn = 2\nseeds = [0]\ntemperatures = [1.0]\n'
+        'max_new_tokens = 48\nmodes = ["loose", "strict"]\nengine = "xgrammar"\nbatch_size = 2\n'
+    )
+    out = _cli("run", str(spec), "--out", "out", "--report", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    verdicts = [
+        json.loads(x) for x in next((tmp_path / "out").glob("verdicts-*.jsonl")).read_text().splitlines()
+    ]
+    assert {(v["scenario"], v["arm"]["mode"]) for v in verdicts} == {
+        (s, m) for s in ("pi-session-call-2", "weather") for m in ("loose", "strict")
+    }
+    for v in verdicts:
+        assert v["arm"]["expected_tool"] == ("edit" if v["scenario"] != "weather" else "get_weather")
+        if v["arm"]["mode"] == "strict":
+            assert v["invented_keys"] == [], v
+    assert 'class="tokstrip"' in (tmp_path / "out" / "report.html").read_text()

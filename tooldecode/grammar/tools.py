@@ -78,6 +78,7 @@ class Tool:
     parameters: dict[str, Any] = field(default_factory=lambda: dict(NO_ARGUMENTS))
     aliases: dict[str, list[str]] = field(default_factory=dict)
     source: Path | None = None
+    strict: bool | None = None  # the list's own per-tool ``strict`` (OpenAI), None where it gives none
 
 
 PARAMETER_KEYS = ("parameters", "input_schema", "inputSchema")  # OpenAI / Anthropic / MCP spellings
@@ -151,6 +152,9 @@ def _from_data(data: Any, source: Path | None, where: str | None = None) -> Tool
     desc = data.get("description") or ""
     if not isinstance(desc, str):
         raise SchemaError(f"{where}: 'description' of tool {name!r} must be a string")
+    strict = data.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise SchemaError(f"{where}: 'strict' of tool {name!r} must be true or false")
     return Tool(
         name=name,
         family=family,
@@ -158,6 +162,7 @@ def _from_data(data: Any, source: Path | None, where: str | None = None) -> Tool
         parameters=params,
         aliases={k: list(v) for k, v in aliases.items()},
         source=source,
+        strict=strict,
     )
 
 
