@@ -79,7 +79,9 @@ def _wrap_fetch(mod: Any) -> None:
 
     def _assemble(spec: Any, *args: Any, **kwargs: Any) -> Any:
         if fast_mode():
-            raise ModelLoadInFastSuite(f"fetching model {getattr(spec, 'id', spec)} in the fast suite; {HINT}")
+            raise ModelLoadInFastSuite(
+                f"fetching model {getattr(spec, 'id', spec)} in the fast suite; {HINT}"
+            )
         return orig(spec, *args, **kwargs)
 
     _assemble._guarded = True  # type: ignore[attr-defined]

@@ -10,13 +10,8 @@ from pathlib import Path
 import pytest
 
 from tooldecode.errors import ScenarioError
-from tooldecode.scenarios.importers import (
-    check_session_scenario,
-    infer_schema,
-    load_session,
-    session_scenario,
-    sniff,
-)
+from tooldecode.scenarios.importers import infer_schema, load_session, sniff
+from tooldecode.scenarios.sessions import check_session_scenario, session_scenario
 
 DATA = Path(__file__).parent / "data" / "sessions"
 SAMPLES = {

@@ -17,15 +17,17 @@ from tooldecode.grammar import arguments_schema, load_tools, render, render_tool
 from tooldecode.scenarios import load_scenario, load_scenarios
 from tooldecode.scenarios.importers import (
     REDACTED_THINKING,
-    SessionScenario,
     call_problem,
-    check_session_scenario,
     from_anthropic,
     from_claude_code,
     from_openai,
     from_pi,
     infer_schema,
     load_session,
+)
+from tooldecode.scenarios.sessions import (
+    SessionScenario,
+    check_session_scenario,
     session_scenario,
     strip_thinking,
 )

@@ -27,7 +27,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     from tooldecode.prompts import TranscriptOptions, parse_variant
     from tooldecode.records import Condition
     from tooldecode.scenarios import get_scenario
-    from tooldecode.scenarios.importers import read_if_session
+    from tooldecode.scenarios.sessions import read_if_session
     from tooldecode.trial import ModelCache, Trial, variant_of
 
     session = read_if_session(Path(args.scenario)) if Path(args.scenario).is_file() else None

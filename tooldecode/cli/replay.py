@@ -156,12 +156,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from tooldecode.backends import load_backend
     from tooldecode.cli.scenarios import report_guess
     from tooldecode.models import resolve
-    from tooldecode.scenarios.importers import (
-        call_problem,
-        load_session,
-        session_scenario,
-        strip_thinking,
-    )
+    from tooldecode.scenarios.importers import call_problem, load_session
+    from tooldecode.scenarios.sessions import session_scenario, strip_thinking
     from tooldecode.trial import backend_kwargs
 
     if not 0 <= args.threshold <= 1:  # nan fails both

@@ -104,7 +104,8 @@ def _scenario(args: argparse.Namespace) -> Any:
     from tooldecode.cli.scenarios import report_guess
     from tooldecode.errors import ScenarioError
     from tooldecode.grammar.tools import load_tools
-    from tooldecode.scenarios.importers import SessionScenario, load_session, session_scenario
+    from tooldecode.scenarios.importers import load_session
+    from tooldecode.scenarios.sessions import SessionScenario, session_scenario
 
     if args.session is not None:
         session = load_session(args.session, None, args.tools, guess=args.guess_tools)

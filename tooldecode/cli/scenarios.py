@@ -13,11 +13,9 @@ from tooldecode.cli.options import add_command, add_group, add_switch
 from tooldecode.errors import ScenarioError
 from tooldecode.scenarios import SUFFIXES, line_count, load_scenarios, scenario_files
 from tooldecode.scenarios.check import check_paths
-from tooldecode.scenarios.importers import (
-    FORMATS,
-    Session,
+from tooldecode.scenarios.importers import FORMATS, Session, load_session
+from tooldecode.scenarios.sessions import (
     check_session_scenario,
-    load_session,
     read_if_session,
     session_scenario,
     strip_thinking,

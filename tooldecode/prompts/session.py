@@ -99,7 +99,7 @@ def render_session(ref: Any, data: dict[str, Any]) -> tuple[str, str, str, list[
 
 
 def session_prompt(scenario: Any, model: Any, options: Any = None) -> Any:
-    """The ``Prompt`` of a session scenario (``tooldecode.scenarios.importers.SessionScenario``) for
+    """The ``Prompt`` of a session scenario (``tooldecode.scenarios.sessions.SessionScenario``) for
     ``model``: what ``render_prompt`` returns for it. Of the transcript options only conditioning
     ``free`` applies (the history is the session's own).
 

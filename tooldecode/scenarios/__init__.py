@@ -214,14 +214,14 @@ def load_scenario(path: Path) -> Scenario:
     Raises ScenarioError with one line naming the file and the field for unreadable files, bad YAML/JSON,
     missing or unknown fields and wrong types. Consistency (edits apply, ``expected`` matches) is
     ``check_scenario``'s job. A session scenario (``kind: session``) comes back as a
-    ``tooldecode.scenarios.importers.SessionScenario``, already checked.
+    ``tooldecode.scenarios.sessions.SessionScenario``, already checked.
     """
     path = Path(path)
     data = _parse(path)
     if not isinstance(data, dict):
         raise ScenarioError(f"{path}: expected a mapping of fields at the top level, got {_type_name(data)}")
     if data.get("kind") == "session":  # a session scenario (docs/scenarios.md): checked on load
-        from tooldecode.scenarios.importers import as_session_scenario
+        from tooldecode.scenarios.sessions import as_session_scenario
 
         return as_session_scenario(data, str(path), path)  # type: ignore[return-value]
     for key in data:
