@@ -111,6 +111,7 @@ def test_probe_runs_on_an_imported_scenario(tmp_path, smol_ref):
         "--json",
     )
     assert out.returncode == 0, out.stderr
+    assert "probe: decision point 1 of" in out.stderr  # progress off a terminal, point by point
     points = [json.loads(line) for line in out.stdout.splitlines()]
     assert points and all("arguments" in p["path"] for p in points)
     for p in points:

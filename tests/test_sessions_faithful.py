@@ -505,3 +505,22 @@ def test_run_samples_an_imported_session_and_a_tool_list_loose_and_strict(tmp_pa
         if v["arm"]["mode"] == "strict":
             assert v["invented_keys"] == [], v
     assert 'class="tokstrip"' in (tmp_path / "out" / "report.html").read_text()
+
+
+@pytest.mark.model
+def test_scenarios_show_and_probe_dir_take_an_imported_scenario(tmp_path, smol_ref):
+    sc = tmp_path / "sc"
+    assert (
+        _cli("scenarios", "import", str(DATA / "pi-session.jsonl"), "--call", "2", "-o", str(sc)).returncode
+        == 0
+    )
+    out = _cli("scenarios", "show", "pi-session-call-2", "--dir", str(sc), "--model", "smollm2-135m-instruct")
+    assert out.returncode == 0, out.stderr
+    assert "<think>\nRead the file first.\n</think>" in out.stdout  # the thinking, as the model saw it
+    assert "session (its history as imported)" in out.stderr and "expects edit in call-list" in out.stderr
+    out = _cli(
+        "probe", "--scenario", "pi-session-call-2", "--dir", str(sc), "--model", "smollm2-135m-instruct",
+        "--depth", "1", "--key-depth", "0", "--select", "newText",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "session scenario pi-session-call-2, call edit" in out.stdout
