@@ -302,6 +302,25 @@ def test_pi_keeps_shell_runs_extension_messages_and_branch_summaries():
     assert s.messages[-1]["is_error"] is True
 
 
+def test_pi_after_a_compaction_the_model_saw_the_summary_and_the_kept_entries():
+    def msg(i, parent, role, text):
+        return {"type": "message", "id": i, "parentId": parent, "message": {"role": role, "content": text}}
+
+    rows = [
+        msg("e1", None, "user", "old task"),
+        msg("e2", "e1", "assistant", "old answer"),
+        msg("e3", "e2", "user", "kept question"),
+        {"type": "compaction", "id": "c", "parentId": "e3", "summary": "did X", "firstKeptEntryId": "e3"},
+        msg("e4", "c", "user", "new question"),
+    ]
+    texts = [m["content"] for m in from_pi(_jsonl(rows)).messages]
+    assert (
+        texts[0].startswith("The conversation history before this point was compacted")
+        and "did X" in texts[0]
+    )
+    assert texts[1:] == ["kept question", "new question"]
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in DATA.iterdir()))
 def test_round_trip_every_text_the_model_saw_reaches_the_rendered_messages(name, tmp_path):
     """import -> scenario file -> load -> chat messages: each message's text, thinking and each call's

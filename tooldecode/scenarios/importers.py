@@ -275,6 +275,23 @@ PI_BRANCH_SUMMARY = (
 )
 
 
+PI_COMPACTION_SUMMARY = (
+    "The conversation history before this point was compacted into the following summary:\n\n"
+    "<summary>\n{summary}\n</summary>"
+)
+
+
+def _pi_compacted(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The branch as the model saw it after the last ``compaction`` entry: its summary, the entries it
+    kept (from ``firstKeptEntryId``), then what came after it."""
+    at = next((i for i in range(len(chain) - 1, -1, -1) if chain[i].get("type") == "compaction"), None)
+    if at is None:
+        return chain
+    first = chain[at].get("firstKeptEntryId")
+    kept_from = next((i for i, e in enumerate(chain[:at]) if e.get("id") == first), at)
+    return [chain[at], *chain[kept_from:at], *chain[at + 1 :]]
+
+
 def pi_bash_text(m: dict[str, Any]) -> str:
     """A Pi ``bashExecution`` message as the user turn the model sees (Pi's ``bashExecutionToText``)."""
     text = f"Ran `{m.get('command', '')}`\n"
@@ -293,12 +310,17 @@ def pi_bash_text(m: dict[str, Any]) -> str:
 def from_pi(text: str, where: str = "session") -> Session:
     """Pi's session JSONL (``~/.pi/agent/sessions/...``): a ``session`` header, then ``message`` entries
     with ``user``, ``assistant`` (text, thinking and ``toolCall`` blocks), ``toolResult`` and
-    ``bashExecution`` messages, ``custom_message`` and ``branch_summary`` entries. Entries form a tree
+    ``bashExecution`` messages, ``custom_message``, ``branch_summary`` and ``compaction`` entries. Entries form a tree
     (``id``/``parentId``); the branch ending at the last entry is taken. A shell run, an extension's
     message and a branch summary become user turns written as Pi writes them for the model."""
-    chain = _active_branch(_lines(text, where), "id", "parentId")
+    chain = _pi_compacted(_active_branch(_lines(text, where), "id", "parentId"))
     out: list[dict[str, Any]] = []
     for e in chain:
+        if e.get("type") == "compaction":
+            out.append(
+                {"role": "user", "content": PI_COMPACTION_SUMMARY.format(summary=e.get("summary", ""))}
+            )
+            continue
         if e.get("type") == "custom_message":  # an extension's message: a user turn, as Pi sends it
             body = _text(e.get("content"))
             if body:
