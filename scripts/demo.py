@@ -54,14 +54,22 @@ def _rate(k: int, n: int) -> str:
     return f"{k}/{n} = {100 * r.rate:.0f}% [{100 * r.lo:.0f}, {100 * r.hi:.0f}]"
 
 
-def _after(text: str) -> str:
-    """What a sample wrote right after newText, as a short label."""
+ITEM_KEYS = ("oldText", "newText")  # the keys an edits[] item already has
+SCHEMA_WORDS = ("required", "type", "properties", "items", "description", "additionalProperties")
+
+
+def _after(text: str) -> tuple[str, str | None]:
+    """What a sample wrote right after newText: (a short label, the extra key's kind or None)."""
     m = re.match(r'\s*"\s*,\s*"([^"]{1,40})"', text)
     if m:
-        return f'a new key "{m.group(1)}"'
+        key = m.group(1)
+        kind = "repeated" if key in ITEM_KEYS else "schema word" if key in SCHEMA_WORDS else "invented"
+        return f'{kind} key "{key}"', kind
     if re.match(r'\s*"\s*\}', text):
-        return "closed the edit"
-    return "something else: " + json.dumps(text.strip()[:24])
+        return "closed the edit", None
+    if not text.lstrip().startswith('"'):
+        return "kept writing newText", None
+    return "something else: " + json.dumps(text.strip()[:24]), None
 
 
 def answer(run: Path, model: str, seconds: float) -> list[str]:
@@ -76,48 +84,41 @@ def answer(run: Path, model: str, seconds: float) -> list[str]:
     for s in samples:
         if not s.get("error") and s["arm"]["mode"] in by_mode:
             by_mode[s["arm"]["mode"]].append(s)
+    n = {m: len(xs) for m, xs in by_mode.items()}
     lines = [
-        f"model {model}: {len(by_mode['loose'])} loose and {len(by_mode['strict'])} strict samples at L2 "
-        f"(right after the gold newText), {seconds / 60:.1f} min"
+        f"model {model}: {n['loose']} loose and {n['strict']} strict samples at L2 "
+        f"(sampled right after the gold newText), {seconds / 60:.1f} min"
     ]
-    wrote = Counter(_after(s["text"]) for s in by_mode["loose"])
-    n_loose = len(by_mode["loose"])
-    top = "; ".join(f"{k} {c}/{n_loose}" for k, c in wrote.most_common(3))
+    wrote = Counter(_after(s["text"])[0] for s in by_mode["loose"])
+    top = "; ".join(f"{k} {c}/{n['loose']}" for k, c in wrote.most_common(4))
     lines.append(f"after newText the model wrote (loose): {top}")
-    invented = {
-        m: sum(1 for s in xs if verdicts.get(s["key"], {}).get("invented_keys")) for m, xs in by_mode.items()
-    }
-    lines.append(f"invented keys, loose:  {_rate(invented['loose'], n_loose)}")
-    lines.append(f"invented keys, strict: {_rate(invented['strict'], len(by_mode['strict']))}")
-    keys = Counter(
-        k["key"] for s in by_mode["loose"] for k in verdicts.get(s["key"], {}).get("invented_keys") or []
-    )
-    if keys:
-        lines.append("keys invented loose: " + ", ".join(f"{k} ({c})" for k, c in keys.most_common(4)))
-    removed = [sum(x for x in (s.get("mask_removed") or []) if x) for s in by_mode["strict"]]
-    worst = max(
-        (max((x for x in s.get("mask_removed") or [] if x), default=0.0) for s in by_mode["strict"]),
-        default=0.0,
-    )
-    if removed:
+    extra = {m: [_after(s["text"])[1] for s in xs] for m, xs in by_mode.items()}
+    for m in ("loose", "strict"):
+        k = sum(1 for x in extra[m] if x is not None)
+        kinds = Counter(x for x in extra[m] if x is not None)
+        detail = f" ({', '.join(f'{c} {kind}' for kind, c in kinds.most_common())})" if kinds else ""
+        lines.append(f"an extra key after newText, {m + ':':7s} {_rate(k, n[m])}{detail}")
+    steps = [x for s in by_mode["strict"] for x in (s.get("mask_removed") or []) if x is not None]
+    acted = [x for x in steps if x > 0.01]
+    if steps:
+        mean = sum(acted) / len(acted) if acted else 0.0
         lines.append(
-            f"strict's cost: the mask removed {sum(removed) / len(removed):.3f} of the model's probability per "
-            f"call on average (at most {worst:.3f} at one token)"
+            f"strict's cost: the mask removed over 1% of the probability at {len(acted)}/{len(steps)} tokens "
+            f"({100 * len(acted) / len(steps):.1f}%), {100 * mean:.0f}% on average there"
         )
-    correct = {
-        m: sum(1 for s in xs if ((verdicts.get(s["key"], {}).get("payload") or {}).get("file_correct")))
-        for m, xs in by_mode.items()
-    }
     valid = {
         m: sum(1 for s in xs if verdicts.get(s["key"], {}).get("verdict") == "valid")
         for m, xs in by_mode.items()
     }
+    correct = {
+        m: sum(1 for s in xs if (verdicts.get(s["key"], {}).get("payload") or {}).get("file_correct"))
+        for m, xs in by_mode.items()
+    }
     lines.append(
-        f"valid calls: strict {_rate(valid['strict'], len(by_mode['strict']))}, loose {_rate(valid['loose'], n_loose)}"
+        f"valid calls: strict {_rate(valid['strict'], n['strict'])}, loose {_rate(valid['loose'], n['loose'])}"
     )
     lines.append(
-        f"edit applies and gives the expected file: strict {correct['strict']}/{len(by_mode['strict'])}, "
-        f"loose {correct['loose']}/{n_loose}"
+        f"the edit gives the expected file: strict {correct['strict']}/{n['strict']}, loose {correct['loose']}/{n['loose']}"
     )
     return lines
 

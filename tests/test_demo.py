@@ -48,9 +48,10 @@ def test_the_answer_names_what_was_written_the_invented_keys_and_the_cost(tmp_pa
     lines = demo.answer(tmp_path, "m", 90.0)
     assert len(lines) <= 14  # the report's path makes 15
     text = "\n".join(lines)
-    assert 'a new key "replace_all" 2/3' in text and "closed the edit 1/3" in text
-    assert "invented keys, loose:  2/3 = 67% [" in text and "invented keys, strict: 0/3 = 0% [0, " in text
-    assert "the mask removed 0.200" in text and "replace_all (2)" in text
+    assert 'invented key "replace_all" 2/3' in text and "closed the edit 1/3" in text
+    assert "an extra key after newText, loose:  2/3 = 67% [" in text and "(2 invented)" in text
+    assert "an extra key after newText, strict: 0/3 = 0% [0, " in text
+    assert "removed over 1% of the probability at 3/6 tokens (50.0%), 20% on average there" in text
     page = tmp_path / "report.html"
     page.write_text("<html><body><h1>tooldecode report</h1></body></html>")
     demo.lead_report(page, lines)
