@@ -32,9 +32,10 @@ models: setup
 	$(PY) -m tooldecode models fetch --all
 	$(PY) -m tooldecode models verify
 
+# the lenient organism when it is built here, else MODEL (DEMO_ARGS="--model M" picks another)
 demo: setup
 	$(PY) -m tooldecode models fetch $(MODEL)
-	$(PY) scripts/demo.py --model $(MODEL)
+	$(PY) scripts/demo.py $(DEMO_ARGS)
 
 # every notebook top to bottom (nbconvert); executed copies go to build/notebooks/, the committed ones stay clean.
 # NOTEBOOK_ENV="TOOLDECODE_NOTEBOOK_MODEL=smollm2-135m-instruct TOOLDECODE_NOTEBOOK_N=2" for a quick pass

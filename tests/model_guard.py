@@ -70,7 +70,29 @@ def _wrap_transformers(mod: Any) -> None:
     cls.from_pretrained = classmethod(from_pretrained)
 
 
-WRAPPERS = {"llama_cpp._internals": _wrap_llama, "transformers.modeling_utils": _wrap_transformers}
+def _wrap_fetch(mod: Any) -> None:
+    """In fast mode a model download raises: the fast suite fetches no weights into an empty model home
+    (tests that read a model's chat template skip when it is not fetched, ``tests/conftest.py``)."""
+    orig = getattr(mod, "_assemble", None)
+    if orig is None or getattr(orig, "_guarded", False):
+        return
+
+    def _assemble(spec: Any, *args: Any, **kwargs: Any) -> Any:
+        if fast_mode():
+            raise ModelLoadInFastSuite(
+                f"fetching model {getattr(spec, 'id', spec)} in the fast suite; {HINT}"
+            )
+        return orig(spec, *args, **kwargs)
+
+    _assemble._guarded = True  # type: ignore[attr-defined]
+    mod._assemble = _assemble
+
+
+WRAPPERS = {
+    "llama_cpp._internals": _wrap_llama,
+    "transformers.modeling_utils": _wrap_transformers,
+    "tooldecode.models": _wrap_fetch,
+}
 
 
 class _Finder(importlib.abc.MetaPathFinder):

@@ -10,13 +10,8 @@ from pathlib import Path
 import pytest
 
 from tooldecode.errors import ScenarioError
-from tooldecode.scenarios.importers import (
-    check_session_scenario,
-    infer_schema,
-    load_session,
-    session_scenario,
-    sniff,
-)
+from tooldecode.scenarios.importers import infer_schema, load_session, sniff
+from tooldecode.scenarios.sessions import check_session_scenario, session_scenario
 
 DATA = Path(__file__).parent / "data" / "sessions"
 SAMPLES = {
@@ -116,6 +111,7 @@ def test_probe_runs_on_an_imported_scenario(tmp_path, smol_ref):
         "--json",
     )
     assert out.returncode == 0, out.stderr
+    assert "probe: decision point 1 of" in out.stderr  # progress off a terminal, point by point
     points = [json.loads(line) for line in out.stdout.splitlines()]
     assert points and all("arguments" in p["path"] for p in points)
     for p in points:

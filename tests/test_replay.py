@@ -77,7 +77,8 @@ def test_a_session_call_is_a_trial(qwen_ref):
     the command's own."""
     import ast
 
-    from tooldecode.scenarios.importers import load_session, session_scenario
+    from tooldecode.scenarios.importers import load_session
+    from tooldecode.scenarios.sessions import session_scenario
     from tooldecode.trial import Trial
 
     session = load_session(DATA / "claude-code.jsonl")

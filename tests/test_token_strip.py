@@ -7,7 +7,7 @@ import math
 import re
 from pathlib import Path
 
-from tooldecode.report.tokens import decode_piece, pick_pair, strip_html, token_section
+from tooldecode.report.tokens import decode_piece, pick_pair, pick_pairs, strip_html, token_section
 
 RUN = Path(__file__).resolve().parents[1] / "runs" / "e1-strict-vs-loose-18"
 
@@ -71,3 +71,21 @@ def test_the_report_page_carries_the_section():
     page = summary_html(summarize([run_data(RUN)]))
     assert "<h2>A call, token by token</h2>" in page
     assert page.index("A call, token by token") < page.index("<h2>Samples</h2>")
+
+
+def test_the_section_has_a_chooser_over_draws_with_prefix_and_finish_reason(tmp_path):
+    run = _records(tmp_path)
+    rows = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
+    more = []
+    for i in (1, 2):
+        for r in rows[1:]:
+            more.append(
+                {**r, "index": i, "finish_reason": "length" if i == 2 else "stop", "prefill": "x" * 300}
+            )
+    (run / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows + more))
+    assert len(pick_pairs(run / "samples.jsonl")) == 3
+    page = token_section([run], vocab_of=lambda model: None)
+    assert page.count("<details") == 3 and page.count("<details open>") == 1
+    assert "index 2: strict length, loose length" in page and "finish: length, 2 tokens" in page
+    assert "(free: the call starts right after the prompt)" in page  # index 0 has no prefill
+    assert '<div class="prefix" title="the forced prefill">…' + "x" * 160 + "</div>" in page

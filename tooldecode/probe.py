@@ -22,6 +22,7 @@ prefix as parallel sequences.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -409,10 +410,15 @@ def probe_call(
         chosen.append((v, k))
     positions = sorted({len(prompt_ids) + k - 1 for _, k in chosen})
     full = prompt_ids + call_ids
+    logging.getLogger("tooldecode.progress").info(
+        "probe: evaluating %d prompt and call tokens, then %d decision points", len(full), len(chosen)
+    )
     logits = backend.forward(full, positions) if positions else np.empty((0, backend.n_vocab))
     row_of = {p: i for i, p in enumerate(positions)}
     out: list[DecisionPoint] = []
+    progress = logging.getLogger("tooldecode.progress")
     for n, (v, k) in enumerate(chosen):
+        progress.info("probe: decision point %d of %d (%s after %s)", n + 1, len(chosen), v.path, v.key)
         prefix = full[: len(prompt_ids) + k]
         pending = data[bounds[k] : v.end]
         ctx = key_context(data[: v.start], tools, expected_tool=expected_tool)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import warnings
 from pathlib import Path
@@ -26,7 +27,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--ws-max", type=int, default=None, help="whitespace bound (bounded: default 2, pretty: 16)"
     )
-    p.add_argument("--name", help="tool name for a bare schema file in a wire that carries the name")
+    p.add_argument(
+        "--name",
+        help="the tool of a tool list to render (a list of one: its new name); the tool name of a bare "
+        "schema file in a wire that carries the name",
+    )
     add_switch(
         p,
         "--lenient",
@@ -86,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
             for kw, ptr in sir.ignored:
                 print(f"tooldecode: {where}ignored '{kw}' at {ptr or '(root)'}", file=sys.stderr)
         for msg in sir.warnings:  # a narrowing always (the grammar admits less than the schema)
-            if args.verbose or "rendered narrower than the schema" in msg:
+            if args.verbose or "rendered narrower than the schema" in msg or "rendered wider" in msg:
                 print(f"tooldecode: {where}warning: {msg}", file=sys.stderr)
     if args.format == "regex":
         g = build_grammar(sirs, wire=args.wire, ws=args.ws, ws_max=args.ws_max)
@@ -103,9 +108,19 @@ def run(args: argparse.Namespace) -> int:
 
 def _render(args: argparse.Namespace) -> tuple[str, list[Any]]:
     """The grammar text and the compiled (tool name, schema IR) of each tool."""
-    from tooldecode.grammar import compile_schema, render, render_toolset
+    from tooldecode.grammar import arguments_schema, compile_schema, render, render_toolset
 
     tools, schema = _load(args.source)
+    if args.name and tools:  # --name picks one tool of a list (or renames the only one)
+        named = [t for t in tools if t.name == args.name]
+        if named:
+            tools = named
+        elif len(tools) == 1:
+            tools = [dataclasses.replace(tools[0], name=args.name)]
+        else:
+            raise SchemaError(
+                f"{args.source}: no tool named {args.name!r}; the list holds {', '.join(t.name for t in tools)}"
+            )
     opts: dict[str, Any] = dict(
         format=args.format, wire=args.wire, mode=args.mode, order=args.order, ws=args.ws, ws_max=args.ws_max
     )
@@ -120,5 +135,17 @@ def _render(args: argparse.Namespace) -> tuple[str, list[Any]]:
             name = Path(args.source).stem
         text = render(tools[0] if tools else schema, lenient=args.lenient, name=name, **opts)
         items = [(name or "", tools[0].parameters if tools else schema)]
-    sirs = [(n, compile_schema(s, mode=args.mode, order=args.order, lenient=args.lenient)) for n, s in items]
+    is_tool = bool(tools) or args.wire != "json"
+    sirs = [
+        (
+            n,
+            compile_schema(
+                arguments_schema(s, n) if is_tool else s,
+                mode=args.mode,
+                order=args.order,
+                lenient=args.lenient,
+            ),
+        )
+        for n, s in items
+    ]
     return text, sirs

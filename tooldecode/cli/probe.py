@@ -27,7 +27,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     from tooldecode.prompts import TranscriptOptions, parse_variant
     from tooldecode.records import Condition
     from tooldecode.scenarios import get_scenario
-    from tooldecode.scenarios.importers import read_if_session
+    from tooldecode.scenarios.sessions import read_if_session
     from tooldecode.trial import ModelCache, Trial, variant_of
 
     session = read_if_session(Path(args.scenario)) if Path(args.scenario).is_file() else None
@@ -35,8 +35,12 @@ def _cmd_probe(args: argparse.Namespace) -> int:
         from tooldecode.cli.replay import probe_session_file
 
         return probe_session_file(args, session)
-    ref = resolve(args.model, fetch=True)
     sc = get_scenario(args.scenario, args.dir)
+    if getattr(sc, "kind", "edit") == "session":  # a session scenario found in --dir
+        from tooldecode.cli.replay import probe_session_file
+
+        return probe_session_file(args, sc.data)
+    ref = resolve(args.model, fetch=True)
     opts = parse_variant(args.variant) if args.variant else TranscriptOptions()
     cond = Condition(args.model, args.backend, "loose", 1.0, **{**variant_of(opts), "conditioning": "free"})
     trial = Trial(cond, sc, ref=ref)

@@ -84,8 +84,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
     sys.stdout.write(prompt.text)
     sys.stdout.flush()
     tail = "" if prompt.text.endswith("\n") else "\n"
+    session = getattr(scenario, "kind", "edit") == "session"
+    variant = "session (its history as imported)" if session else f"variant {format_variant(options)}"
     print(
-        f"{tail}--- {count} · {ref.id} ({prompt.family}) · variant {format_variant(options)} · "
+        f"{tail}--- {count} · {ref.id} ({prompt.family}) · {variant} · "
         f"expects {prompt.expected_tool} in {prompt.wire} · prefill {len(prompt.prefill)} chars",
         file=sys.stderr,
     )

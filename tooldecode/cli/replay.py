@@ -29,6 +29,7 @@ from tooldecode.cli.options import (
     add_probe_bounds,
     add_switch,
 )
+from tooldecode.errors import ScenarioError
 
 MASKED_KINDS = ("repeat", "wrong_level", "schema_word", "invented", "other")
 
@@ -76,7 +77,11 @@ def call_row(n: int, name: str, points: Sequence[Any], threshold: float) -> dict
     return row
 
 
-def format_table(rows: Sequence[dict[str, Any]], threshold: float) -> str:
+def format_table(rows: Sequence[dict[str, Any]], threshold: float, total: int | None = None) -> str:
+    """The replay table, one row per call, and a last line naming the first call at risk; ``total`` is
+    the session's number of calls (default: the rows'). A call strict cannot write (``strict_problem``)
+    shows ``n/a`` for strict and its reason."""
+    total = len(rows) if total is None else total
     head = (
         f"{'call':>4} {'tool':14s} {'pts':>4} {'P(close) loose':>15} {'strict':>8} {'P(cont) loose':>14} "
         f"{'P(masked)':>10}  worst point / kinds"
@@ -85,19 +90,23 @@ def format_table(rows: Sequence[dict[str, Any]], threshold: float) -> str:
     for r in rows:
         kinds = ",".join(f"{k}={v:.3f}" for k, v in sorted(r["worst_kinds"].items()))
         flag = "  AT RISK" if r["at_risk"] else ""
+        unreachable = r.get("strict_problem")
+        strict = f"{'n/a':>8}" if unreachable else f"{r['min_p_close_strict']:8.4f}"
+        note = f"  (strict cannot write this call: {unreachable})" if unreachable else ""
         lines.append(
             f"{r['call']:>4} {r['tool'][:14]:14s} {r['points']:>4} {r['min_p_close_loose']:15.4f} "
-            f"{r['min_p_close_strict']:8.4f} {r['max_p_continue_loose']:14.4f} {r['max_p_masked_loose']:10.4f}  "
-            f"{r['worst_at']} {kinds}{flag}"
+            f"{strict} {r['max_p_continue_loose']:14.4f} {r['max_p_masked_loose']:10.4f}  "
+            f"{r['worst_at']} {kinds}{flag}{note}"
         )
     first = next((r for r in rows if r["at_risk"]), None)
     if first is None:
         lines.append(
-            f"no call at risk (P(masked continue) < {threshold:g} at every point of {len(rows)} calls)"
+            f"no call at risk (P(masked continue) < {threshold:g} at every point of the {len(rows)} "
+            f"call(s) probed, of {total})"
         )
     else:
         lines.append(
-            f"first call at risk: call {first['call']} of {len(rows)} ({first['tool']}) at {first['worst_at']}: "
+            f"first call at risk: call {first['call']} of {total} ({first['tool']}) at {first['worst_at']}: "
             f"P(masked continue) {first['max_p_masked_loose']:.4f} >= {threshold:g}"
         )
     return "\n".join(lines)
@@ -117,13 +126,17 @@ def _config(args: argparse.Namespace) -> Any:
 
 def probe_session_file(args: argparse.Namespace, data: dict[str, Any]) -> int:
     """`tooldecode probe --scenario FILE` for a session scenario file: the probe table of its gold call."""
+    from tooldecode.cli import Progress
     from tooldecode.models import resolve
     from tooldecode.probe import summarize
     from tooldecode.trial import ModelCache
 
     ref = resolve(args.model, fetch=True)
+    progress = Progress(f"probe {data['id']}", 1, unit="call")
+    progress.log.info("probe: the gold call of %s on %s (an exact probe: minutes on CPU)", data["id"], ref.id)
     with ModelCache(branches=args.max_branches) as models:
         points = probe_scenario(models.get(args.backend, args.model), ref, data, _config(args))
+    progress.step(note=f"{len(points)} decision points")
     if args.select:
         points = [p for p in points if p.after == args.select]
     if args.json:
@@ -143,33 +156,61 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     docs/scenarios.md).
     """
     from tooldecode.cli import Progress
+    from tooldecode.cli.scenarios import report_guess
     from tooldecode.models import resolve
-    from tooldecode.scenarios.importers import load_session, session_scenario
+    from tooldecode.scenarios.importers import call_problem, load_session
+    from tooldecode.scenarios.sessions import session_scenario, strip_thinking
     from tooldecode.trial import ModelCache
 
-    session = load_session(args.session, args.format, args.tools)
+    if not 0 <= args.threshold <= 1:  # nan fails both
+        raise ScenarioError(f"replay: --threshold {args.threshold} must be a probability in [0, 1]")
+    session = load_session(args.session, args.format, args.tools, guess=args.guess_tools)
+    report_guess(session)
     calls = session.calls()
-    wanted = [int(x) for x in args.calls.split(",")] if args.calls else list(range(1, len(calls) + 1))
+    wanted = parse_calls(args.calls, len(calls)) if args.calls else list(range(1, len(calls) + 1))
     ref = resolve(args.model, fetch=True)
     cfg = _config(args)
     rows = []
     progress = Progress("replay", len(wanted), unit="call")
+    schemas = {t["name"]: t["parameters"] for t in session.tools}
     with ModelCache(branches=args.max_branches) as models:
         be = models.get(args.backend, args.model)
         for n in wanted:
             data = session_scenario(session, n)
+            if args.strip_thinking:
+                data = strip_thinking(data)
             points = probe_scenario(be, ref, data, cfg)
             row = call_row(n, data["call"]["name"], points, args.threshold)
+            why = call_problem(data["call"]["arguments"], schemas.get(data["call"]["name"], {}), strict=True)
+            if why is not None:  # strict never writes this call: its figures are not strict's
+                row["strict_problem"] = why
+                row["min_p_close_strict"] = float("nan")
             rows.append(row)
             if args.json:
                 print(json.dumps({**row, "decision_points": [p.to_dict() for p in points]}))
-            progress.step(note=f"call {n} of {len(calls)} ({data['call']['name']}): {len(points)} points")
+            progress.step(
+                note=f"call {n} ({data['call']['name']}, of {len(calls)} in the session): {len(points)} points"
+            )
     if not args.json:
         print(
             f"session {Path(args.session).name} ({session.format}), model {ref.id} ({args.backend}), {len(calls)} calls"
         )
-        print(format_table(rows, args.threshold))
+        print(format_table(rows, args.threshold, len(calls)))
     return 0
+
+
+def parse_calls(spec: str, total: int) -> list[int]:
+    """``--calls 1,3`` as call numbers, each in 1..``total``; one-line ``ScenarioError`` otherwise."""
+    out = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part.isdigit() or not 1 <= int(part) <= total:
+            raise ScenarioError(
+                f"replay: --calls {spec!r}: {part!r} is not a call number; give numbers from 1 to {total}, "
+                "comma-separated (e.g. --calls 1,3)"
+            )
+        out.append(int(part))
+    return out
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -181,6 +222,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", help="the session's format (default: detected)")
     p.add_argument("--tools", help="tool definitions to use (any shape `tooldecode grammar` reads)")
     p.add_argument("--calls", help="only these calls, e.g. 1,3 (1-based)")
+    add_switch(
+        p,
+        "--guess-tools",
+        "where the session stores no tool definitions, infer a schema from the calls (printed) "
+        "instead of refusing",
+    )
+    add_switch(p, "--strip-thinking", "drop the thinking of every assistant turn before rendering")
     p.add_argument(
         "--threshold", type=float, default=0.05, help="P(masked continue) that puts a call at risk"
     )

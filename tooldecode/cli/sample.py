@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
+from typing import Any
 
 from tooldecode.cli.options import (
     add_backend_option,
@@ -55,7 +57,7 @@ def _cmd_sample(args: argparse.Namespace) -> int:
     )
     server = server_kwargs(args) if args.backend == "openai" else None
     ref = resolve(args.model, fetch=True)
-    sc = get_scenario(args.scenario, args.dir)
+    sc = _scenario(args) if args.scenario is None else get_scenario(args.scenario, args.dir)
     trial = Trial(cond, sc, ref=ref)
     prompt = trial.prompt
     params = trial.params(
@@ -94,13 +96,79 @@ def _cmd_sample(args: argparse.Namespace) -> int:
     return 0
 
 
+def _scenario(args: argparse.Namespace) -> Any:
+    """The session scenario that ``--session`` / ``--tools`` / ``--tool`` describe: a call of a session
+    (``--call``, default its last) with its history, or, from a tool list alone, one user turn asking
+    for a call of ``--tool`` (default: the list's first tool)."""
+    from tooldecode.cli.scenarios import report_guess
+    from tooldecode.errors import ScenarioError
+    from tooldecode.grammar.tools import load_tools
+    from tooldecode.scenarios.importers import load_session
+    from tooldecode.scenarios.sessions import SessionScenario, session_scenario
+
+    if args.session is not None:
+        session = load_session(args.session, None, args.tools, guess=args.guess_tools)
+        report_guess(session)
+        calls = session.calls()
+        if args.tool is not None:
+            numbers = [n for n, (_, _, c) in enumerate(calls, 1) if c["name"] == args.tool]
+            if not numbers:
+                raise ScenarioError(
+                    f"{args.session}: no call of tool {args.tool!r}; the session calls "
+                    f"{', '.join(sorted({c['name'] for _, _, c in calls}))}"
+                )
+            n = args.call or numbers[-1]
+        else:
+            n = args.call or len(calls)
+        data = session_scenario(session, n)
+        return SessionScenario(id=data["id"], title=data["title"], data=data, source=args.session)
+    if args.tools is None:
+        raise ScenarioError("sample: give --scenario ID, --session FILE or --tools FILE")
+    if args.call is not None:
+        raise ScenarioError("sample: --call picks a call of --session FILE; give the session too")
+    tools = load_tools(args.tools)
+    by_name = {t.name: t for t in tools}
+    name = args.tool or tools[0].name
+    if name not in by_name:
+        raise ScenarioError(f"{args.tools}: no tool named {name!r}; the list holds {', '.join(by_name)}")
+    ask = args.ask or f"Call the {name} tool."
+    data = {
+        "id": "tools-" + name.lower().replace("_", "-"),
+        "kind": "session",
+        "title": f"a call of {name} from {args.tools}",
+        "tools": [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools],
+        "history": [{"role": "user", "content": ask}],
+        "call": {"name": name, "arguments": {}},
+    }
+    return SessionScenario(id=data["id"], title=data["title"], data=data)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``sample`` to the command line."""
     from tooldecode.engines import ENGINES
 
     p = add_command(sub, "sample", _cmd_sample)
-    p.add_argument("--scenario", required=True, help="scenario id (see `tooldecode scenarios list`)")
+    p.add_argument("--scenario", help="scenario id (see `tooldecode scenarios list`); or --tools / --session")
     add_scenario_dir_option(p)
+    p.add_argument(
+        "--tools",
+        type=Path,
+        metavar="FILE",
+        help="your tool list (OpenAI, Anthropic, MCP, tooldecode): draw calls of your own tools",
+    )
+    p.add_argument(
+        "--tool", help="with --tools/--session: the tool to call (default: the first / the last called)"
+    )
+    p.add_argument(
+        "--session",
+        type=Path,
+        metavar="FILE",
+        help="a session file (OpenAI, Anthropic, Claude Code, Pi): draw its call --call N (default: the last) "
+        "after the history before it",
+    )
+    p.add_argument("--call", type=int, help="with --session: which call (1-based)")
+    p.add_argument("--ask", help="with --tools alone: the user's message (default: 'Call the TOOL tool.')")
+    add_switch(p, "--guess-tools", "with --session: infer a schema for tools the session does not define")
     add_model_option(p)
     add_backend_option(p)
     add_server_arguments(p)

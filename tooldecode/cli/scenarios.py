@@ -9,16 +9,16 @@ import sys
 from pathlib import Path
 
 from tooldecode.cli import prompts
-from tooldecode.cli.options import add_command, add_group
+from tooldecode.cli.options import add_command, add_group, add_switch
 from tooldecode.errors import ScenarioError
-from tooldecode.scenarios import line_count, load_scenarios, scenario_files
+from tooldecode.scenarios import SUFFIXES, line_count, load_scenarios, scenario_files
 from tooldecode.scenarios.check import check_paths
-from tooldecode.scenarios.importers import (
-    FORMATS,
+from tooldecode.scenarios.importers import FORMATS, Session, load_session
+from tooldecode.scenarios.sessions import (
     check_session_scenario,
-    load_session,
     read_if_session,
     session_scenario,
+    strip_thinking,
     write_session_scenario,
 )
 
@@ -54,8 +54,20 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def report_guess(session: Session) -> None:
+    """Print on stderr each tool schema that was guessed from the session's calls (``--guess-tools``)."""
+    for t in session.tools:
+        if t["name"] in session.guessed:
+            print(
+                f"tooldecode: guessed the schema of {t['name']!r} from its calls (no definition in the "
+                f"session; pass --tools FILE for the real one): {json.dumps(t['parameters'], ensure_ascii=False)}",
+                file=sys.stderr,
+            )
+
+
 def _cmd_import(args: argparse.Namespace) -> int:
-    session = load_session(args.file, args.format, args.tools)
+    session = load_session(args.file, args.format, args.tools, guess=args.guess_tools)
+    report_guess(session)
     calls = session.calls()
     if args.call is None:
         for n, (_, _, c) in enumerate(calls, 1):
@@ -63,8 +75,11 @@ def _cmd_import(args: argparse.Namespace) -> int:
         print(f"{len(calls)} calls ({session.format}); pick one with --call N", file=sys.stderr)
         return 0
     data = session_scenario(session, args.call, id=args.id)
+    if args.strip_thinking:
+        data = strip_thinking(data)
     out = args.out or Path(f"{data['id']}.json")
-    if out.is_dir():
+    if out.is_dir() or (out.suffix not in SUFFIXES and not out.exists()):
+        out.mkdir(parents=True, exist_ok=True)  # `-o out/` (or a name without .json): a folder
         out = out / f"{data['id']}.json"
     if out.stem != data["id"]:
         data["id"] = out.stem
@@ -111,6 +126,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--format", choices=FORMATS, help="the session's format (default: detected)")
     q.add_argument("--tools", help="tool definitions to use (any shape `tooldecode grammar` reads)")
     q.add_argument("--id", help="scenario id (default: <file stem>-call-N)")
-    q.add_argument("--out", "-o", type=Path, help="output file or folder (default: <id>.json here)")
+    q.add_argument(
+        "--out",
+        "-o",
+        type=Path,
+        help="output folder (created), or a file ending in .json/.yaml (default: <id>.json here)",
+    )
+    add_switch(
+        q,
+        "--guess-tools",
+        "where the session stores no tool definitions, infer a schema from the calls (printed, and "
+        "recorded in the scenario's source.guessed_tools) instead of refusing",
+    )
+    add_switch(q, "--strip-thinking", "write the scenario without the thinking of its assistant turns")
 
     prompts.register_show(actions)

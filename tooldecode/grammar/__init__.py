@@ -13,18 +13,37 @@ import warnings
 from functools import lru_cache
 from typing import Any
 
+from tooldecode.grammar import textlang as T
 from tooldecode.grammar.errors import GrammarError, GrammarWarning, InvalidSchemaError, UnsupportedSchemaError
-from tooldecode.grammar.framing import frame, serialize
+from tooldecode.grammar.framing import call_body, calls_frame, frame, serialize
 from tooldecode.grammar.gbnf import emit_gbnf
-from tooldecode.grammar.gir import FAIL, Grammar, RuleBook, galt, sanitize
+from tooldecode.grammar.gir import FAIL, GLit, Grammar, RuleBook, galt, gopt, gseq, sanitize, tok
 from tooldecode.grammar.keywords import ECHO_KEYWORDS, JSON_TYPES, json_type
 from tooldecode.grammar.lark import emit_lark
 from tooldecode.grammar.lower import DUPLICATES, Lowerer
 from tooldecode.grammar.regex import emit_regex
 from tooldecode.grammar.schema import MODES, ORDERS, SchemaIR, check_budget, compile_schema, strictify
 from tooldecode.grammar.terminals import WS_POLICIES, ws_max_for
-from tooldecode.grammar.tools import Tool, is_schema, load_tool, load_tools, read_tools, tool_catalog
-from tooldecode.grammar.wire import WIRE_FORMATS, WIRES, WireFormat, check_name, check_wire, wire_format
+from tooldecode.grammar.tools import (
+    Tool,
+    arguments_schema,
+    is_schema,
+    load_tool,
+    load_tools,
+    read_tools,
+    tool_catalog,
+)
+from tooldecode.grammar.wire import (
+    THINK_CLOSE,
+    THINK_OPEN,
+    TOOL_CHOICES,
+    WIRE_FORMATS,
+    WIRES,
+    WireFormat,
+    check_name,
+    check_wire,
+    wire_format,
+)
 
 FORMATS = ("gbnf", "lark", "regex")
 
@@ -34,6 +53,7 @@ __all__ = [
     "render_toolset",
     "compile_schema",
     "strictify",
+    "arguments_schema",
     "load_tool",
     "load_tools",
     "read_tools",
@@ -49,6 +69,7 @@ __all__ = [
     "GrammarWarning",
     "WIRES",
     "WIRE_FORMATS",
+    "TOOL_CHOICES",
     "JSON_TYPES",
     "ECHO_KEYWORDS",
     "json_type",
@@ -77,6 +98,9 @@ def build_grammar(
     allow_empty: bool = False,
     duplicates: str = "forbid",
     single_terminals: bool = False,
+    tool_choice: str = "required",
+    parallel: int = 1,
+    reasoning: bool = False,
 ) -> Grammar:
     """The grammar IR of one call of any of ``items``, before it is printed in a format.
 
@@ -104,6 +128,16 @@ def build_grammar(
     single_terminals : bool, default False
         Every string a single terminal (the regex format): a bounded string language whose regex grows
         too large raises ``GrammarError`` instead of becoming one rule per automaton state.
+    tool_choice : str, default "required"
+        ``required``: a call of any tool; a tool's name: a call of that tool; ``auto``: text (never
+        holding the wire's opening tag), then optionally the call(s); ``none``: text only. ``auto``
+        and ``none`` need a wire with an opening tag (hermes, call-list, antml).
+    parallel : int, default 1
+        The most calls in one turn (hermes: one block per call, a newline between; call-list: a list;
+        antml: several ``<invoke>``); json, call-json and harmony carry one.
+    reasoning : bool, default False
+        An optional ``<think>…</think>`` block (any text without ``</think>``, then an optional
+        newline) before the call or text, for model families that reason first.
 
     Returns
     -------
@@ -140,13 +174,37 @@ def build_grammar(
         duplicates=duplicates,
     )
     low.single_terminals = single_terminals
+    if tool_choice not in TOOL_CHOICES:
+        names = [n for n, _ in items]
+        if tool_choice not in names:
+            raise GrammarError(
+                f"tool_choice {tool_choice!r} is neither one of {', '.join(TOOL_CHOICES)} nor a tool of the "
+                f"set ({', '.join(names)})"
+            )
+        items = [(n, s) for n, s in items if n == tool_choice]
+    if not isinstance(parallel, int) or isinstance(parallel, bool) or parallel < 1:
+        raise GrammarError(f"parallel must be a whole number of calls >= 1, not {parallel!r}")
+    plain = tool_choice not in ("auto", "none") and parallel == 1
     alts = []
     for name, sir in items:
         check_name(name, wire)
         prefix = sanitize(name) if len(items) > 1 else ""
         low.set_ir(sir, prefix)
-        alts.append(frame(wire, name, low, sir, prefix))
-    root = galt(*alts)
+        alts.append(frame(wire, name, low, sir, prefix) if plain else call_body(wire, name, low, sir, prefix))
+    root = galt(*alts) if plain else calls_frame(wire, alts, low, parallel)
+    if tool_choice in ("auto", "none"):
+        opening = wire_format(wire).open
+        if not opening or "{" in opening:
+            raise GrammarError(
+                f"tool_choice {tool_choice!r} needs a wire whose call opens with a tag (hermes, call-list, "
+                f"antml), not {wire}"
+            )
+        text = tok(T.any_string_content("raw", opening), "free-text")
+        root = text if tool_choice == "none" else gseq(text, gopt(root))
+    if reasoning:
+        think = tok(T.any_string_content("raw", THINK_CLOSE), "thinking")
+        block = gseq(GLit(THINK_OPEN), think, GLit(THINK_CLOSE), gopt(GLit("\n")))
+        root = gseq(gopt(block), root)
     if low.narrowed:
         forbid = wire_format(wire).forbid or ""
         first = forbid[0]
@@ -180,19 +238,20 @@ def _emit(g: Grammar, format: str) -> str:
     return emit_regex(g)
 
 
-def _as_tool(schema_or_tool: Any, name: str | None) -> tuple[str, Any]:
+def _as_tool(schema_or_tool: Any, name: str | None) -> tuple[str, Any, bool]:
+    """(tool name, schema, whether the schema is a tool's arguments)."""
     if isinstance(schema_or_tool, Tool):
-        return schema_or_tool.name, schema_or_tool.parameters
+        return schema_or_tool.name, schema_or_tool.parameters, True
     if isinstance(schema_or_tool, (dict, bool, list)):
         tools = read_tools(schema_or_tool, where="render")
         if tools is None:
-            return name or "", schema_or_tool
+            return name or "", schema_or_tool, False
         if len(tools) != 1:
             raise GrammarError(
                 f"render: the tool list holds {len(tools)} tools ({', '.join(t.name for t in tools)}); "
                 "use render_toolset for a call of any of them"
             )
-        return tools[0].name, tools[0].parameters
+        return tools[0].name, tools[0].parameters, True
     raise GrammarError(f"render needs a Tool or a JSON Schema dict, not {type(schema_or_tool).__name__}")
 
 
@@ -284,9 +343,11 @@ def render(
     'true|false'
     """
     _check(format, wire, ws, ws_max)
-    tool_name, schema = _as_tool(schema_or_tool, name)
+    tool_name, schema, is_tool = _as_tool(schema_or_tool, name)
     if wire != "json" and not tool_name:
         raise GrammarError(f"the {wire} wire carries the tool name; pass a Tool or name=...")
+    if is_tool or wire != "json":  # a tool call's arguments: always an object ({} takes no arguments)
+        schema = arguments_schema(schema, tool_name or "tool")
     check_budget(schema)  # before json.dumps: an integer past Python's digit limit is named, not raised
     return _render_cached(json.dumps(schema), tool_name, format, wire, mode, order, ws, ws_max, lenient)
 
@@ -302,6 +363,9 @@ def render_toolset(
     ws_max: int | None = None,
     lenient: bool = False,
     duplicates: str = "forbid",
+    tool_choice: str = "required",
+    parallel: int = 1,
+    reasoning: bool = False,
 ) -> str:
     """Grammar text of one call of any tool in ``tools``: an alternation of the tools' calls, the
     wire carrying the tool's name.
@@ -318,6 +382,11 @@ def render_toolset(
     duplicates : str, default "forbid"
         Whether an open object's extra member may reuse a declared key (``admit``) or not
         (``forbid``); see ``build_grammar``.
+    tool_choice, parallel, reasoning
+        Which tool (``required``, ``auto``, ``none`` or a tool's name), how many calls in one turn, and
+        an optional reasoning block first; see ``build_grammar``. A tool whose list entry says
+        ``"strict": false`` (OpenAI's per-tool flag) is rendered as written (mode ``spec``) even in
+        strict mode; ``"strict": true`` or no flag follows ``mode``.
 
     Returns
     -------
@@ -345,9 +414,28 @@ def render_toolset(
     names = [t.name for t in tools]
     if len(set(names)) != len(names):
         raise GrammarError(f"duplicate tool names in the tool set: {names}")
-    items = [(t.name, compile_schema(t.parameters, mode=mode, order=order, lenient=lenient)) for t in tools]
+    items = [
+        (
+            t.name,
+            compile_schema(
+                arguments_schema(t.parameters, t.name),
+                mode="spec" if t.strict is False else mode,
+                order=order,
+                lenient=lenient,
+            ),
+        )
+        for t in tools
+    ]
     g = build_grammar(
-        items, wire=wire, ws=ws, ws_max=ws_max, duplicates=duplicates, single_terminals=format == "regex"
+        items,
+        wire=wire,
+        ws=ws,
+        ws_max=ws_max,
+        duplicates=duplicates,
+        single_terminals=format == "regex",
+        tool_choice=tool_choice,
+        parallel=parallel,
+        reasoning=reasoning,
     )
     return _emit(g, format)
 
@@ -399,5 +487,9 @@ def serialize_call(
     else:
         tool = tool_catalog().get(tool_name)
     name = tool.name if tool is not None else str(tool_name)
-    sir = compile_schema(tool.parameters, mode=mode, order=order, lenient=True) if tool is not None else None
+    sir = (
+        compile_schema(arguments_schema(tool.parameters, name), mode=mode, order=order, lenient=True)
+        if tool is not None
+        else None
+    )
     return serialize(name, sir, args, wire=wire, ws=ws, ws_max=ws_max)

@@ -27,6 +27,9 @@ from tooldecode.grammar.ir import (
 from tooldecode.grammar.keywords import FORMATS, MAX_UNIQUE_ENUM
 from tooldecode.grammar.strlang import FORMAT_PATTERNS, StrLang
 
+# the longest string length a grammar counts: a larger maxLength is rendered unbounded (docs/grammar.md)
+MAX_LENGTH_BOUND = 100_000
+
 
 class TypeKeywords:
     """Mixed into the compiler: what each type's keywords compile to."""
@@ -115,6 +118,19 @@ class TypeKeywords:
     def _string(self, s: dict[str, Any], ptr: str) -> StrA:
         lang = StrLang()
         lo, hi = self._count(s, "minLength", ptr), self._count(s, "maxLength", ptr)
+        if hi is not None and hi > MAX_LENGTH_BOUND:  # no call holds that much: rendered unbounded
+            self.warnings.append(
+                f"maxLength {hi} at {pointer_join(ptr, 'maxLength')} is past {MAX_LENGTH_BOUND} characters: "
+                "rendered unbounded (rendered wider than the schema)"
+            )
+            hi = None
+        if lo is not None and lo > MAX_LENGTH_BOUND:
+            self.unsupported(
+                "minLength",
+                pointer_join(ptr, "minLength"),
+                f"{lo} characters is past the {MAX_LENGTH_BOUND} a grammar bounds; no call can be written",
+            )
+            lo = None
         if lo is not None or hi is not None:
             lang = lang.inter(StrLang(lo or 0, hi))
         if "pattern" in s:

@@ -9,7 +9,7 @@ from typing import Any
 from tooldecode.grammar import automata as A
 from tooldecode.grammar import ir
 from tooldecode.grammar.errors import GrammarError
-from tooldecode.grammar.gir import EMPTY, FAIL, GExpr, GLit, galt, gseq
+from tooldecode.grammar.gir import EMPTY, FAIL, GExpr, GLit, galt, grep, gseq
 from tooldecode.grammar.ir import AnyA, ArrA, BoolA, ConstA, Node, NullA, NumA, ObjA, RefA, StrA
 from tooldecode.grammar.keywords import json_type
 from tooldecode.grammar.lower import Lowerer
@@ -68,6 +68,59 @@ def frame(wire: str, name: str, low: Lowerer, sir: SchemaIR, hint: str) -> GExpr
     if wire == "call-list":
         call = [p.lbrack, *call, p.rbrack]
     return gseq(GLit(w.open + w.pad), *call, GLit(w.pad + w.close))
+
+
+def call_body(wire: str, name: str, low: Lowerer, sir: SchemaIR, hint: str) -> GExpr:
+    """One call of tool ``name`` without the wire's outer delimiters: the envelope object (call-json,
+    hermes, call-list), the ``<invoke>`` block (antml); harmony's and json's calls are whole."""
+    p = low.p
+    if wire == "antml":
+        alts = []
+        for a in sir.root.alts:
+            if not isinstance(a, ObjA):
+                raise GrammarError(f"the antml wire needs an object schema for the arguments of {name!r}")
+            members, empty_ok = low.members(a, hint, ctx="antml")
+            alts.append(galt(members, EMPTY) if empty_ok else members)
+        params = galt(*alts) if alts else FAIL
+        return gseq(GLit(ANTML_INVOKE.format(name=name)), params, p.gap, GLit(ANTML_INVOKE_CLOSE))
+    if wire in ("json", "harmony"):
+        return frame(wire, name, low, sir, hint)
+    args = low.value(sir.root, hint, inline=False)
+    return gseq(
+        p.lbrace,
+        GLit(json_str(ENVELOPE_KEYS[0])),
+        p.colon,
+        GLit(json_str(name)),
+        p.comma,
+        GLit(json_str(ENVELOPE_KEYS[1])),
+        p.colon,
+        args,
+        p.rbrace,
+    )
+
+
+def calls_frame(wire: str, bodies: list[GExpr], low: Lowerer, parallel: int) -> GExpr:
+    """1..``parallel`` calls, each any of ``bodies`` (``call_body``), in ``wire``: hermes writes one
+    ``<tool_call>`` block per call (a newline between), call-list a JSON list of calls, antml several
+    ``<invoke>`` blocks in one ``<function_calls>``. json, call-json and harmony carry one call."""
+    w = wire_format(wire)
+    p = low.p
+    one = galt(*bodies)
+    more = parallel - 1
+    if wire in ("json", "call-json", "harmony"):
+        if parallel != 1:
+            raise GrammarError(
+                f"the {wire} wire carries one call; parallel calls need hermes, call-list or antml"
+            )
+        return one
+    if wire == "antml":
+        invokes = gseq(one, grep(gseq(p.gap, one), 0, more)) if more else one
+        return gseq(GLit(w.open), p.gap, invokes, p.gap, GLit(w.close))
+    if wire == "call-list":
+        items = gseq(one, grep(gseq(p.comma, one), 0, more)) if more else one
+        return gseq(GLit(w.open + w.pad), p.lbrack, items, p.rbrack, GLit(w.pad + w.close))
+    block = gseq(GLit(w.open + w.pad), one, GLit(w.pad + w.close))  # hermes
+    return gseq(block, grep(gseq(GLit("\n"), block), 0, more)) if more else block
 
 
 # ---------------------------------------------------------------------------------------------

@@ -145,27 +145,41 @@ def _gbnf_class(cs: Charset) -> str:
 
 
 def gbnf_rep(item: str, lo: int, hi: int | None) -> str:
-    """``item{lo,hi}`` split so that no count exceeds GBNF_MAX_REP (llama.cpp refuses > 2000)."""
+    """``item{lo,hi}`` with no count above ``GBNF_MAX_REP`` (llama.cpp refuses > 2000), unambiguous.
+
+    A count past the limit is written in blocks of ``GBNF_MAX_REP`` so that every text has one parse:
+    ``lo`` exact repetitions, then up to ``hi - lo`` more as "k full blocks and fewer than a block"
+    or "all full blocks and the remainder" (``_upto``). Overlapping ``{0,1000} {0,1000}`` ranges would
+    give a text of n items n+1 parses, which an Earley matcher (xgrammar) pays for on every character.
+    """
     if hi is not None and hi <= GBNF_MAX_REP:
         return item + rep_suffix(lo, hi)
     if hi is None and lo <= GBNF_MAX_REP:
         return item + rep_suffix(lo, hi)
-    parts = []
-    rest_lo, rest_hi = lo, hi
-    while rest_lo > GBNF_MAX_REP:
-        parts.append(item + f"{{{GBNF_MAX_REP}}}")
-        rest_lo -= GBNF_MAX_REP
-        if rest_hi is not None:
-            rest_hi -= GBNF_MAX_REP
-    if rest_hi is None:
-        parts.append(item + rep_suffix(rest_lo, None))
-    else:
-        # item{a,b} with b large == item{a,1000} item{0,1000} ... (same language)
-        first_hi = min(rest_hi, GBNF_MAX_REP)
-        parts.append(item + rep_suffix(rest_lo, first_hi))
-        remaining = rest_hi - first_hi
-        while remaining > 0:
-            k = min(remaining, GBNF_MAX_REP)
-            parts.append(item + rep_suffix(0, k))
-            remaining -= k
+    parts = [_exact(item, lo)] if lo else []
+    if hi is None:
+        parts.append(item + "*")
+    elif hi > lo:
+        parts.append(_upto(item, hi - lo))
     return "( " + " ".join(parts) + " )"
+
+
+def _exact(item: str, n: int) -> str:
+    """``item`` exactly ``n`` times, no count above ``GBNF_MAX_REP`` (blocks of blocks for large n)."""
+    if n <= GBNF_MAX_REP:
+        return item + rep_suffix(n, n)
+    q, r = divmod(n, GBNF_MAX_REP)
+    block = f"( {item}{{{GBNF_MAX_REP}}} )"
+    return " ".join([_exact(block, q), *([item + rep_suffix(r, r)] if r else [])])
+
+
+def _upto(item: str, n: int) -> str:
+    """``item`` 0..``n`` times, every count parsed one way: with B = ``GBNF_MAX_REP`` and n = qB + r,
+    either fewer than q full blocks and fewer than B items, or q full blocks and at most r items."""
+    if n <= GBNF_MAX_REP:
+        return item + rep_suffix(0, n)
+    q, r = divmod(n, GBNF_MAX_REP)
+    block = f"( {item}{{{GBNF_MAX_REP}}} )"
+    below = ([_upto(block, q - 1)] if q > 1 else []) + [item + rep_suffix(0, GBNF_MAX_REP - 1)]
+    top = [_exact(block, q), *([item + rep_suffix(0, r)] if r else [])]
+    return "( " + " ".join(below) + " | " + " ".join(top) + " )"

@@ -146,6 +146,12 @@ def delimiter_narrowed(lang: StrLang, forbid: str | None) -> bool:
     simple = lang.simple_ast()
     if simple is not None and not T.ast_admits_char(simple, forbid[0]):
         return False
+    if not (lang.patterns or lang.formats or lang.excluded or lang.negs):  # length bounds only
+        # its automaton counts characters: max_len + 2 states (the dead one included), or min_len + 1
+        # unbounded; no need to build it (a minimisation quadratic in maxLength)
+        states = lang.max_len + 2 if lang.max_len is not None else lang.min_len + 1
+        nonempty = lang.max_len is None or lang.max_len >= max(1, lang.min_len)
+        return states > T.EXACT_STATES and nonempty
     try:
         return T.narrowing_needed(lang.dfa, forbid)
     except A.TooComplex:

@@ -18,6 +18,53 @@ FAMILIES = ("nested", "flat")
 NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {}}
 
 
+def arguments_schema(params: Any, name: str = "tool") -> Any:
+    """The schema a tool call's arguments are rendered from: always an object.
+
+    A tool's arguments are a JSON object in every wire. A schema that does not say so (``{}``, ``true``,
+    an annotation-only schema, or object keywords without ``type``) is read as ``type: object``; in strict
+    mode such an object is then closed like any other, so ``{}`` is the closed empty object (no
+    arguments), never "any JSON value". A ``type`` list keeps only ``object``.
+
+    Parameters
+    ----------
+    params : Any
+        The tool's arguments schema (``Tool.parameters``).
+    name : str, default "tool"
+        The tool's name, for the error message.
+
+    Returns
+    -------
+    Any
+        ``params`` with ``type: object`` (``false`` stays ``false``: no call is valid).
+
+    Raises
+    ------
+    SchemaError
+        A schema whose ``type`` admits no object (the arguments could never be an object).
+
+    Examples
+    --------
+    >>> from tooldecode.grammar import arguments_schema
+    >>> arguments_schema({})
+    {'type': 'object'}
+    """
+    if params is True:
+        return {"type": "object"}
+    if not isinstance(params, dict):
+        return params
+    t = params.get("type")
+    if t is None:
+        return {**params, "type": "object"}
+    types = [t] if isinstance(t, str) else list(t) if isinstance(t, list) else []
+    if "object" not in types:
+        raise SchemaError(
+            f"tool {name!r}: its arguments schema has type {t!r}; a tool's arguments are a JSON object, "
+            "so give 'type': 'object' (or {} for a tool without arguments)"
+        )
+    return params if t == "object" else {**params, "type": "object"}
+
+
 @dataclass(frozen=True)
 class Tool:
     """A tool: its name, family (``nested`` or ``flat``: the edit tool's shape, which only the study's
@@ -31,6 +78,7 @@ class Tool:
     parameters: dict[str, Any] = field(default_factory=lambda: dict(NO_ARGUMENTS))
     aliases: dict[str, list[str]] = field(default_factory=dict)
     source: Path | None = None
+    strict: bool | None = None  # the list's own per-tool ``strict`` (OpenAI), None where it gives none
 
 
 PARAMETER_KEYS = ("parameters", "input_schema", "inputSchema")  # OpenAI / Anthropic / MCP spellings
@@ -104,6 +152,9 @@ def _from_data(data: Any, source: Path | None, where: str | None = None) -> Tool
     desc = data.get("description") or ""
     if not isinstance(desc, str):
         raise SchemaError(f"{where}: 'description' of tool {name!r} must be a string")
+    strict = data.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise SchemaError(f"{where}: 'strict' of tool {name!r} must be true or false")
     return Tool(
         name=name,
         family=family,
@@ -111,6 +162,7 @@ def _from_data(data: Any, source: Path | None, where: str | None = None) -> Tool
         parameters=params,
         aliases={k: list(v) for k, v in aliases.items()},
         source=source,
+        strict=strict,
     )
 
 
@@ -198,10 +250,38 @@ def _seen(data: Any) -> str:
     return "null" if data is None else f"a value of type {type(data).__name__}"
 
 
+def provider_tool(item: Any) -> str | None:
+    """The name (or type) of a provider's built-in tool in a request body, or None for a tool defined
+    by its schema: an object whose ``type`` is neither ``function`` nor ``custom`` and that gives no
+    parameters schema (Anthropic ``web_search_20250305``, ``text_editor_20250124``, ``bash_…``;
+    OpenAI ``web_search_preview``, ``file_search``, ``code_interpreter``). The provider runs it; no
+    grammar describes its calls."""
+    if not isinstance(item, dict) or not isinstance(item.get("type"), str):
+        return None
+    schema_types = ("object", "array", "string", "number", "integer", "boolean", "null")
+    if item["type"] in ("function", "custom", *schema_types) or any(k in item for k in PARAMETER_KEYS):
+        return None
+    return str(item.get("name") or item["type"])
+
+
 def _tool_list(items: list[Any], where: str, source: Path | None) -> list[Tool]:
     out: list[Tool] = []
+    skipped = [n for n in (provider_tool(x) for x in items) if n is not None]
+    if skipped:
+        import warnings
+
+        from tooldecode.grammar.errors import GrammarWarning
+
+        warnings.warn(
+            f"{where}: skipped the provider's built-in tool(s) {', '.join(skipped)}: the provider runs "
+            "them and no schema describes their calls",
+            GrammarWarning,
+            stacklevel=3,
+        )
     for i, item in enumerate(items):
         at = f"{where}: tools[{i}]"
+        if provider_tool(item) is not None:
+            continue
         unwrapped = _unwrap(item)
         if not isinstance(unwrapped, dict) or "name" not in unwrapped or "parameters" not in unwrapped:
             raise SchemaError(

@@ -30,6 +30,11 @@ from dataclasses import dataclass
 
 from tooldecode.grammar.errors import GrammarError
 
+# what a whole-call grammar may let the model do (``build_grammar``'s ``tool_choice``, besides a tool's name)
+TOOL_CHOICES = ("required", "auto", "none")
+# the reasoning block a model family writes before its call (Qwen3, DeepSeek-R1, SmolLM3)
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
 # the keys of the JSON envelope around the arguments (call-json, hermes, call-list)
 ENVELOPE_KEYS = ("name", "arguments")
 

@@ -171,6 +171,10 @@ def render_prompt(
         model's chat template, comes back as ``Prompt.epilogue``; the prompt text itself is unchanged.
         Chat-template families only.
     """
+    if getattr(scenario, "kind", "edit") == "session":  # an imported session (docs/scenarios.md)
+        from tooldecode.prompts.session import session_prompt
+
+        return session_prompt(scenario, model, options)
     ref = model_ref(model)
     if ref.family not in FAMILIES:
         raise PromptError(f"model '{ref.id}' has family '{ref.family}'; known: {', '.join(FAMILIES)}")

@@ -28,6 +28,8 @@ CSS = """
 .tokstrip span{border-radius:2px;padding:0 1px}
 .tokstrip span.cut{box-shadow:inset 0 -3px #1f5fbf}
 table.tokpair td{vertical-align:top}
+.tokpair .prefix{color:#777;font:12px/1.6 ui-monospace,monospace;white-space:pre-wrap;max-width:660px}
+.tokpair .finish{color:#555;font-size:12px}
 """
 
 
@@ -135,9 +137,17 @@ def _twin_key(r: dict[str, Any]) -> tuple:
 def pick_pair(samples: Path, limit: int = 20000) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """A strict sample and its loose twin (same arm but for the mode, scenario, seed, index) from a
     ``samples.jsonl``, preferring a pair whose texts differ; None without one."""
+    pairs = pick_pairs(samples, 1, limit)
+    return pairs[0] if pairs else None
+
+
+def pick_pairs(samples: Path, k: int = 12, limit: int = 20000) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Up to ``k`` pairs of a strict sample and its loose twin, those whose texts differ first (in file
+    order), for the report's chooser over draws."""
     strict: dict[tuple, dict[str, Any]] = {}
     loose: dict[tuple, dict[str, Any]] = {}
-    first = None
+    differ: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    same: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for n, r in enumerate(_records(samples)):
         if n >= limit:
             break
@@ -150,11 +160,41 @@ def pick_pair(samples: Path, limit: int = 20000) -> tuple[dict[str, Any], dict[s
         key = _twin_key(r)
         (strict if r["arm"]["mode"] == "strict" else loose)[key] = r
         if key in strict and key in loose:
-            pair = (strict[key], loose[key])
-            if pair[0].get("text") != pair[1].get("text"):
-                return pair
-            first = first or pair
-    return first
+            pair = (strict.pop(key), loose.pop(key))
+            (differ if pair[0].get("text") != pair[1].get("text") else same).append(pair)
+            if len(differ) >= k:
+                break
+    return (differ + same)[:k]
+
+
+PREFIX_TAIL = 160  # characters of the forced prefill shown before a strip
+
+
+def _prefix_html(record: dict[str, Any]) -> str:
+    """The text the call continues: the tail of the forced prefill, or a note that the draw was free."""
+    prefill = record.get("prefill") or ""
+    if not prefill:
+        return '<div class="prefix">(free: the call starts right after the prompt)</div>'
+    tail = prefill[-PREFIX_TAIL:]
+    more = "…" if len(prefill) > PREFIX_TAIL else ""
+    return f'<div class="prefix" title="the forced prefill">{more}{html.escape(tail)}</div>'
+
+
+def _pair_html(strict: dict[str, Any], loose: dict[str, Any], vocab: Vocab | None, open_: bool) -> str:
+    def finish(r: dict[str, Any]) -> str:
+        return f'<div class="finish">finish: {html.escape(str(r.get("finish_reason") or "?"))}, {len(r.get("token_ids") or [])} tokens</div>'
+
+    label = (
+        f"scenario {strict.get('scenario')}, seed {strict.get('seed')}, index {strict.get('index')}: "
+        f"strict {strict.get('finish_reason') or '?'}, loose {loose.get('finish_reason') or '?'}"
+        + ("" if strict.get("text") != loose.get("text") else " (same text)")
+    )
+    return (
+        f"<details{' open' if open_ else ''}><summary>{html.escape(label)}</summary>"
+        '<table class="tokpair"><tr><th>strict</th><th>loose</th></tr><tr>'
+        f"<td>{_prefix_html(strict)}{strip_html(strict, vocab)}{finish(strict)}</td>"
+        f"<td>{_prefix_html(loose)}{strip_html(loose, vocab)}{finish(loose)}</td></tr></table></details>"
+    )
 
 
 def strip_html(record: dict[str, Any], vocab: Vocab | None) -> str:
@@ -192,23 +232,21 @@ def token_section(run_paths: Sequence[Path], vocab_of: Callable[[str], Vocab | N
     """The report section: the first run with a strict sample and its loose twin, strict beside loose
     (empty when no run has such a pair)."""
     for path in run_paths:
-        pair = pick_pair(Path(path) / "samples.jsonl")
-        if pair is None:
+        pairs = pick_pairs(Path(path) / "samples.jsonl")
+        if not pairs:
             continue
-        strict, loose = pair
+        strict, _ = pairs[0]
         vocab = vocab_of(str(strict["arm"].get("model", "")))
         note = (
-            f"Run <code>{html.escape(Path(path).name)}</code>, scenario <code>{html.escape(str(strict['scenario']))}"
-            f"</code>, seed {strict.get('seed')}, index {strict.get('index')}. Each token is shaded by its "
+            f"Run <code>{html.escape(Path(path).name)}</code>: {len(pairs)} draw(s) of a strict sample and its "
+            "loose twin (same arm but the mode, scenario, seed and index), those whose texts differ first; "
+            "open one to see it. Above each strip the text the call continues (the forced prefill's tail), "
+            "below it the finish reason. Each token is shaded by its "
             "probability under the model (deeper red = less probable); hover a token for its probability, "
             "its top alternatives and, in the strict sample, the probability mass the grammar mask removed "
             "(underlined where over 1%)."
             + ("" if vocab is not None else " The model is not on this machine, so tokens show as ids.")
         )
-        return (
-            "<h2>A call, token by token</h2>"
-            f'<p class="note">{note}</p>'
-            '<table class="tokpair"><tr><th>strict</th><th>loose</th></tr><tr>'
-            f"<td>{strip_html(strict, vocab)}</td><td>{strip_html(loose, vocab)}</td></tr></table>"
-        )
+        body = "".join(_pair_html(s, lo, vocab, i == 0) for i, (s, lo) in enumerate(pairs))
+        return f'<h2>A call, token by token</h2><p class="note">{note}</p>{body}'
     return ""

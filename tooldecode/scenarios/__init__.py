@@ -213,12 +213,17 @@ def load_scenario(path: Path) -> Scenario:
 
     Raises ScenarioError with one line naming the file and the field for unreadable files, bad YAML/JSON,
     missing or unknown fields and wrong types. Consistency (edits apply, ``expected`` matches) is
-    ``check_scenario``'s job.
+    ``check_scenario``'s job. A session scenario (``kind: session``) comes back as a
+    ``tooldecode.scenarios.sessions.SessionScenario``, already checked.
     """
     path = Path(path)
     data = _parse(path)
     if not isinstance(data, dict):
         raise ScenarioError(f"{path}: expected a mapping of fields at the top level, got {_type_name(data)}")
+    if data.get("kind") == "session":  # a session scenario (docs/scenarios.md): checked on load
+        from tooldecode.scenarios.sessions import as_session_scenario
+
+        return as_session_scenario(data, str(path), path)  # type: ignore[return-value]
     for key in data:
         if key not in REQUIRED_FIELDS and key not in OPTIONAL_FIELDS:
             known = ", ".join(REQUIRED_FIELDS + OPTIONAL_FIELDS)
@@ -414,6 +419,8 @@ def check_scenario(s: Scenario) -> list[str]:
     Checks the id, non-empty fields, that every gold oldText occurs exactly once in ``content``, that the
     edits do not overlap, that applying them gives ``expected`` byte for byte, and that standard tags hold.
     """
+    if getattr(s, "kind", "edit") == "session":  # checked on load (``as_session_scenario``)
+        return []
     problems: list[str] = []
 
     def problem(where: str, what: str) -> None:

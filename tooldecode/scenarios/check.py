@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tooldecode.errors import ScenarioError
 from tooldecode.scenarios import Scenario, check_scenario, load_scenario, scenario_files
-from tooldecode.scenarios.importers import check_session_scenario, read_if_session
+from tooldecode.scenarios.sessions import check_session_scenario, read_if_session
 
 
 def check_paths(dirs: list[Path] | None) -> tuple[list[Scenario], list[str]]:
@@ -30,6 +30,8 @@ def check_paths(dirs: list[Path] | None) -> tuple[list[Scenario], list[str]]:
             scenario = load_scenario(file)
         except ScenarioError as err:
             problems.append(str(err))
+            continue
+        if getattr(scenario, "kind", "edit") == "session":  # a list item, not a kind:session mapping
             continue
         scenarios.append(scenario)
         problems.extend(f"{file}: {p}" for p in check_scenario(scenario))

@@ -15,7 +15,6 @@ before it: ``tooldecode scenarios import FILE --call N`` writes one, ``scenarios
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ class Session:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)
     source: str = ""
+    guessed: list[str] = field(default_factory=list)  # tools whose schema was inferred from the calls
 
     def calls(self) -> list[tuple[int, int, dict[str, Any]]]:
         """Every tool call in order: (message index, index within the message, the call)."""
@@ -64,6 +64,27 @@ def _text(content: Any) -> str:
                 parts.append(str(b.get("text", "")))
         return "\n".join(parts)
     return json.dumps(content, ensure_ascii=False)
+
+
+REDACTED_THINKING = "[redacted thinking]"
+
+
+def _keep_thinking(msg: dict[str, Any], blocks: list[Any]) -> None:
+    """Set ``msg["thinking"]`` from an assistant turn's thinking blocks (Anthropic ``thinking`` and
+    ``redacted_thinking``, Pi ``thinking``): the texts in order, a redacted block as
+    ``REDACTED_THINKING`` (its text is encrypted; the model saw it, the log does not hold it)."""
+    parts = []
+    for b in blocks:
+        if not isinstance(b, dict):
+            continue
+        if b.get("type") == "thinking" and b.get("redacted"):
+            parts.append(REDACTED_THINKING)
+        elif b.get("type") == "thinking" and isinstance(b.get("thinking"), str) and b["thinking"]:
+            parts.append(b["thinking"])
+        elif b.get("type") == "redacted_thinking":
+            parts.append(REDACTED_THINKING)
+    if parts:
+        msg["thinking"] = "\n\n".join(parts)
 
 
 def _args(raw: Any, where: str) -> dict[str, Any]:
@@ -124,6 +145,9 @@ def from_openai(data: Any, where: str = "session") -> Session:
                     }
                 )
             msg: dict[str, Any] = {"role": "assistant", "content": _text(m.get("content"))}
+            thinking = m.get("reasoning_content") or m.get("reasoning")
+            if isinstance(thinking, str) and thinking:
+                msg["thinking"] = thinking
             if calls:
                 msg["tool_calls"] = calls
             out.append(msg)
@@ -165,22 +189,24 @@ def _anthropic_messages(messages: list[Any], where: str) -> list[dict[str, Any]]
                         }
                     )
             msg: dict[str, Any] = {"role": "assistant", "content": _text(blocks)}
+            _keep_thinking(msg, blocks)
             if calls:
                 msg["tool_calls"] = calls
-            if msg["content"] or calls:
+            if msg["content"] or calls or "thinking" in msg:
                 out.append(msg)
             continue
         results = [b for b in blocks if b.get("type") == "tool_result"]
         for b in results:
             cid = b.get("tool_use_id", "")
-            out.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": cid,
-                    "name": names.get(cid, ""),
-                    "content": _text(b.get("content")),
-                }
-            )
+            result: dict[str, Any] = {
+                "role": "tool",
+                "tool_call_id": cid,
+                "name": names.get(cid, ""),
+                "content": _text(b.get("content")),
+            }
+            if b.get("is_error"):
+                result["is_error"] = True
+            out.append(result)
         text = _text([b for b in blocks if b.get("type") == "text"])
         if text:
             out.append({"role": "user", "content": text})
@@ -201,10 +227,13 @@ def from_anthropic(data: Any, where: str = "session") -> Session:
 def from_claude_code(text: str, where: str = "session") -> Session:
     """Claude Code's session JSONL (``~/.claude/projects/<project>/<session>.jsonl``): ``user`` and
     ``assistant`` lines carry an Anthropic ``message``; an assistant message split over several lines
-    (one content block each, same ``message.id``) is joined; side chains and other line types are skipped."""
+    (one content block each, same ``message.id``) is joined; side chains and other line types are skipped.
+    Lines form a tree (``uuid``/``parentUuid``): after a rewind the abandoned branch stays in the file,
+    so only the branch ending at the last line is taken."""
     messages: list[dict[str, Any]] = []
     last_id = None
-    for obj in _lines(text, where):
+    lines = [o for o in _lines(text, where) if not o.get("isSidechain")]
+    for obj in _active_branch(lines, "uuid", "parentUuid"):
         if obj.get("type") not in ("user", "assistant") or obj.get("isSidechain"):
             continue
         msg = obj.get("message")
@@ -221,27 +250,100 @@ def from_claude_code(text: str, where: str = "session") -> Session:
     return Session("claude-code", _anthropic_messages(messages, where), [], where)
 
 
+def _active_branch(entries: list[dict[str, Any]], key: str, parent: str) -> list[dict[str, Any]]:
+    """The entries on the path from the root to the last entry that has an id (``key``), following
+    ``parent`` links; entries without an id (headers, summaries) are dropped. Without ids: all entries."""
+    by_id = {e[key]: e for e in entries if isinstance(e.get(key), str)}
+    if not by_id:
+        return entries
+    last: dict[str, Any] | None = next(e for e in reversed(entries) if isinstance(e.get(key), str))
+    chain: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    while last is not None and last[key] not in seen:
+        chain.append(last)
+        seen.add(last[key])
+        up = last.get(parent)
+        last = by_id.get(up) if isinstance(up, str) else None
+    chain.reverse()
+    return chain
+
+
+# Pi's texts for entries that are not model messages (pi-coding-agent's ``convertToLlm``)
+PI_BRANCH_SUMMARY = (
+    "The following is a summary of a branch that this conversation came back from:\n\n"
+    "<summary>\n{summary}</summary>"
+)
+
+
+PI_COMPACTION_SUMMARY = (
+    "The conversation history before this point was compacted into the following summary:\n\n"
+    "<summary>\n{summary}\n</summary>"
+)
+
+
+def _pi_compacted(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The branch as the model saw it after the last ``compaction`` entry: its summary, the entries it
+    kept (from ``firstKeptEntryId``), then what came after it."""
+    at = next((i for i in range(len(chain) - 1, -1, -1) if chain[i].get("type") == "compaction"), None)
+    if at is None:
+        return chain
+    first = chain[at].get("firstKeptEntryId")
+    kept_from = next((i for i, e in enumerate(chain[:at]) if e.get("id") == first), at)
+    return [chain[at], *chain[kept_from:at], *chain[at + 1 :]]
+
+
+def pi_bash_text(m: dict[str, Any]) -> str:
+    """A Pi ``bashExecution`` message as the user turn the model sees (Pi's ``bashExecutionToText``)."""
+    text = f"Ran `{m.get('command', '')}`\n"
+    output = m.get("output")
+    text += f"```\n{output}\n```" if output else "(no output)"
+    code = m.get("exitCode")
+    if m.get("cancelled"):
+        text += "\n\n(command cancelled)"
+    elif isinstance(code, int) and code != 0:
+        text += f"\n\nCommand exited with code {code}"
+    if m.get("truncated") and m.get("fullOutputPath"):
+        text += f"\n\n[Output truncated. Full output: {m['fullOutputPath']}]"
+    return text
+
+
 def from_pi(text: str, where: str = "session") -> Session:
     """Pi's session JSONL (``~/.pi/agent/sessions/...``): a ``session`` header, then ``message`` entries
-    with ``user``, ``assistant`` (text, thinking and ``toolCall`` blocks) and ``toolResult`` messages.
-    Entries form a tree (``id``/``parentId``); the branch ending at the last entry is taken."""
-    entries = _lines(text, where)
-    by_id = {e["id"]: e for e in entries if "id" in e}
-    chain = entries
-    if entries and all("id" in e for e in entries[1:]) and by_id:
-        last = entries[-1]
-        chain = []
-        seen: set[str] = set()
-        while last is not None and last.get("id") not in seen:
-            chain.append(last)
-            seen.add(last.get("id", ""))
-            last = by_id.get(last.get("parentId")) if last.get("parentId") else None
-        chain.reverse()
+    with ``user``, ``assistant`` (text, thinking and ``toolCall`` blocks), ``toolResult`` and
+    ``bashExecution`` messages, ``custom_message``, ``branch_summary`` and ``compaction`` entries. Entries form a tree
+    (``id``/``parentId``); the branch ending at the last entry is taken. A shell run, an extension's
+    message and a branch summary become user turns written as Pi writes them for the model."""
+    chain = _pi_compacted(_active_branch(_lines(text, where), "id", "parentId"))
     out: list[dict[str, Any]] = []
     for e in chain:
+        if e.get("type") == "compaction":
+            out.append(
+                {"role": "user", "content": PI_COMPACTION_SUMMARY.format(summary=e.get("summary", ""))}
+            )
+            continue
+        if e.get("type") == "custom_message":  # an extension's message: a user turn, as Pi sends it
+            body = _text(e.get("content"))
+            if body:
+                out.append({"role": "user", "content": body})
+            continue
+        if e.get("type") == "branch_summary":
+            out.append({"role": "user", "content": PI_BRANCH_SUMMARY.format(summary=e.get("summary", ""))})
+            continue
         if e.get("type") != "message" or not isinstance(e.get("message"), dict):
             continue
         m = e["message"]
+        if m.get("role") == "bashExecution":  # the user's `!command`: a user turn with its output
+            if not m.get("excludeFromContext"):
+                out.append({"role": "user", "content": pi_bash_text(m)})
+            continue
+        if m.get("role") in ("custom", "branchSummary"):
+            body = (
+                PI_BRANCH_SUMMARY.format(summary=m.get("summary", ""))
+                if m["role"] == "branchSummary"
+                else _text(m.get("content"))
+            )
+            out.append({"role": "user", "content": body})
+            continue
         role = m.get("role")
         content = m.get("content")
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
@@ -258,18 +360,20 @@ def from_pi(text: str, where: str = "session") -> Session:
                 if b.get("type") == "toolCall"
             ]
             msg: dict[str, Any] = {"role": "assistant", "content": _text(blocks)}
+            _keep_thinking(msg, blocks)
             if calls:
                 msg["tool_calls"] = calls
             out.append(msg)
         elif role == "toolResult":
-            out.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": m.get("toolCallId", ""),
-                    "name": m.get("toolName", ""),
-                    "content": _text(blocks),
-                }
-            )
+            result: dict[str, Any] = {
+                "role": "tool",
+                "tool_call_id": m.get("toolCallId", ""),
+                "name": m.get("toolName", ""),
+                "content": _text(blocks),
+            }
+            if m.get("isError"):
+                result["is_error"] = True
+            out.append(result)
     return Session("pi", out, [], where)
 
 
@@ -311,9 +415,35 @@ def sniff(path: Path, text: str) -> str:
     raise ScenarioError(f"{path}: not a session in a known format ({', '.join(FORMATS)})")
 
 
-def load_session(path: Path | str, format: str | None = None, tools: Any = None) -> Session:
-    """Read a session file in any of ``FORMATS`` (detected when ``format`` is None); ``tools`` (anything
-    ``tooldecode.grammar.load_tools`` reads) overrides the tool set."""
+def load_session(
+    path: Path | str, format: str | None = None, tools: Any = None, *, guess: bool = False
+) -> Session:
+    """Read a session file in any of ``FORMATS`` (detected when ``format`` is None).
+
+    Parameters
+    ----------
+    path
+        The session file.
+    format
+        One of ``FORMATS``; None: detected from the content (``sniff``).
+    tools
+        Tool definitions (anything ``tooldecode.grammar.load_tools`` reads) that replace the session's.
+    guess
+        Where the file stores no definitions (Claude Code, Pi) and a called tool is not a built-in one
+        its calls fit, infer its schema from the calls (``infer_schema``; named in ``Session.guessed``)
+        instead of refusing.
+
+    Returns
+    -------
+    Session
+        The messages in the neutral shape and the resolved tool set.
+
+    Raises
+    ------
+    ScenarioError
+        An unreadable or unknown file, a session without tool calls, or a tool without a definition
+        (unless ``guess``).
+    """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -333,7 +463,7 @@ def load_session(path: Path | str, format: str | None = None, tools: Any = None)
         session = from_openai(data, where) if fmt == "openai" else from_anthropic(data, where)
     if tools is not None:
         session.tools = [_tool_dict(t) for t in _load_tools(tools)]
-    session.tools = resolve_tools(session)
+    session.tools, session.guessed = resolve_tools(session, guess=guess)
     if not session.calls():
         raise ScenarioError(f"{path}: the session has no tool call; nothing to probe")
     return session
@@ -357,44 +487,111 @@ def _tool_dict(t: Any) -> dict[str, Any]:
 
 def infer_schema(calls: list[dict[str, Any]]) -> dict[str, Any]:
     """An arguments schema from observed calls: every key seen, typed by its values (``integer`` widened to
-    ``number`` when both occur), required when present in every call. Deliberately loose inside values."""
+    ``number`` when both occur), required when present in every call; arrays and objects are inferred
+    the same way from their items and members (an array seen only empty has unconstrained items).
+
+    Parameters
+    ----------
+    calls
+        The arguments objects of the calls of one tool.
+
+    Returns
+    -------
+    dict
+        A JSON Schema of type ``object``.
+    """
+    return _infer_values(list(calls)) if calls else {"type": "object", "properties": {}}
+
+
+def _infer_values(values: list[Any]) -> dict[str, Any]:
     from tooldecode.grammar import json_type
 
-    types: dict[str, set[str]] = {}
-    for c in calls:
-        for k, v in c.items():
-            types.setdefault(k, set()).add(json_type(v, integer=True))
-    props: dict[str, Any] = {}
-    for k, ts in types.items():
-        if ts == {"integer", "number"}:
-            ts = {"number"}
-        props[k] = {"type": sorted(ts)[0]} if len(ts) == 1 else {"type": sorted(ts)}
-    required = [k for k in types if all(k in c for c in calls)]
-    return {"type": "object", "properties": props, "required": required}
+    ts = {json_type(v, integer=True) for v in values}
+    if ts == {"integer", "number"}:
+        ts = {"number"}
+    if len(ts) != 1:
+        return {"type": sorted(ts)}
+    (t,) = ts
+    if t == "object":
+        keys: dict[str, list[Any]] = {}
+        for v in values:
+            for k, x in v.items():
+                keys.setdefault(k, []).append(x)
+        return {
+            "type": "object",
+            "properties": {k: _infer_values(xs) for k, xs in keys.items()},
+            "required": [k for k in keys if all(k in v for v in values)],
+        }
+    if t == "array":
+        items = [x for v in values for x in v]
+        return {"type": "array", "items": _infer_values(items)} if items else {"type": "array"}
+    return {"type": t}
 
 
 def _valid(args: dict[str, Any], schema: dict[str, Any]) -> bool:
+    return call_problem(args, schema) is None
+
+
+def call_problem(args: Any, schema: Any, *, strict: bool = False) -> str | None:
+    """Why ``args`` is not a valid call for ``schema`` (one line naming the key and the path), or None.
+
+    With ``strict`` the schema is first closed as strict mode closes it (``strictify``): a key the
+    schema does not declare is then named as invented, which a strict grammar can never write.
+    """
     import jsonschema
 
+    from tooldecode.grammar import arguments_schema, strictify
+
     try:
-        jsonschema.validate(args, schema)
-    except jsonschema.ValidationError:
-        return False
-    return True
+        target = arguments_schema(schema)
+    except Exception as e:  # noqa: BLE001 -- a SchemaError names the tool's type
+        return str(e)
+    if strict:
+        target = strictify(target)
+    cls = jsonschema.validators.validator_for(target)
+    errors = sorted(cls(target).iter_errors(args), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return None
+    e = errors[0]
+    at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path) or "(root)"
+    if e.validator in ("additionalProperties", "unevaluatedProperties"):
+        extra = [
+            k for k in (e.instance if isinstance(e.instance, dict) else {}) if k not in _declared(e.schema)
+        ]
+        keys = ", ".join(repr(k) for k in extra) or e.message
+        return f"invented key {keys} at {at}: the schema does not declare it"
+    return f"{e.message} at {at}"
 
 
-def resolve_tools(session: Session) -> list[dict[str, Any]]:
-    """The session's tool set as ``{"name", "description", "parameters"}``: its own definitions, else per
-    called tool the built-in tool of that name (when every call validates against it) or an inferred one."""
+def _declared(schema: Any) -> set[str]:
+    if not isinstance(schema, dict):
+        return set()
+    names = set(schema.get("properties") or {})
+    for k in ("allOf", "anyOf", "oneOf"):
+        for sub in schema.get(k) or []:
+            names |= _declared(sub)
+    return names
+
+
+def resolve_tools(session: Session, *, guess: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
+    """The session's tool set as ``{"name", "description", "parameters"}`` and the names of the tools
+    whose schema was guessed: its own definitions, else per called tool the built-in tool of that name
+    (when every call validates against it), else -- only with ``guess`` -- one inferred from its calls.
+
+    Raises
+    ------
+    ScenarioError
+        A called tool with neither a definition nor a fitting built-in tool, without ``guess``.
+    """
     from tooldecode.grammar import tool_catalog
 
     if session.tools:
-        return [_tool_dict(t) for t in _load_tools(session.tools)]
+        return [_tool_dict(t) for t in _load_tools(session.tools)], []
     by_name: dict[str, list[dict[str, Any]]] = {}
     for _, _, c in session.calls():
         by_name.setdefault(c["name"], []).append(c["arguments"])
     cat = tool_catalog()
-    out = []
+    out, guessed = [], []
     for name, calls in by_name.items():
         t = cat.get(name)
         if t is not None and all(_valid(a, t.parameters) for a in calls):
@@ -402,137 +599,28 @@ def resolve_tools(session: Session) -> list[dict[str, Any]]:
         else:
             desc = f"The {name} tool (schema inferred from the session's calls)."
             out.append({"name": name, "description": desc, "parameters": infer_schema(calls)})
-    return out
-
-
-# ---------------------------------------------------------------------------------------------- scenarios
-
-
-def _slug(text: str) -> str:
-    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-    return s or "session"
-
-
-def session_scenario(
-    session: Session, call: int, *, id: str | None = None, title: str | None = None
-) -> dict[str, Any]:
-    """The session scenario of call ``call`` (1-based, in session order): the messages before the
-    assistant turn that makes it (``history``), that turn's text and earlier calls (``before_call``), and
-    the call itself as the gold call."""
-    calls = session.calls()
-    if not 1 <= call <= len(calls):
+            guessed.append(name)
+    if guessed and not guess:
+        which = ", ".join(repr(n) for n in guessed)
         raise ScenarioError(
-            f"{session.source}: --call {call} is out of range; the session has {len(calls)} calls"
+            f"{session.source}: the {session.format} session stores no tool definitions and {which} "
+            f"{'is not a built-in tool its calls fit' if len(guessed) == 1 else 'are not built-in tools their calls fit'}; "
+            "pass the definitions with --tools FILE, or --guess-tools to infer a schema from the calls "
+            "(printed, and recorded in the scenario)"
         )
-    mi, ci, gold = calls[call - 1]
-    turn = session.messages[mi]
-    before: dict[str, Any] = {"content": turn.get("content", "")}
-    if ci:
-        before["tool_calls"] = [dict(c) for c in turn["tool_calls"][:ci]]
-    stem = _slug(Path(session.source).stem) if session.source else "session"
-    return {
-        "id": id or f"{stem}-call-{call}",
-        "kind": "session",
-        "title": title or f"call {call} of {len(calls)} ({gold['name']}) from {Path(session.source).name}",
-        "source": {"format": session.format, "file": Path(session.source).name, "call": call},
-        "tools": session.tools,
-        "history": session.messages[:mi],
-        "before_call": before,
-        "call": {"name": gold["name"], "arguments": gold["arguments"]},
-    }
+    return out, guessed
 
 
-def is_session_scenario(data: Any) -> bool:
-    return isinstance(data, dict) and data.get("kind") == "session"
-
-
-def check_session_scenario(data: dict[str, Any], where: str) -> list[str]:
-    """Problems of a session scenario, one line each (empty: it is fine)."""
-    problems: list[str] = []
-    sid = data.get("id", "?")
-
-    def problem(f: str, what: str) -> None:
-        problems.append(f"{where}: {sid}: {f}: {what}")
-
-    for k in data:
-        if k not in SESSION_FIELDS:
-            problem(k, f"unknown field; known fields of a session scenario: {', '.join(SESSION_FIELDS)}")
-    for k in SESSION_REQUIRED:
-        if k not in data:
-            problem(k, "missing; every session scenario needs it")
-    if problems:
-        return problems
-    if not isinstance(sid, str) or not re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*", sid):
-        problem("id", "must be kebab-case")
-    elif Path(where).stem != sid and Path(where).suffix:
-        problem("id", f"must equal the file name without extension ({Path(where).stem})")
-    try:
-        tools = _load_tools(data["tools"])
-    except ScenarioError as e:
-        problem("tools", str(e))
-        return problems
-    call = data["call"]
-    if (
-        not isinstance(call, dict)
-        or set(call) != {"name", "arguments"}
-        or not isinstance(call.get("arguments"), dict)
-    ):
-        problem("call", "must be {name, arguments} with arguments an object")
-        return problems
-    by_name = {t.name: t for t in tools}
-    if call["name"] not in by_name:
-        problem("call.name", f"{call['name']!r} is not in the tool set ({', '.join(by_name)})")
-    elif not _valid(call["arguments"], by_name[call["name"]].parameters):
-        problem("call.arguments", f"not valid for the schema of {call['name']!r}")
-    problems.extend(f"{where}: {sid}: {p}" for p in _history_problems(data["history"]))
-    return problems
-
-
-def _history_problems(history: Any) -> list[str]:
-    if not isinstance(history, list):
-        return ["history: must be a list of messages"]
-    out = []
-    for i, m in enumerate(history):
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "tool"):
-            out.append(f"history[{i}]: must be a message with role system, user, assistant or tool")
-        elif not isinstance(m.get("content", ""), str):
-            out.append(f"history[{i}].content: must be a string")
-    if not any(isinstance(m, dict) and m.get("role") == "user" for m in history):
-        out.append("history: has no user message")
-    return out
-
-
-def load_session_scenario(path: Path) -> dict[str, Any]:
-    """A session scenario file (JSON or YAML) as a dict; ScenarioError when it is not one."""
-    import yaml
-
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as e:
-        raise ScenarioError(f"{path}: cannot read a session scenario ({e})") from None
-    if not is_session_scenario(data):
-        raise ScenarioError(f"{path}: not a session scenario (no 'kind: session')")
-    problems = check_session_scenario(data, str(path))
-    if problems:
-        raise ScenarioError(problems[0])
-    return data
-
-
-def write_session_scenario(data: dict[str, Any], path: Path) -> None:
-    path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-
-
-def read_if_session(path: Path) -> dict[str, Any] | None:
-    """The parsed file when it is a session scenario (``kind: session``), else None (unreadable included)."""
-    import yaml
-
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-        if "session" not in text:
-            return None
-        data = json.loads(text) if Path(path).suffix == ".json" else yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError):
-        return None
-    return data if is_session_scenario(data) else None
+__all__ = [
+    "FORMATS",
+    "Session",
+    "call_problem",
+    "from_anthropic",
+    "from_claude_code",
+    "from_openai",
+    "from_pi",
+    "infer_schema",
+    "load_session",
+    "resolve_tools",
+    "sniff",
+]

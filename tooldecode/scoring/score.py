@@ -37,6 +37,8 @@ def score_text(
     (``scoring.outcome.edit_outcome``; a sample without a parsed call to the expected tool edits nothing).
     """
     tools = list(tools)
+    if getattr(scenario, "kind", "edit") != "edit":  # a session scenario: no file to edit
+        scenario = None
     verdict = _score_text(tools, text, wire, expected_tool, scenario, finish_reason)
     if scenario is not None:
         tool = next((t for t in tools if t.name == verdict.tool), None)
@@ -200,11 +202,15 @@ def record_tools(record: SampleRecord) -> list[Tool]:
 
 def record_context(
     record: SampleRecord, manifest: Mapping[str, Any]
-) -> tuple[list[Tool], str | None, str | None, Scenario]:
-    """(tools shown, wire, expected tool, scenario) of a sample of a run with ``manifest``."""
+) -> tuple[list[Tool], str | None, str | None, Scenario | None]:
+    """(tools shown, wire, expected tool, scenario) of a sample of a run with ``manifest``; a session
+    scenario (one call of an imported session) has no gold file: its called tool is the expected one."""
     arm = record.arm
     expected = arm.expected_tool or EXPECTED_TOOL.get(arm.toolset or "nested")
-    return record_tools(record), arm.wire, expected, record_scenario(record.scenario, manifest)
+    scenario = record_scenario(record.scenario, manifest)
+    if scenario is not None and getattr(scenario, "kind", "edit") == "session":
+        return record_tools(record), arm.wire, scenario.data["call"]["name"], None  # type: ignore[attr-defined]
+    return record_tools(record), arm.wire, expected, scenario
 
 
 def score_record(record: SampleRecord, scenario: Scenario | None) -> VerdictRecord:
@@ -232,6 +238,8 @@ def score_record(record: SampleRecord, scenario: Scenario | None) -> VerdictReco
         return VerdictRecord(**head, verdict=None, skipped=str(record.error))
     arm = record.arm
     expected = arm.expected_tool or EXPECTED_TOOL.get(arm.toolset or "nested")
+    if scenario is not None and getattr(scenario, "kind", "edit") == "session":  # no gold file
+        expected, scenario = scenario.data["call"]["name"], None  # type: ignore[attr-defined]
     try:
         verdict = score_text(
             record.call_text,

@@ -122,7 +122,9 @@ class Trial:
         self.ref = ref if ref is not None else resolve(cond.model)
         self._call: str | None = None
         if is_session_scenario(scenario):  # one call of an imported session: its history, tools and call
-            self.scenario_id = str(scenario.get("id", "session"))
+            self.scenario_id = str(
+                scenario.get("id", "session") if isinstance(scenario, Mapping) else scenario.id
+            )
             self.prompt, self._call = render_session(self.ref, scenario)
         else:
             self.scenario_id = scenario.id
