@@ -172,8 +172,9 @@ def check_base_url(url: str, flag: str = "--base-url") -> None:
 # --- inputs -------------------------------------------------------------------------------------------
 
 MAX_INPUT_BYTES = 256 * 1024 * 1024  # one file a command reads (session logs, tool lists, specs, recipes)
-MAX_NESTING = 128  # arrays and objects inside each other in one JSON or TOML document
-MAX_INT_DIGITS = 1000  # digits of one integer literal in a document read
+MAX_NESTING = 256  # arrays and objects inside each other in one JSON or TOML document (a schema's own
+# bound, tooldecode.grammar.schema.MAX_DEPTH, is 128 levels of schema, inside a tool list's wrapping)
+MAX_INT_DIGITS = 4300  # digits of one number in a document read (Python's own int() bound)
 
 
 class InputError(ToolDecodeError):

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tooldecode.errors import ModelError
+from tooldecode.errors import ModelError, ToolDecodeError
 
 CHUNK = 1 << 20
 
@@ -238,6 +238,35 @@ def loaded_digest(ref: ModelRef) -> str:
     return digest
 
 
+def verified(ref: ModelRef) -> ModelRef:
+    """``ref`` with the sha256 of its bytes as they are now (``loaded_digest``: a full re-hash, as ``run``
+    does), so a cached model whose bytes changed in place is never loaded.
+
+    Parameters
+    ----------
+    ref : ModelRef
+        A resolved model.
+
+    Returns
+    -------
+    ModelRef
+        The same model, its ``sha256`` the hash just computed.
+
+    Raises
+    ------
+    ModelError
+        The bytes differ from the pinned hash (embedded models) or from the manifest's (organisms).
+    """
+    digest = loaded_digest(ref)
+    if ref.sha256 and ref.id.startswith(ORGANISM_PREFIX) and digest != ref.sha256:
+        invalidate_stamp(ref.path)
+        raise ModelError(
+            f"model '{ref.id}' at {ref.path} is corrupt (sha256 {digest[:12]}… differs from its manifest's "
+            f"{ref.sha256[:12]}…); rebuild it with `tooldecode organisms train RECIPE`"
+        )
+    return ModelRef(ref.id, ref.path, ref.family, ref.chat, digest)
+
+
 def infer_family(path: Path) -> tuple[str, bool]:
     name = path.name.lower()
     if "qwen" in name:
@@ -309,11 +338,18 @@ def resolve_organism(spec: str) -> ModelRef:
     rebuild = (
         f"`tooldecode organisms train experiments/organisms/{recipe}.toml --base {base or DEFAULT_MODEL}`"
     )
+    from tooldecode.guard import parse_json, read_text
+
     try:
-        manifest = json.loads((folder / "manifest.json").read_text())
+        where = str(folder / "manifest.json")
+        manifest = parse_json(read_text(where, "manifest", max_bytes=16 * 1024 * 1024), where)
         gguf, expected = manifest["gguf"]["file"], manifest["gguf"]["sha256"]
         family = manifest["base_model"]["family"]
-    except (OSError, ValueError, KeyError, TypeError):
+        if not (isinstance(gguf, str) and isinstance(expected, str) and isinstance(family, str)):
+            raise TypeError("a manifest field is not text")
+        if Path(gguf).name != gguf or gguf in ("", ".", ".."):  # a file beside the manifest, no path
+            raise ValueError("gguf.file is not a plain file name")
+    except (OSError, ValueError, KeyError, TypeError, ToolDecodeError):
         raise ModelError(
             f"organism '{name}' is not built (no readable {folder}/manifest.json); run {rebuild}"
         ) from None

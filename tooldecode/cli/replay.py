@@ -169,14 +169,43 @@ def _config(args: argparse.Namespace) -> Any:
     )
 
 
+def check_flags(args: argparse.Namespace, where: str) -> None:
+    """The probe bounds by the rules specs follow, and ``--threshold`` a probability (before any model
+    loads; one line naming the flag)."""
+    from tooldecode.experiments.spec import PROBE_RULES
+    from tooldecode.validate import check_options
+
+    flags = {f"--{b.replace('_', '-')}": (getattr(args, b, None), rule) for b, rule in PROBE_RULES.items()}
+    flags["--threshold"] = (getattr(args, "threshold", None), "probability")
+    check_options(flags, f"{where}: ")
+
+
+def _wanted(spec: str | None, n_calls: int) -> list[int]:
+    """The 1-based call numbers of ``--calls`` (all calls when it is not given)."""
+    from tooldecode.validate import ValidationError
+
+    if not spec:
+        return list(range(1, n_calls + 1))
+    out = []
+    for part in spec.split(","):
+        if not part.strip().isdigit() or not 1 <= int(part) <= n_calls:
+            raise ValidationError(
+                f"replay: --calls {spec!r}: {part.strip()!r} is not a call number in 1..{n_calls}; "
+                "give 1-based call numbers separated by commas (e.g. 1,3)"
+            )
+        out.append(int(part))
+    return out
+
+
 def probe_session_file(args: argparse.Namespace, data: dict[str, Any]) -> int:
     """`tooldecode probe --scenario FILE` for a session scenario file: the probe table of its gold call."""
     from tooldecode.backends import load_backend
-    from tooldecode.models import resolve
+    from tooldecode.models import resolve, verified
     from tooldecode.probe import summarize
     from tooldecode.trial import backend_kwargs
 
-    ref = resolve(args.model, fetch=True)
+    check_flags(args, "probe")
+    ref = verified(resolve(args.model, fetch=True))
     be = load_backend(args.backend, ref, **backend_kwargs(args.backend, branches=args.max_branches))
     points = probe_scenario(be, ref, data, _config(args))
     if args.select:
@@ -198,14 +227,15 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     docs/scenarios.md).
     """
     from tooldecode.backends import load_backend
-    from tooldecode.models import resolve
+    from tooldecode.models import resolve, verified
     from tooldecode.scenarios.importers import load_session, session_scenario
     from tooldecode.trial import backend_kwargs
 
+    check_flags(args, "replay")
     session = load_session(args.session, args.format, args.tools)
     calls = session.calls()
-    wanted = [int(x) for x in args.calls.split(",")] if args.calls else list(range(1, len(calls) + 1))
-    ref = resolve(args.model, fetch=True)
+    wanted = _wanted(args.calls, len(calls))
+    ref = verified(resolve(args.model, fetch=True))
     be = load_backend(args.backend, ref, **backend_kwargs(args.backend, branches=args.max_branches))
     cfg = _config(args)
     from tooldecode.cli import Progress

@@ -14,6 +14,8 @@ from typing import Any
 
 from tooldecode.backends.openai_tools import TOOL_MODES
 from tooldecode.errors import ToolDecodeError
+from tooldecode.validate import OPTION_RULES, SEED_MAX, _is_int, _is_num, option_problem
+from tooldecode.validate import check_options as _check_options
 
 # masked modes: "strict" (every object closed), "strict-spec" (the schema as written),
 # "strict-aligned" (strict, with masked particles resampled by importance weight: tooldecode.sampling) and
@@ -50,35 +52,8 @@ class SpecError(ToolDecodeError):
     """An experiment spec that is malformed."""
 
 
-# --- one validator for every numeric option, shared by spec fields and command-line flags ----------
-
-SEED_MAX = 2**63 - 1
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
-
-# rule -> (test, what a value must be)
-OPTION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "count": (lambda v: _is_int(v) and v >= 1, "a whole number ≥ 1"),
-    "count0": (lambda v: _is_int(v) and v >= 0, "a whole number ≥ 0"),
-    "seed": (lambda v: _is_int(v) and 0 <= v <= SEED_MAX, "a whole number in [0, 2**63 - 1]"),
-    "temperature": (lambda v: _is_num(v) and v >= 0, "a finite number ≥ 0"),
-    "top_p": (lambda v: _is_num(v) and 0 < v <= 1, "a number in (0, 1]"),
-    "mass": (lambda v: _is_num(v) and 0 <= v < 1, "a probability mass in [0, 1)"),
-    "number0": (lambda v: _is_num(v) and v >= 0, "a finite number ≥ 0"),
-}
-
-
-def option_problem(value: Any, rule: str) -> str | None:
-    """What is wrong with ``value`` under ``rule`` (a key of ``OPTION_RULES``), or None when it is fine."""
-    test, what = OPTION_RULES[rule]
-    return None if test(value) else f"must be {what}, got {value!r}"
+# --- one validator for every numeric option, shared by spec fields, recipes, manifests and flags ------
+# (tooldecode.validate: the rules live there; the names stay importable from here)
 
 
 def check_options(values: dict[str, tuple[Any, str]], where: str = "") -> None:
@@ -89,12 +64,7 @@ def check_options(values: dict[str, tuple[Any, str]], where: str = "") -> None:
     SpecError
         One line naming the first flag whose value breaks its rule, and what it must be.
     """
-    for flag, (value, rule) in values.items():
-        if value is None:
-            continue
-        problem = option_problem(value, rule)
-        if problem is not None:
-            raise SpecError(f"{where}{flag} {problem}")
+    _check_options(values, where, SpecError)
 
 
 @dataclass
