@@ -64,6 +64,26 @@ def check_models_match(out: Path, models_info: dict[str, dict]) -> None:
             )
 
 
+def check_scenarios_match(out: Path, scenarios: dict[str, str]) -> None:
+    """Refuse to resume a run where a scenario it samples has changed since (its sha256 differs)."""
+    from tooldecode.runs import MANIFEST
+
+    try:
+        stored = json.loads((out / MANIFEST).read_text(encoding="utf-8")).get("scenarios")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return  # no run there, or RunStore.create reports the corrupt manifest
+    if not isinstance(stored, dict):
+        return
+    for sid, now in scenarios.items():
+        before = stored.get(sid)
+        if isinstance(before, str) and before != now:
+            raise RunStoreRefusal(
+                f"run {out} sampled scenario {sid} with sha256 {before[:12]}…, but it now hashes to "
+                f"{now[:12]}… (its file changed); resuming would mix two versions of it: restore the "
+                "scenario, or start again with --fresh or a new --out"
+            )
+
+
 def discard_empty_run(out: Path, *, remove_dir: bool) -> None:
     """Remove the manifest and empty samples file of a run that failed before its first sample."""
     from tooldecode.runs import MANIFEST, SAMPLES

@@ -116,6 +116,14 @@ def _sample_problem(record: dict, required: tuple[str, ...]) -> str | None:
     return None
 
 
+def _manifest_arms(manifest: dict) -> set[tuple[str, str]] | None:
+    """(model, mode) of every arm the manifest's config lists; None when it lists none (a probe run)."""
+    arms = manifest.get("config", {}).get("arms") if isinstance(manifest, dict) else None
+    if not isinstance(arms, list) or not arms:
+        return None
+    return {(str(a.get("model")), str(a.get("mode"))) for a in arms if isinstance(a, dict)}
+
+
 def _warn_skipped(path: Path, skipped: list[tuple[int, str]]) -> None:
     """One stderr line counting the records a reader skipped, naming the first few lines."""
     if not skipped:
@@ -405,6 +413,7 @@ class RunStore:
             newline is read.
         """
         required = tuple(require)
+        arms = _manifest_arms(self.manifest)
         seen: set[str] = set()
         skipped: list[tuple[int, str]] = []
         self.skipped = skipped
@@ -423,6 +432,10 @@ class RunStore:
                     raise _line_error(self._samples, lineno, f"duplicate key {key!r}")
                 seen.add(key)
                 problem = _sample_problem(record, required)
+                if problem is None and arms is not None and "arm" in required:
+                    arm = (str(record["arm"].get("model")), str(record["arm"]["mode"]))
+                    if arm not in arms:  # not a row of this run's report: counted, not shown as one
+                        problem = f"is of model {arm[0]!r}, mode {arm[1]!r}: an arm the manifest does not list"
                 if problem is not None:
                     skipped.append((lineno, f"record {key!r} {problem}"))
                     continue
