@@ -4,10 +4,13 @@ from __future__ import annotations
 
 
 class ToolDecodeError(Exception):
-    """Base class. ``str(err)`` is a single line fit for a terminal."""
+    """Base class. ``str(err)`` is a single line fit for a terminal, with every secret masked
+    (``tooldecode.guard.redact``)."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(" ".join(message.split()))
+        from tooldecode.guard import redact  # every error line without keys or URL passwords
+
+        super().__init__(redact(" ".join(message.split())))
 
 
 class ModelError(ToolDecodeError):

@@ -40,7 +40,7 @@ MASK = "***"
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # an Authorization header, in any quoting: keep the header's name, drop its value
     (re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)(?:bearer\s+|basic\s+)?[^\s'\",}]+"), r"\1" + MASK),
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=:-]{4,}"), r"\1 " + MASK),
+    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=:-]{4,}"), r"\1 " + MASK),
     # OpenAI-style secret keys (sk-..., sk-proj-...)
     (re.compile(r"\bsk-[A-Za-z0-9_-]{6,}"), "sk-" + MASK),
     # api_key=..., "api-key": "...", x-api-key: ...

@@ -13,6 +13,7 @@ import warnings
 from functools import lru_cache
 from typing import Any
 
+from tooldecode.grammar.budget import MAX_OUTPUT_BYTES, budget, too_big
 from tooldecode.grammar.errors import GrammarError, GrammarWarning, InvalidSchemaError, UnsupportedSchemaError
 from tooldecode.grammar.framing import frame, serialize
 from tooldecode.grammar.gbnf import emit_gbnf
@@ -123,6 +124,22 @@ def build_grammar(
     >>> g.root
     'root'
     """
+    with budget():
+        try:
+            return _build_grammar(items, wire, ws, ws_max, allow_empty, duplicates, single_terminals)
+        except RecursionError:
+            raise too_big("the grammar's rules nest too deep to build") from None
+
+
+def _build_grammar(
+    items: list[tuple[str, SchemaIR]],
+    wire: str,
+    ws: str,
+    ws_max: int | None,
+    allow_empty: bool,
+    duplicates: str,
+    single_terminals: bool,
+) -> Grammar:
     check_wire(wire)
     n = ws_max_for(ws, ws_max)
     if wire == "json" and len(items) != 1:
@@ -173,11 +190,14 @@ def build_grammar(
 
 
 def _emit(g: Grammar, format: str) -> str:
-    if format == "gbnf":
-        return emit_gbnf(g)
-    if format == "lark":
-        return emit_lark(g)
-    return emit_regex(g)
+    with budget():
+        try:
+            text = emit_gbnf(g) if format == "gbnf" else emit_lark(g) if format == "lark" else emit_regex(g)
+        except RecursionError:
+            raise too_big(f"the grammar nests too deep to print as {format}") from None
+    if len(text) > MAX_OUTPUT_BYTES:
+        raise too_big(f"the {format} grammar is {len(text):,} bytes, more than {MAX_OUTPUT_BYTES:,}")
+    return text
 
 
 def _as_tool(schema_or_tool: Any, name: str | None) -> tuple[str, Any]:
@@ -209,9 +229,10 @@ def _render_cached(
     lenient: bool,
 ) -> str:
     schema = json.loads(schema_json)
-    sir = compile_schema(schema, mode=mode, order=order, lenient=lenient)
-    g = build_grammar([(name, sir)], wire=wire, ws=ws, ws_max=ws_max, single_terminals=format == "regex")
-    return _emit(g, format)
+    with budget():  # one clock for the whole build: compile, lower, print
+        sir = compile_schema(schema, mode=mode, order=order, lenient=lenient)
+        g = build_grammar([(name, sir)], wire=wire, ws=ws, ws_max=ws_max, single_terminals=format == "regex")
+        return _emit(g, format)
 
 
 def render(
@@ -345,11 +366,12 @@ def render_toolset(
     names = [t.name for t in tools]
     if len(set(names)) != len(names):
         raise GrammarError(f"duplicate tool names in the tool set: {names}")
-    items = [(t.name, compile_schema(t.parameters, mode=mode, order=order, lenient=lenient)) for t in tools]
-    g = build_grammar(
-        items, wire=wire, ws=ws, ws_max=ws_max, duplicates=duplicates, single_terminals=format == "regex"
-    )
-    return _emit(g, format)
+    with budget():  # one clock for the whole tool set
+        items = [(t.name, compile_schema(t.parameters, mode=mode, order=order, lenient=lenient)) for t in tools]
+        g = build_grammar(
+            items, wire=wire, ws=ws, ws_max=ws_max, duplicates=duplicates, single_terminals=format == "regex"
+        )
+        return _emit(g, format)
 
 
 def serialize_call(

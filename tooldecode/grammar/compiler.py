@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from tooldecode.grammar import ir
+from tooldecode.grammar.budget import MAX_ONEOF_OVERLAPS, at, tick, where
 from tooldecode.grammar.compile_types import TypeKeywords
 from tooldecode.grammar.errors import GrammarError, InvalidSchemaError, UnsupportedSchemaError, pointer_join
 from tooldecode.grammar.keywords import (
@@ -55,6 +56,9 @@ class Compiler(TypeKeywords):
         # anyOf branches by schema (id), and whether a value may match two of them
         self.anyof_nodes: dict[int, list[ir.Node]] = {}
         self.anyof_overlap: dict[int, bool] = {}
+        # subschemas being compiled inside each other now, the most so far and the pointer where
+        self._nesting = self._deepest_n = 0
+        self.deepest = ""
 
     def narrowed(self, keyword: str, ptr: str, why: list[str] | str) -> None:
         """Record that the rendered language at ``ptr`` is a subset of the schema's (sound, lossy)."""
@@ -156,14 +160,21 @@ class Compiler(TypeKeywords):
                 return ir.ANY
             entry[2] = True
             return ir.node(ir.RefA(entry[0]))
+        tick(ptr)
+        if _is_alias(s):  # {"$ref": ...} and annotations: followed without recursion
+            return self._alias(s, key, ptr, resolver, depth)
         name = self._def_name(ptr)
         entry = [name, depth, False]
         self.progress[key] = entry
         self._keep.append(s)
         before = self.losses
+        self._nesting += 1
+        if self._nesting > self._deepest_n:
+            self._deepest_n, self.deepest = self._nesting, ptr
         try:
             result = self._compile_dict(s, ptr, resolver, depth)
         finally:
+            self._nesting -= 1
             del self.progress[key]
         if self.losses > before:
             self.lossy.add(key)
@@ -171,6 +182,43 @@ class Compiler(TypeKeywords):
         if entry[2]:
             self.defs[name] = result
         self.memo[key] = result
+        return result
+
+    def _alias(self, s: dict[str, Any], key: tuple[int, str], ptr: str, resolver: Any, depth: int) -> ir.Node:
+        """The node of a chain of aliases (schemas that are only a ``$ref``), followed in a loop: a chain
+        of any length costs one step per link, not a stack frame."""
+        keys: list[tuple[int, str]] = []
+        before = self.losses
+        while True:
+            keys.append(key)
+            self._keep.append(s)
+            kptr, ref = pointer_join(ptr, "$ref"), s["$ref"]
+            try:
+                resolved = resolver.lookup(ref)
+            except Exception as e:  # referencing.exceptions.Unresolvable and friends
+                self.unsupported("$ref", kptr, f"cannot resolve {ref!r} ({type(e).__name__})")
+                result = ir.ANY
+                break
+            tgt = "#" + ref.split("#", 1)[1] if "#" in ref else ref
+            ptr = tgt if tgt != "#" else ""
+            s, resolver = resolved.contents, resolved.resolver
+            tick(ptr)
+            if not _is_alias(s) or (isinstance(s, dict) and "$id" in s):
+                result = self.compile(s, ptr, resolver, depth)
+                break
+            key = (id(s), str(resolver._base_uri))  # noqa: SLF001 -- the compiler's own resolver
+            if key in self.memo or key in self.progress:
+                result = self.compile(s, ptr, resolver, depth)
+                break
+            if key in keys:
+                self.unsupported("$ref", kptr, "a reference cycle that does not nest into a value")
+                result = ir.ANY
+                break
+        lossy = self.losses > before
+        for k in keys:
+            self.memo[k] = result
+            if lossy:
+                self.lossy.add(k)
         return result
 
     def _def_name(self, ptr: str) -> str:
@@ -368,6 +416,7 @@ class Compiler(TypeKeywords):
                 bounds.append(_type_bound(sub, resolver))
             try:
                 loss: list[str] = []
+                at(kptr)
                 cur = self._meet(cur, self._one_of(branches, lossy, bounds, loss), "oneOf", kptr)
                 self.narrowed("oneOf", kptr, loss)
             except ir.Inexact as e:
@@ -519,6 +568,7 @@ class Compiler(TypeKeywords):
         each branch's schema can hold at most (read from the schema, so true of a narrowed branch too)."""
         n = len(branches)
         overlap = [[False] * n for _ in range(n)]
+        overlaps = 0
         for i in range(n):
             for j in range(i + 1, n):
                 if not bounds[i] & bounds[j]:
@@ -531,6 +581,16 @@ class Compiler(TypeKeywords):
                     except ir.Inexact:
                         disjoint = False
                 overlap[i][j] = overlap[j][i] = not disjoint
+                if not disjoint:
+                    overlaps += 1
+                    if overlaps > MAX_ONEOF_OVERLAPS:  # each overlap is a difference that can multiply
+                        raise GrammarError(
+                            f"oneOf at {where() or '/'} has more than {MAX_ONEOF_OVERLAPS} pairs of branches "
+                            f"that may overlap ({n} branches), more than this builder excludes; make the "
+                            "branches disjoint (a const discriminator, or required keys of closed objects) "
+                            "or use anyOf"
+                        )
+                tick()
         if not any(map(any, overlap)):
             return ir.union(*branches)
         if any(lossy[j] and any(overlap[j]) for j in range(n)):
@@ -551,6 +611,16 @@ class Compiler(TypeKeywords):
 
 
 ALL_TYPES = frozenset(VALUE_TYPES)
+# keywords an alias may carry besides its $ref (annotations: they change no value's validity)
+_ALIAS_EXTRAS = frozenset(
+    {"$ref", "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly", "$comment",
+     "$defs", "definitions", "$anchor"}
+)
+
+
+def _is_alias(s: Any) -> bool:
+    """Whether schema ``s`` is a ``$ref`` and annotations only (the referenced schema, unchanged)."""
+    return isinstance(s, dict) and isinstance(s.get("$ref"), str) and s.keys() <= _ALIAS_EXTRAS
 
 
 def _type_bound(s: Any, resolver: Any, depth: int = 0) -> frozenset[str]:

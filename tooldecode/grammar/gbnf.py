@@ -17,6 +17,7 @@ from tooldecode.grammar.emit_common import (
     memoized,
     rep_suffix,
 )
+from tooldecode.grammar.budget import MAX_REPEAT, too_big
 from tooldecode.grammar.errors import GrammarError
 from tooldecode.grammar.gir import Grammar
 
@@ -150,6 +151,8 @@ def gbnf_rep(item: str, lo: int, hi: int | None) -> str:
         return item + rep_suffix(lo, hi)
     if hi is None and lo <= GBNF_MAX_REP:
         return item + rep_suffix(lo, hi)
+    if max(lo, hi or 0) > MAX_REPEAT * GBNF_MAX_REP // 10:  # chunks of {1000}: past this, megabytes a rule
+        raise too_big(f"a repetition of {max(lo, hi or 0):,} (maxItems, maxLength, ...) is more than GBNF writes")
     parts = []
     rest_lo, rest_hi = lo, hi
     while rest_lo > GBNF_MAX_REP:

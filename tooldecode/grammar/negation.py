@@ -40,6 +40,7 @@ from tooldecode.grammar.ir import (
     norm_arr,
     norm_obj,
 )
+from tooldecode.grammar.budget import tick
 from tooldecode.grammar.keywords import VALUE_TYPES
 from tooldecode.grammar.strlang import StrLang
 
@@ -58,6 +59,7 @@ def complement(y: Node, loss: Loss = None, defs: Defs = None) -> Node:
 
 def difference(x: Node, y: Node, loss: Loss = None, defs: Defs = None, depth: int = 0) -> Node:
     """The values of ``x`` that are not in ``y`` (a subset of them when ``loss`` is given)."""
+    tick()  # a difference can grow as a product: bounded by the build's budget
     if x.is_never or y.is_never:
         return x
     if y.is_any:
