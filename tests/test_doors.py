@@ -84,7 +84,11 @@ def test_a_planted_pickle_checkpoint_does_not_run(tmp_path, with_digest):
     if with_digest:  # whoever can write the checkpoint can write its hash: weights_only still holds
         (work / "checkpoint.pt.sha256").write_text(hashlib.sha256(ckpt.read_bytes()).hexdigest() + "\n")
     recipe = recipe_from_dict(
-        {"name": "tiny", "sessions": 2, "train": {"rank": 2, "alpha": 4, "accumulation": 1, "warmup_steps": 1}}
+        {
+            "name": "tiny",
+            "sessions": 2,
+            "train": {"rank": 2, "alpha": 4, "accumulation": 1, "warmup_steps": 1},
+        }
     )
     examples = [Example((1, 2, 3, 4, 5), (-100, -100, 3, 4, 5)), Example((1, 2, 6, 7), (-100, -100, 6, 7))]
     lines: list[str] = []
@@ -189,16 +193,32 @@ def test_credentials_in_the_base_url_are_refused_and_never_printed(proxy):
 def test_the_cli_refuses_bad_credentials_before_any_model_loads(capsys, monkeypatch):
     monkeypatch.setenv("TD_DOOR_KEY", KEY + "\n")
     rc, out, err = _run(
-        ["sample", "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--api-key-env", "TD_DOOR_KEY",
-         "--scenario", "c-config-trim-crlf"],
+        [
+            "sample",
+            "--backend",
+            "openai",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--api-key-env",
+            "TD_DOOR_KEY",
+            "--scenario",
+            "c-config-trim-crlf",
+        ],
         capsys,
     )
     line = _one_line_refusal(rc, err)
     assert "malformed" in line and KEY not in out + err
     monkeypatch.delenv("TD_DOOR_KEY")
     rc, out, err = _run(
-        ["sample", "--backend", "openai", "--base-url", f"http://me:{KEY}@127.0.0.1:9/v1",
-         "--scenario", "c-config-trim-crlf"],
+        [
+            "sample",
+            "--backend",
+            "openai",
+            "--base-url",
+            f"http://me:{KEY}@127.0.0.1:9/v1",
+            "--scenario",
+            "c-config-trim-crlf",
+        ],
         capsys,
     )
     _one_line_refusal(rc, err)
@@ -322,19 +342,31 @@ def test_import_refuses_to_overwrite_its_own_session_log(tmp_path, capsys):
 def test_import_refuses_a_file_it_did_not_write_and_replaces_its_own(tmp_path, capsys):
     notes = tmp_path / "notes.json"
     notes.write_text('{"mine": true}\n')
-    rc, _, err = _run(["scenarios", "import", str(DATA / "openai-chat.json"), "--call", "1", "-o", str(notes)], capsys)
+    rc, _, err = _run(
+        ["scenarios", "import", str(DATA / "openai-chat.json"), "--call", "1", "-o", str(notes)], capsys
+    )
     assert "not a session scenario tooldecode wrote" in _one_line_refusal(rc, err)
     assert notes.read_text() == '{"mine": true}\n'
     out = tmp_path / "call-one.json"
     for _ in range(2):  # the second time over its own output: replaced
-        rc, _, err = _run(["scenarios", "import", str(DATA / "openai-chat.json"), "--call", "1", "-o", str(out)], capsys)
+        rc, _, err = _run(
+            ["scenarios", "import", str(DATA / "openai-chat.json"), "--call", "1", "-o", str(out)], capsys
+        )
         assert rc == 0, err
     assert json.loads(out.read_text())["kind"] == "session"
 
 
 def test_import_into_a_missing_folder_is_one_line(tmp_path, capsys):
     rc, _, err = _run(
-        ["scenarios", "import", str(DATA / "openai-chat.json"), "--call", "1", "-o", str(tmp_path / "no" / "x.json")],
+        [
+            "scenarios",
+            "import",
+            str(DATA / "openai-chat.json"),
+            "--call",
+            "1",
+            "-o",
+            str(tmp_path / "no" / "x.json"),
+        ],
         capsys,
     )
     assert "cannot write" in _one_line_refusal(rc, err)
@@ -370,7 +402,7 @@ def test_a_bad_recipe_is_one_line_naming_the_field(tmp_path, capsys, text, field
 
 def test_a_binary_recipe_is_one_line(tmp_path, capsys):
     recipe = tmp_path / "r.toml"
-    recipe.write_bytes(b"name = \"r\"\n\xff\xfe\x00\x01")
+    recipe.write_bytes(b'name = "r"\n\xff\xfe\x00\x01')
     rc, _, err = _run(["organisms", "sessions", str(recipe)], capsys)
     assert "not UTF-8" in _one_line_refusal(rc, err)
 
@@ -396,10 +428,19 @@ def test_bad_flags_are_one_line(capsys, argv):
 IMPOSSIBLE = [
     ({"choices": [{"index": 0}]}, "text"),
     ({"choices": [{"text": None}]}, "text"),
-    ({"choices": [{"text": "a", "logprobs": {"tokens": ["a"], "token_logprobs": [math.nan]}}]}, "token_logprobs"),
+    (
+        {"choices": [{"text": "a", "logprobs": {"tokens": ["a"], "token_logprobs": [math.nan]}}]},
+        "token_logprobs",
+    ),
     ({"choices": [{"text": "a", "logprobs": {"tokens": ["a"], "token_logprobs": [0.7]}}]}, "token_logprobs"),
-    ({"choices": [{"text": "a", "logprobs": {"tokens": ["a"], "token_logprobs": [math.inf]}}]}, "token_logprobs"),
-    ({"choices": [{"text": "a", "logprobs": {"tokens": ["a"], "top_logprobs": [{"a": 3.0}]}}]}, "top_logprobs"),
+    (
+        {"choices": [{"text": "a", "logprobs": {"tokens": ["a"], "token_logprobs": [math.inf]}}]},
+        "token_logprobs",
+    ),
+    (
+        {"choices": [{"text": "a", "logprobs": {"tokens": ["a"], "top_logprobs": [{"a": 3.0}]}}]},
+        "top_logprobs",
+    ),
 ]
 
 
@@ -424,7 +465,10 @@ def test_a_token_id_past_the_vocabulary_is_refused():
 SESSION_SHAPES = [
     ("openai.json", {"messages": [{"role": "assistant", "tool_calls": ["x"]}]}),
     ("openai.json", {"messages": [{"role": "assistant", "tool_calls": [{"function": "x"}]}]}),
-    ("anthropic.json", {"system": "s", "messages": [{"role": "assistant", "content": ["x", {"type": "tool_use"}]}]}),
+    (
+        "anthropic.json",
+        {"system": "s", "messages": [{"role": "assistant", "content": ["x", {"type": "tool_use"}]}]},
+    ),
     ("cc.jsonl", [{"type": "user", "message": {"role": "user", "content": ["just text"]}}]),
     ("pi.jsonl", [{"type": "session", "id": "s"}, {"type": "message", "id": [1], "parentId": "s"}]),
     ("deep.json", None),
@@ -432,7 +476,9 @@ SESSION_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("name,data", SESSION_SHAPES, ids=[f"{i}-{n}" for i, (n, _) in enumerate(SESSION_SHAPES)])
+@pytest.mark.parametrize(
+    "name,data", SESSION_SHAPES, ids=[f"{i}-{n}" for i, (n, _) in enumerate(SESSION_SHAPES)]
+)
 def test_a_session_log_of_the_wrong_shape_is_one_line(tmp_path, capsys, name, data):
     path = tmp_path / name
     if name == "deep.json":
@@ -443,7 +489,9 @@ def test_a_session_log_of_the_wrong_shape_is_one_line(tmp_path, capsys, name, da
         path.write_text("".join(json.dumps(x) + "\n" for x in data))
     else:
         path.write_text(json.dumps(data))
-    rc, _, err = _run(["scenarios", "import", str(path), "--call", "1", "-o", str(tmp_path / "o.json")], capsys)
+    rc, _, err = _run(
+        ["scenarios", "import", str(path), "--call", "1", "-o", str(tmp_path / "o.json")], capsys
+    )
     assert str(path) in _one_line_refusal(rc, err)
 
 

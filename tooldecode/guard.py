@@ -39,7 +39,10 @@ MASK = "***"
 
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # an Authorization header, in any quoting: keep the header's name, drop its value
-    (re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)(?:bearer\s+|basic\s+)?[^\s'\",}]+"), r"\1" + MASK),
+    (
+        re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)(?:bearer\s+|basic\s+)?[^\s'\",}]+"),
+        r"\1" + MASK,
+    ),
     (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=:-]{4,}"), r"\1 " + MASK),
     # OpenAI-style secret keys (sk-..., sk-proj-...)
     (re.compile(r"\bsk-[A-Za-z0-9_-]{6,}"), "sk-" + MASK),
@@ -134,8 +137,10 @@ def check_api_key(key: str, source: str) -> str:
     register_secret(key)
     for i, ch in enumerate(key):
         if not 0x21 <= ord(ch) <= 0x7E:
-            kind = "a control character (a line break?)" if ord(ch) < 0x20 or ord(ch) == 0x7F else (
-                "a space" if ch.isspace() else "a non-ASCII character"
+            kind = (
+                "a control character (a line break?)"
+                if ord(ch) < 0x20 or ord(ch) == 0x7F
+                else ("a space" if ch.isspace() else "a non-ASCII character")
             )
             raise ToolDecodeError(
                 f"{source}: the API key is malformed: it holds {kind} at position {i + 1} of "
@@ -181,7 +186,9 @@ class InputError(ToolDecodeError):
     """A file a command reads that is not a regular UTF-8 file within bounds, or not parseable."""
 
 
-def check_regular(path: Path, what: str = "input", error: type[ToolDecodeError] = InputError) -> os.stat_result:
+def check_regular(
+    path: Path, what: str = "input", error: type[ToolDecodeError] = InputError
+) -> os.stat_result:
     """The ``stat`` of ``path`` when it is a regular file; one line otherwise (missing, a folder, a FIFO,
     a device or a socket: nothing is opened, so an endless input never blocks).
     """
@@ -222,11 +229,15 @@ def read_bytes(
     except OSError as err:
         raise error(f"{p}: cannot read the {what} ({err.strerror or err})") from None
     if len(data) > max_bytes:  # grew while read
-        raise error(f"{p}: the {what} is more than the {max_bytes} bytes tooldecode reads; give a smaller file")
+        raise error(
+            f"{p}: the {what} is more than the {max_bytes} bytes tooldecode reads; give a smaller file"
+        )
     return data
 
 
-def decode_utf8(data: bytes, where: str, what: str = "input", error: type[ToolDecodeError] = InputError) -> str:
+def decode_utf8(
+    data: bytes, where: str, what: str = "input", error: type[ToolDecodeError] = InputError
+) -> str:
     """``data`` as UTF-8 text (a leading byte-order mark dropped); one line naming the bad byte otherwise."""
     try:
         text = data.decode("utf-8")
@@ -272,7 +283,9 @@ def read_text(
 
 
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-_TOML_STRING = re.compile(r'"""(?:[^\\]|\\.)*?"""|\'\'\'.*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*', re.S)
+_TOML_STRING = re.compile(
+    r'"""(?:[^\\]|\\.)*?"""|\'\'\'.*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*', re.S
+)
 _DIGITS = re.compile(r"[0-9][0-9_]*")
 _OPEN = frozenset("[{")
 
@@ -323,12 +336,16 @@ def parse_json(text: str, where: str, what: str = "JSON", error: type[ToolDecode
     try:
         return json.loads(text, parse_int=_bounded_int, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
-        raise error(f"{where}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); fix the {what}") from None
+        raise error(
+            f"{where}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); fix the {what}"
+        ) from None
     except (ValueError, RecursionError) as e:
         raise error(f"{where}: the {what} cannot be read ({e}); fix the {what}") from None
 
 
-def parse_toml(text: str, where: str, what: str = "TOML file", error: type[ToolDecodeError] = InputError) -> dict[str, Any]:
+def parse_toml(
+    text: str, where: str, what: str = "TOML file", error: type[ToolDecodeError] = InputError
+) -> dict[str, Any]:
     """The table of a TOML document, with its nesting bounded before parsing."""
     import tomllib
 

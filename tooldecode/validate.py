@@ -53,9 +53,14 @@ OPTION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "tokens": (lambda v: _is_int(v) and 64 <= v <= 1_000_000, "a whole number of tokens in [64, 1000000]"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "text": (lambda v: isinstance(v, str), "text"),
-    "name": (lambda v: isinstance(v, str) and bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", v)),
-             "a plain name (letters, digits, '.', '_', '-')"),
-    "texts": (lambda v: isinstance(v, list | tuple) and all(isinstance(x, str) for x in v), "a list of strings"),
+    "name": (
+        lambda v: isinstance(v, str) and bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", v)),
+        "a plain name (letters, digits, '.', '_', '-')",
+    ),
+    "texts": (
+        lambda v: isinstance(v, list | tuple) and all(isinstance(x, str) for x in v),
+        "a list of strings",
+    ),
     "numbers": (lambda v: isinstance(v, list) and all(_is_num(x) for x in v), "a list of finite numbers"),
     "sha256": (lambda v: isinstance(v, str) and bool(_SHA256.fullmatch(v)), "a sha256 (64 hex digits)"),
     "table": (lambda v: isinstance(v, dict), "a table"),

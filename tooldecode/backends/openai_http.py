@@ -300,7 +300,9 @@ def check_tokens(out: Any, url: str, n_vocab: int | None = None) -> list[int]:
     tokens = _obj(out, url, "with a 'tokens' list").get("tokens")
     _need(isinstance(tokens, list), url, "tokens", tokens, "a list of token ids")
     top = n_vocab if n_vocab is not None else float("inf")
-    expected = "a token id (a whole number ≥ 0" + (f" and below the vocabulary's {n_vocab})" if n_vocab else ")")
+    expected = "a token id (a whole number ≥ 0" + (
+        f" and below the vocabulary's {n_vocab})" if n_vocab else ")"
+    )
     for i, t in enumerate(tokens):
         _need(_int(t) and 0 <= t < top, url, f"tokens[{i}]", t, expected)
     return tokens
@@ -346,7 +348,9 @@ def check_completion(out: Any, url: str) -> list[dict]:
         _need(
             c.get("index") is None or _int(c["index"]), url, f"{at}.index", c.get("index"), "a whole number"
         )
-        _need(isinstance(c.get("text"), str), url, f"{at}.text", c.get("text"), "a string (the sample's text)")
+        _need(
+            isinstance(c.get("text"), str), url, f"{at}.text", c.get("text"), "a string (the sample's text)"
+        )
         fin = c.get("finish_reason")
         _need(fin is None or isinstance(fin, str), url, f"{at}.finish_reason", fin, "a string or null")
         _check_logprobs(c.get("logprobs"), url, f"{at}.logprobs")

@@ -16,7 +16,13 @@ from typing import Any
 from tooldecode.errors import ToolDecodeError
 from tooldecode.experiments.arms import arm_label, select_scenarios
 from tooldecode.experiments.probes import probe_config, run_probe
-from tooldecode.experiments.rundir import RunStoreRefusal, check_models_match, check_scenarios_match, discard_empty_run, is_run_dir
+from tooldecode.experiments.rundir import (
+    RunStoreRefusal,
+    check_models_match,
+    check_scenarios_match,
+    discard_empty_run,
+    is_run_dir,
+)
 from tooldecode.experiments.spec import Spec, SpecError, load_spec, validate_spec
 from tooldecode.trial import ModelCache, TrialError, channel_of
 

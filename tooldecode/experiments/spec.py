@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import math
 import os
 import re
 import tomllib
@@ -14,7 +13,12 @@ from typing import Any
 
 from tooldecode.backends.openai_tools import TOOL_MODES
 from tooldecode.errors import ToolDecodeError
-from tooldecode.validate import OPTION_RULES, SEED_MAX, _is_int, _is_num, option_problem
+from tooldecode.validate import (  # noqa: F401 -- OPTION_RULES, SEED_MAX re-exported: their old home
+    OPTION_RULES,
+    SEED_MAX,
+    _is_num,
+    option_problem,
+)
 from tooldecode.validate import check_options as _check_options
 
 # masked modes: "strict" (every object closed), "strict-spec" (the schema as written),

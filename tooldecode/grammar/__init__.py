@@ -367,7 +367,9 @@ def render_toolset(
     if len(set(names)) != len(names):
         raise GrammarError(f"duplicate tool names in the tool set: {names}")
     with budget():  # one clock for the whole tool set
-        items = [(t.name, compile_schema(t.parameters, mode=mode, order=order, lenient=lenient)) for t in tools]
+        items = [
+            (t.name, compile_schema(t.parameters, mode=mode, order=order, lenient=lenient)) for t in tools
+        ]
         g = build_grammar(
             items, wire=wire, ws=ws, ws_max=ws_max, duplicates=duplicates, single_terminals=format == "regex"
         )

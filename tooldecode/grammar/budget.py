@@ -92,7 +92,9 @@ def too_big(what: str) -> Exception:
     from tooldecode.grammar.errors import GrammarError
 
     at_ = where()
-    return GrammarError(f"{what}{f' (at {at_})' if at_ else ''}; this builder renders at most that: simplify the schema")
+    return GrammarError(
+        f"{what}{f' (at {at_})' if at_ else ''}; this builder renders at most that: simplify the schema"
+    )
 
 
 __all__ = [

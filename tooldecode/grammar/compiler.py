@@ -613,8 +613,20 @@ class Compiler(TypeKeywords):
 ALL_TYPES = frozenset(VALUE_TYPES)
 # keywords an alias may carry besides its $ref (annotations: they change no value's validity)
 _ALIAS_EXTRAS = frozenset(
-    {"$ref", "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly", "$comment",
-     "$defs", "definitions", "$anchor"}
+    {
+        "$ref",
+        "title",
+        "description",
+        "default",
+        "examples",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "$comment",
+        "$defs",
+        "definitions",
+        "$anchor",
+    }
 )
 
 

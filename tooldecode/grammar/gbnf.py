@@ -6,6 +6,7 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from tooldecode.grammar.automata import Cat, Chars, Charset, Or, Rep, RNode, Sym, ast_literal, cs_neg
+from tooldecode.grammar.budget import MAX_REPEAT, too_big
 from tooldecode.grammar.emit_common import (
     CONTROL_ESCAPES,
     Grouping,
@@ -17,7 +18,6 @@ from tooldecode.grammar.emit_common import (
     memoized,
     rep_suffix,
 )
-from tooldecode.grammar.budget import MAX_REPEAT, too_big
 from tooldecode.grammar.errors import GrammarError
 from tooldecode.grammar.gir import Grammar
 
@@ -152,7 +152,9 @@ def gbnf_rep(item: str, lo: int, hi: int | None) -> str:
     if hi is None and lo <= GBNF_MAX_REP:
         return item + rep_suffix(lo, hi)
     if max(lo, hi or 0) > MAX_REPEAT * GBNF_MAX_REP // 10:  # chunks of {1000}: past this, megabytes a rule
-        raise too_big(f"a repetition of {max(lo, hi or 0):,} (maxItems, maxLength, ...) is more than GBNF writes")
+        raise too_big(
+            f"a repetition of {max(lo, hi or 0):,} (maxItems, maxLength, ...) is more than GBNF writes"
+        )
     parts = []
     rest_lo, rest_hi = lo, hi
     while rest_lo > GBNF_MAX_REP:

@@ -8,8 +8,8 @@ Python ``re`` and Rust ``regex``), no terminal matches the empty string, repetit
 from __future__ import annotations
 
 from tooldecode.grammar.automata import RNode
-from tooldecode.grammar.emit_common import Grouping, Names, collect_tokens, expr_printer, subexpressions
 from tooldecode.grammar.budget import MAX_UNROLL, too_big
+from tooldecode.grammar.emit_common import Grouping, Names, collect_tokens, expr_printer, subexpressions
 from tooldecode.grammar.errors import GrammarError
 from tooldecode.grammar.gir import FAIL, Grammar
 from tooldecode.grammar.regex import regex_str

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from fractions import Fraction
 
+from tooldecode.grammar.budget import tick
 from tooldecode.grammar.ir import (
     ANY,
     NEVER,
@@ -40,7 +41,6 @@ from tooldecode.grammar.ir import (
     norm_arr,
     norm_obj,
 )
-from tooldecode.grammar.budget import tick
 from tooldecode.grammar.keywords import VALUE_TYPES
 from tooldecode.grammar.strlang import StrLang
 

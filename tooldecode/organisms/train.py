@@ -179,11 +179,21 @@ def load_checkpoint(path: Path, log: Callable[[str], None] = print) -> dict[str,
     except (OSError, UnicodeDecodeError, ValueError):
         ok = False
     if not ok:
-        log(f"{path}: its sha256 does not match {digest.name} (damaged or not written here): not loaded; starting over")
+        log(
+            f"{path}: its sha256 does not match {digest.name} (damaged or not written here): not loaded; starting over"
+        )
         return None
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, OSError, EOFError, ValueError, TypeError, AttributeError) as err:
+    except (
+        pickle.UnpicklingError,
+        RuntimeError,
+        OSError,
+        EOFError,
+        ValueError,
+        TypeError,
+        AttributeError,
+    ) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:120]
         log(f"{path}: not a checkpoint of plain tensors and numbers ({first}): not loaded; starting over")
         return None
@@ -193,7 +203,9 @@ def load_checkpoint(path: Path, log: Callable[[str], None] = print) -> dict[str,
     return state
 
 
-_CHECKPOINT_FIELDS = frozenset({"key", "adapter", "optimizer", "step", "losses", "tokens", "loss_tokens", "wall_s"})
+_CHECKPOINT_FIELDS = frozenset(
+    {"key", "adapter", "optimizer", "step", "losses", "tokens", "loss_tokens", "wall_s"}
+)
 
 
 @dataclass

@@ -435,7 +435,9 @@ class RunStore:
                 if problem is None and arms is not None and "arm" in required:
                     arm = (str(record["arm"].get("model")), str(record["arm"]["mode"]))
                     if arm not in arms:  # not a row of this run's report: counted, not shown as one
-                        problem = f"is of model {arm[0]!r}, mode {arm[1]!r}: an arm the manifest does not list"
+                        problem = (
+                            f"is of model {arm[0]!r}, mode {arm[1]!r}: an arm the manifest does not list"
+                        )
                 if problem is not None:
                     skipped.append((lineno, f"record {key!r} {problem}"))
                     continue

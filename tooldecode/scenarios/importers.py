@@ -337,7 +337,9 @@ def load_session(path: Path | str, format: str | None = None, tools: Any = None)
             data = json.loads(text)
             session = from_openai(data, where) if fmt == "openai" else from_anthropic(data, where)
     except json.JSONDecodeError as e:
-        raise ScenarioError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}); fix the session file") from None
+        raise ScenarioError(
+            f"{path}: not valid JSON ({e.msg} at line {e.lineno}); fix the session file"
+        ) from None
     except (AttributeError, TypeError, KeyError, IndexError) as e:  # a value of the wrong shape
         raise ScenarioError(
             f"{path}: not a {fmt} session: a message, block or call has the wrong shape "
