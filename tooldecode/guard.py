@@ -166,8 +166,7 @@ def check_base_url(url: str, flag: str = "--base-url") -> None:
     if "@" in netloc:
         user_info = netloc.rpartition("@")[0]
         register_secret(user_info)
-        for piece in user_info.split(":"):
-            register_secret(piece)
+        register_secret(user_info.partition(":")[2])  # the password (a user name alone is no secret)
         raise ToolDecodeError(
             f"{flag} {redact(url)!r} carries a user name or password; tooldecode does not send "
             "credentials in URLs: drop them from the URL and pass the key with --api-key-env VAR"
