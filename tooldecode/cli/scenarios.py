@@ -79,10 +79,9 @@ def _cmd_import(args: argparse.Namespace) -> int:
         error=ScenarioError,
     )
     problems = check_session_scenario(data, str(out))
-    for line in problems:
-        print(line, file=sys.stderr)
-    if problems:
-        return 1
+    if problems:  # nothing written; one line (the first problem, and how many more)
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise ScenarioError(f"{problems[0]}{more}; the session scenario was not written")
     try:
         write_session_scenario(data, out)
     except OSError as err:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,18 +196,15 @@ def load_spec(path: str | os.PathLike[str], *, quick: bool = False) -> Spec:
 
 def _read_toml(p: Path) -> dict[str, Any]:
     """The TOML table of spec file ``p`` (``SpecError`` naming what is wrong with the file)."""
+    from tooldecode.guard import parse_toml, read_text
+
     if p.is_dir():
         raise SpecError(f"{p} is a directory; pass a spec file such as experiments/e1_strict_vs_loose.toml")
-    try:
-        return tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError(f"experiment spec {p} not found; see experiments/ for examples") from None
-    except UnicodeDecodeError as err:
-        raise SpecError(f"{p}: not UTF-8 text (byte {err.start}); save the spec as UTF-8") from None
-    except OSError as err:
-        raise SpecError(f"cannot read experiment spec {p}: {err.strerror or err}") from None
-    except tomllib.TOMLDecodeError as err:
-        raise SpecError(f"{p}: invalid TOML ({err})") from None
+    if not p.exists():
+        raise SpecError(f"experiment spec {p} not found; see experiments/ for examples")
+    # a regular UTF-8 file within bounds (a FIFO is refused unread), its nesting bounded before parsing
+    text = read_text(p, "experiment spec", max_bytes=16 * 1024 * 1024, error=SpecError)
+    return parse_toml(text, str(p), "experiment spec", error=SpecError)
 
 
 # field -> (accepted types, description) for the scalar and list fields of a spec
