@@ -118,10 +118,13 @@ def _sample_problem(record: dict, required: tuple[str, ...]) -> str | None:
 
 def _manifest_arms(manifest: dict) -> set[tuple[str, str]] | None:
     """(model, mode) of every arm the manifest's config lists; None when it lists none (a probe run)."""
-    arms = manifest.get("config", {}).get("arms") if isinstance(manifest, dict) else None
+    config = manifest.get("config") if isinstance(manifest, dict) else None
+    arms = config.get("arms") if isinstance(config, dict) else None
     if not isinstance(arms, list) or not arms:
         return None
-    return {(str(a.get("model")), str(a.get("mode"))) for a in arms if isinstance(a, dict)}
+    if not all(isinstance(a, dict) and isinstance(a.get("mode"), str) for a in arms):
+        return None  # arms of another shape: nothing to check a record against
+    return {(str(a.get("model")), a["mode"]) for a in arms}
 
 
 def _warn_skipped(path: Path, skipped: list[tuple[int, str]]) -> None:
@@ -433,11 +436,12 @@ class RunStore:
                 seen.add(key)
                 problem = _sample_problem(record, required)
                 if problem is None and arms is not None and "arm" in required:
-                    arm = (str(record["arm"].get("model")), str(record["arm"]["mode"]))
-                    if arm not in arms:  # not a row of this run's report: counted, not shown as one
-                        problem = (
-                            f"is of model {arm[0]!r}, mode {arm[1]!r}: an arm the manifest does not list"
-                        )
+                    model, mode = record["arm"].get("model"), str(record["arm"]["mode"])
+                    modes = {m for _, m in arms}
+                    known = modes if model is None or ("None", mode) in arms else arms
+                    if (mode if known is modes else (str(model), mode)) not in known:
+                        # not a row of this run's report: counted, not shown as one
+                        problem = f"is of model {model!r}, mode {mode!r}: an arm the manifest does not list"
                 if problem is not None:
                     skipped.append((lineno, f"record {key!r} {problem}"))
                     continue
