@@ -18,6 +18,9 @@ LAYERS = (
         "stats",
         "streams",
         "records",
+        "redaction",
+        "guard",
+        "validate",
     },  # leaves
     {"models"},
     {"grammar"},  # schema → grammar

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from tooldecode.redaction import redact
+
 
 class ToolDecodeError(Exception):
     """Base class. ``str(err)`` is a single line fit for a terminal, with every secret masked
-    (``tooldecode.guard.redact``)."""
+    (``tooldecode.redaction.redact``)."""
 
     def __init__(self, message: str) -> None:
-        from tooldecode.guard import redact  # every error line without keys or URL passwords
-
         super().__init__(redact(" ".join(message.split())))
 
 

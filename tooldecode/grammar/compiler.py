@@ -24,6 +24,7 @@ from tooldecode.grammar.keywords import (
     json_type,
 )
 from tooldecode.grammar.negation import complement, difference
+from tooldecode.grammar.refs import follow_aliases, is_alias
 
 MAX_MEET_ALTS = (
     4096  # alternatives of one allOf / $ref intersection (a product of the branches' alternatives)
@@ -161,8 +162,8 @@ class Compiler(TypeKeywords):
             entry[2] = True
             return ir.node(ir.RefA(entry[0]))
         tick(ptr)
-        if _is_alias(s):  # {"$ref": ...} and annotations: followed without recursion
-            return self._alias(s, key, ptr, resolver, depth)
+        if is_alias(s):  # {"$ref": ...} and annotations: followed without recursion
+            return follow_aliases(self, s, key, ptr, resolver, depth)
         name = self._def_name(ptr)
         entry = [name, depth, False]
         self.progress[key] = entry
@@ -182,43 +183,6 @@ class Compiler(TypeKeywords):
         if entry[2]:
             self.defs[name] = result
         self.memo[key] = result
-        return result
-
-    def _alias(self, s: dict[str, Any], key: tuple[int, str], ptr: str, resolver: Any, depth: int) -> ir.Node:
-        """The node of a chain of aliases (schemas that are only a ``$ref``), followed in a loop: a chain
-        of any length costs one step per link, not a stack frame."""
-        keys: list[tuple[int, str]] = []
-        before = self.losses
-        while True:
-            keys.append(key)
-            self._keep.append(s)
-            kptr, ref = pointer_join(ptr, "$ref"), s["$ref"]
-            try:
-                resolved = resolver.lookup(ref)
-            except Exception as e:  # referencing.exceptions.Unresolvable and friends
-                self.unsupported("$ref", kptr, f"cannot resolve {ref!r} ({type(e).__name__})")
-                result = ir.ANY
-                break
-            tgt = "#" + ref.split("#", 1)[1] if "#" in ref else ref
-            ptr = tgt if tgt != "#" else ""
-            s, resolver = resolved.contents, resolved.resolver
-            tick(ptr)
-            if not _is_alias(s) or (isinstance(s, dict) and "$id" in s):
-                result = self.compile(s, ptr, resolver, depth)
-                break
-            key = (id(s), str(resolver._base_uri))  # noqa: SLF001 -- the compiler's own resolver
-            if key in self.memo or key in self.progress:
-                result = self.compile(s, ptr, resolver, depth)
-                break
-            if key in keys:
-                self.unsupported("$ref", kptr, "a reference cycle that does not nest into a value")
-                result = ir.ANY
-                break
-        lossy = self.losses > before
-        for k in keys:
-            self.memo[k] = result
-            if lossy:
-                self.lossy.add(k)
         return result
 
     def _def_name(self, ptr: str) -> str:
@@ -611,28 +575,6 @@ class Compiler(TypeKeywords):
 
 
 ALL_TYPES = frozenset(VALUE_TYPES)
-# keywords an alias may carry besides its $ref (annotations: they change no value's validity)
-_ALIAS_EXTRAS = frozenset(
-    {
-        "$ref",
-        "title",
-        "description",
-        "default",
-        "examples",
-        "deprecated",
-        "readOnly",
-        "writeOnly",
-        "$comment",
-        "$defs",
-        "definitions",
-        "$anchor",
-    }
-)
-
-
-def _is_alias(s: Any) -> bool:
-    """Whether schema ``s`` is a ``$ref`` and annotations only (the referenced schema, unchanged)."""
-    return isinstance(s, dict) and isinstance(s.get("$ref"), str) and s.keys() <= _ALIAS_EXTRAS
 
 
 def _type_bound(s: Any, resolver: Any, depth: int = 0) -> frozenset[str]:
