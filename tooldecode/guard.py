@@ -240,7 +240,7 @@ def nesting_problem(text: str, *, toml: bool = False, max_depth: int = MAX_NESTI
         if depth > deepest:
             deepest = depth
             if deepest > max_depth:
-                return f"nested more than {max_depth} levels deep"
+                return f"nested too deeply (more than {max_depth} levels)"
     for m in _DIGITS.finditer(bare):
         if m.end() - m.start() > MAX_INT_DIGITS:
             return f"holds a number of more than {MAX_INT_DIGITS} digits"

@@ -172,7 +172,7 @@ def _build_grammar(
             f"never hold a raw {first!r}: JSON strings write it as \\u{ord(first):04x}, raw antml "
             f"parameters go without it (the exact exclusion of {forbid!r} is too large to render)",
             GrammarWarning,
-            stacklevel=3,
+            stacklevel=4,  # the caller of build_grammar (through _build_grammar)
         )
     if root == FAIL and not allow_empty:
         raise GrammarError(
