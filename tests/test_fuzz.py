@@ -29,7 +29,11 @@ FUZZ = settings(
     derandomize=True,
     deadline=None,
     database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.data_too_large,
+    ],
 )
 
 
@@ -84,7 +88,9 @@ _SCALARS = (
 )  # fmt: skip
 JSON = st.recursive(
     _SCALARS,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_KEYS | st.text(max_size=6), inner, max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(_KEYS | st.text(max_size=6), inner, max_size=5)
+    ),
     max_leaves=25,
 )
 
@@ -127,7 +133,10 @@ def session_logs(draw: Any) -> tuple[str, bytes]:
             "tool_call_id": _SCALARS, "name": _SCALARS},
     )  # fmt: skip
     if kind == "openai":
-        body = {"messages": draw(st.lists(msg, max_size=5)), **({"tools": draw(JSON)} if draw(st.booleans()) else {})}
+        body = {
+            "messages": draw(st.lists(msg, max_size=5)),
+            **({"tools": draw(JSON)} if draw(st.booleans()) else {}),
+        }
         return ".json", json.dumps(body).encode()
     if kind == "anthropic":
         block = st.fixed_dictionaries({"type": st.sampled_from(["text", "tool_use", "tool_result"]) | _SCALARS},
@@ -178,7 +187,9 @@ def _toml(table: dict[str, Any]) -> str:
     for k, v in table.items():
         if isinstance(v, dict):
             lines.append(f"[{json.dumps(k)}]")
-            lines += [f"{json.dumps(kk)} = {_toml_value(vv)}" for kk, vv in v.items() if not isinstance(vv, dict)]
+            lines += [
+                f"{json.dumps(kk)} = {_toml_value(vv)}" for kk, vv in v.items() if not isinstance(vv, dict)
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -200,7 +211,11 @@ TRAIN_FIELDS = ["rank", "alpha", "dropout", "learning_rate", "epochs", "accumula
 def recipe_texts(draw: Any) -> bytes:
     kind = draw(st.sampled_from(["table", "table", "raw"]))
     if kind == "raw":
-        return draw(RAW_TEXT | st.text(max_size=80)).encode() if draw(st.booleans()) else draw(st.binary(max_size=80))
+        return (
+            draw(RAW_TEXT | st.text(max_size=80)).encode()
+            if draw(st.booleans())
+            else draw(st.binary(max_size=80))
+        )
     top = draw(st.dictionaries(st.sampled_from(RECIPE_FIELDS), TOML_SCALAR, max_size=6))
     if draw(st.booleans()):
         top["name"] = draw(st.sampled_from(["ok", "fuzz-recipe", "", "a/b", "..", 5]))
@@ -312,8 +327,12 @@ HUGE = st.sampled_from(
         _chain(5000),
         _nested(200),
         {"type": "array", "items": {"type": "integer"}, "minItems": 10**9},
-        {"oneOf": [{"type": "object", "properties": {f"k{i}": {"type": "string"}}, "required": [f"k{i}"]}
-                   for i in range(200)]},  # fmt: skip
+        {
+            "oneOf": [
+                {"type": "object", "properties": {f"k{i}": {"type": "string"}}, "required": [f"k{i}"]}
+                for i in range(200)
+            ]
+        },  # fmt: skip
         {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(2000)}},
         {"enum": list(range(20_000))},
     ]
@@ -329,7 +348,9 @@ def tool_files(draw: Any) -> bytes:
         return json.dumps(draw(JSON)).encode()
     schema = draw(HUGE) if kind == "huge" else draw(SCHEMAS)
     if kind == "tool":
-        return json.dumps({"name": draw(st.sampled_from(["edit", "x y", "", "ok"])), "parameters": schema}).encode()
+        return json.dumps(
+            {"name": draw(st.sampled_from(["edit", "x y", "", "ok"])), "parameters": schema}
+        ).encode()
     if kind == "list":
         tool = {"type": "function", "function": {"name": "t", "parameters": schema}}
         return json.dumps([tool, draw(JSON)] if draw(st.booleans()) else [tool]).encode()
@@ -387,8 +408,13 @@ def test_fuzz_organism_manifests(tmp_path_factory, text, monkeypatch_module):
 
 @st.composite
 def run_folders(draw: Any) -> tuple[bytes, bytes]:
-    manifest = {"config": {"arms": [{"model": "m", "mode": "loose"}], "scenarios": ["s"], "n": 1}, "created": "x"}
-    for key in draw(st.lists(st.sampled_from(["config", "model", "scenarios", "created", "samples"]), max_size=2)):
+    manifest = {
+        "config": {"arms": [{"model": "m", "mode": "loose"}], "scenarios": ["s"], "n": 1},
+        "created": "x",
+    }
+    for key in draw(
+        st.lists(st.sampled_from(["config", "model", "scenarios", "created", "samples"]), max_size=2)
+    ):
         manifest[key] = draw(JSON)
     mtext = json.dumps(manifest).encode() if draw(st.integers(0, 4)) else draw(RAW_TEXT).encode()
     lines = [json.dumps(draw(JSON)) for _ in range(draw(st.integers(0, 3)))]
@@ -489,7 +515,7 @@ def test_fuzz_server_answers(body):
     if choices is not None:  # what passes is possible: text a string, log-probabilities ≤ 0 and not NaN
         for c in choices:
             assert isinstance(c["text"], str)
-            for v in ((c.get("logprobs") or {}).get("token_logprobs") or []):
+            for v in (c.get("logprobs") or {}).get("token_logprobs") or []:
                 assert v is None or (not math.isnan(v) and v <= 1e-4)
     _raises_one_line(check_chat, body, url, what=f"chat {body!r}")
     _raises_one_line(check_models, body, url, what=f"models {body!r}")
