@@ -529,3 +529,53 @@ def test_records_of_an_arm_the_manifest_lacks_are_not_report_rows(tmp_path, caps
     keys = [r["key"] for r in RunStore.open(tmp_path / "run").sample_records()]
     assert keys == ["k1"]
     assert "skipped 2" in capsys.readouterr().err
+
+
+def test_tool_parameters_without_a_schema_keyword_are_refused(tmp_path, capsys):
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps([{"name": "t", "parameters": {"colour": "red"}}]))
+    rc, out, err = _run(["grammar", str(path)], capsys)
+    assert "no JSON Schema keyword" in _one_line_refusal(rc, err) and not out
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"$defs": {**{f"a{i}": {"$ref": f"#/$defs/a{i + 1}"} for i in range(5000)}, "a5000": {"type": "string"}},
+         "$ref": "#/$defs/a0"},
+        {"type": "array", "items": {"type": "integer"}, "minItems": 10**9},
+        {"oneOf": [{"type": "object", "properties": {f"k{i}": {"type": "string"}}, "required": [f"k{i}"]}
+                   for i in range(200)]},
+        {"type": "integer", "minimum": 10**5000},
+        {"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}, "maxItems": 10**9}}, "$ref": "#/$defs/n"},
+    ],
+    ids=["ref-chain-5000", "minItems-1e9", "oneOf-200", "int-5000-digits", "maxItems-1e9"],
+)  # fmt: skip
+@pytest.mark.parametrize("fmt", ["gbnf", "lark", "regex"])
+def test_runaway_schemas_render_or_are_refused_in_one_line_within_10_s(schema, fmt):
+    from tooldecode.grammar import GrammarError, render
+
+    t0 = time.monotonic()
+    try:
+        text = render(schema, format=fmt)
+        assert text
+    except GrammarError as err:
+        assert "\n" not in str(err) and ("/" in str(err) or "#" in str(err))  # names where
+    assert time.monotonic() - t0 < 10
+
+
+def test_a_ref_chain_of_5000_renders():
+    from tooldecode.grammar import render
+
+    defs = {f"a{i}": {"$ref": f"#/$defs/a{i + 1}", "description": "a link"} for i in range(5000)}
+    defs["a5000"] = {"type": "string", "maxLength": 3}
+    assert "root" in render({"$defs": defs, "$ref": "#/$defs/a0"}, format="gbnf")
+
+
+def test_a_chain_of_5000_values_is_refused_naming_where():
+    from tooldecode.grammar import GrammarError, render
+
+    defs = {f"a{i}": {"type": "array", "items": {"$ref": f"#/$defs/a{i + 1}"}} for i in range(5000)}
+    defs["a5000"] = {"type": "string"}
+    with pytest.raises(GrammarError, match=r"nest too deep to render .*#/\$defs/a\d+"):
+        render({"$defs": defs, "$ref": "#/$defs/a0"}, format="gbnf")

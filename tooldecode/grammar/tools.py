@@ -92,6 +92,11 @@ def _from_data(data: Any, source: Path | None, where: str | None = None) -> Tool
     params = data["parameters"]
     if not isinstance(params, dict):
         raise SchemaError(f"{where}: 'parameters' of tool {name!r} must be a JSON Schema object")
+    if params and not is_schema(params):  # only unknown keys: it would admit any JSON value, silently
+        raise SchemaError(
+            f"{where}: 'parameters' of tool {name!r} is {_seen(params)}, with no JSON Schema keyword; "
+            'give the schema of its arguments (e.g. {"type": "object", "properties": {...}})'
+        )
     family = data.get("family", "flat")
     if family not in FAMILIES:
         raise SchemaError(f"{where}: family {family!r} of tool {name!r} must be one of {', '.join(FAMILIES)}")
