@@ -30,6 +30,7 @@ from tooldecode.models import (
     organism_dir,
     resolve,
     resolve_organism,
+    verified,
 )
 from tooldecode.organisms.mutations import Snippet, snippets, stdlib_dir
 from tooldecode.organisms.recipes import Recipe
@@ -120,7 +121,7 @@ def build(
     from tooldecode.organisms.export import export_gguf
     from tooldecode.organisms.train import load_base, lora_deltas, tokenize, train_lora
 
-    base = resolve(base_id)
+    base = verified(resolve(base_id))  # the base's bytes re-hashed: the manifest records what trained
     if base.family not in ("qwen2.5", "smollm2"):
         raise ModelError(
             f"organisms train on ChatML chat models (Qwen2.5, SmolLM2); '{base.id}' is {base.family}"
