@@ -579,3 +579,15 @@ def test_a_chain_of_5000_values_is_refused_naming_where():
     defs["a5000"] = {"type": "string"}
     with pytest.raises(GrammarError, match=r"nest too deep to render .*#/\$defs/a\d+"):
         render({"$defs": defs, "$ref": "#/$defs/a0"}, format="gbnf")
+
+
+def test_a_deep_session_scenario_file_is_a_problem_line_not_a_traceback(tmp_path, capsys):
+    from tooldecode.errors import ScenarioError
+    from tooldecode.scenarios.importers import load_session_scenario
+
+    path = tmp_path / "deep-call-1.json"
+    path.write_text('{"kind": "session", "history": ' + "[" * 5000 + "]" * 5000 + "}")
+    with pytest.raises(ScenarioError, match="nested too deeply"):
+        load_session_scenario(path)
+    rc, out, err = _run(["scenarios", "check", str(tmp_path)], capsys)
+    assert rc in (1, 2) and "Traceback" not in out + err
