@@ -202,7 +202,8 @@ class HttpClient:
             ) from None
         except urllib.error.HTTPError as err:
             try:
-                detail = _detail(err.read())
+                fp = getattr(err, "fp", None)  # the error's body, under the same total deadline
+                detail = _detail(_read_within(fp, deadline) if hasattr(fp, "read1") else err.read())
             except (OSError, http.client.HTTPException):
                 detail = err.reason if isinstance(err.reason, str) else ""
             raise ServerHTTPError(f"{method} {url}: HTTP {err.code}: {detail}", err.code, detail) from None
