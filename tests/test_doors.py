@@ -591,3 +591,25 @@ def test_a_deep_session_scenario_file_is_a_problem_line_not_a_traceback(tmp_path
         load_session_scenario(path)
     rc, out, err = _run(["scenarios", "check", str(tmp_path)], capsys)
     assert rc in (1, 2) and "Traceback" not in out + err
+
+
+def test_report_never_replaces_a_file_it_did_not_write(tmp_path, capsys):
+    from conftest import make_sample
+
+    from tooldecode.runs import RunStore, build_manifest
+
+    store = RunStore.create(
+        tmp_path / "run", build_manifest({"arms": [], "scenarios": ["c-config-trim-crlf"]})
+    )
+    store.append([make_sample('{"name": "edit", "arguments": {}}', key="k1")])
+    store.close()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.md").write_text("my notes\n")
+    rc, _, err = _run(["report", str(tmp_path / "run"), "--out", str(out)], capsys)
+    assert "not a report tooldecode wrote" in _one_line_refusal(rc, err)
+    assert (out / "summary.md").read_text() == "my notes\n"
+    (out / "summary.md").unlink()
+    for _ in range(2):  # its own report is replaced
+        rc, _, err = _run(["report", str(tmp_path / "run"), "--out", str(out)], capsys)
+        assert rc == 0, err
