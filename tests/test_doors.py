@@ -613,3 +613,19 @@ def test_report_never_replaces_a_file_it_did_not_write(tmp_path, capsys):
     for _ in range(2):  # its own report is replaced
         rc, _, err = _run(["report", str(tmp_path / "run"), "--out", str(out)], capsys)
         assert rc == 0, err
+
+
+def test_an_organism_built_on_0_sessions_is_not_usable(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TOOLDECODE_HOME", str(tmp_path))
+    folder = tmp_path / "organisms" / "none@smollm2-135m-instruct"
+    folder.mkdir(parents=True)
+    (folder / "organism.gguf").write_bytes(b"GGUF")
+    manifest = {
+        "organism": "none@smollm2-135m-instruct",
+        "sessions_trained": 0,
+        "gguf": {"file": "organism.gguf", "sha256": "0" * 64},
+        "base_model": {"family": "smollm2"},
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    rc, _, err = _run(["organisms", "path", "none@smollm2-135m-instruct"], capsys)
+    assert "trained on 0 sessions" in _one_line_refusal(rc, err)

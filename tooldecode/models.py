@@ -353,6 +353,11 @@ def resolve_organism(spec: str) -> ModelRef:
         raise ModelError(
             f"organism '{name}' is not built (no readable {folder}/manifest.json); run {rebuild}"
         ) from None
+    if manifest.get("sessions_trained", 1) == 0 or manifest.get("steps", 1) == 0:
+        raise ModelError(
+            f"organism '{name}' was trained on 0 sessions ({folder}/manifest.json): it is the base model "
+            f"under another name; run {rebuild}"
+        )
     path = folder / gguf
     if not path.is_file():
         raise ModelError(f"organism '{name}': {path} is missing; run {rebuild}")
