@@ -157,7 +157,7 @@ def session_logs(draw: Any) -> tuple[str, bytes]:
 
 
 @given(log=session_logs(), call=st.sampled_from([None, "1", "2", "0", "-1", "999"]))
-@settings(FUZZ, max_examples=120)
+@settings(FUZZ, max_examples=80)
 def test_fuzz_session_logs(tmp_path_factory, log, call):
     folder = tmp_path_factory.mktemp("session")
     suffix, data = log
@@ -362,7 +362,7 @@ def tool_files(draw: Any) -> bytes:
     fmt=st.sampled_from(["gbnf", "lark", "regex"]),
     wire=st.sampled_from(["json", "hermes", "call-json"]),
 )
-@settings(FUZZ, max_examples=120)
+@settings(FUZZ, max_examples=80)
 def test_fuzz_tool_lists_and_schemas(tmp_path_factory, data, fmt, wire):
     path = tmp_path_factory.mktemp("tools") / "tools.json"
     path.write_bytes(data)
@@ -394,7 +394,7 @@ def organism_manifests(draw: Any) -> bytes:
 
 
 @given(text=organism_manifests())
-@settings(FUZZ, max_examples=60)
+@settings(FUZZ, max_examples=40)
 def test_fuzz_organism_manifests(tmp_path_factory, text, monkeypatch_module):
     home = tmp_path_factory.mktemp("home")
     monkeypatch_module.setenv("TOOLDECODE_HOME", str(home))
@@ -422,7 +422,7 @@ def run_folders(draw: Any) -> tuple[bytes, bytes]:
 
 
 @given(run=run_folders())
-@settings(FUZZ, max_examples=60)
+@settings(FUZZ, max_examples=40)
 def test_fuzz_run_manifests(tmp_path_factory, run):
     root = tmp_path_factory.mktemp("runs")
     (root / "r").mkdir()
@@ -447,7 +447,7 @@ class _Boom:
     blob=st.binary(max_size=300),
     value=JSON,
 )
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=25)
 def test_fuzz_checkpoints(tmp_path_factory, kind, blob, value):
     import hashlib
 
