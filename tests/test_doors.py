@@ -629,3 +629,29 @@ def test_an_organism_built_on_0_sessions_is_not_usable(tmp_path, monkeypatch, ca
     (folder / "manifest.json").write_text(json.dumps(manifest))
     rc, _, err = _run(["organisms", "path", "none@smollm2-135m-instruct"], capsys)
     assert "trained on 0 sessions" in _one_line_refusal(rc, err)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["variant = true\n", "quick = 5\n", "[probe]\nfields = true\n", "[probe]\nvariant = 3\n"],
+    ids=["variant", "quick", "probe-fields", "probe-variant"],
+)
+def test_a_spec_table_of_the_wrong_type_is_one_line(tmp_path, text):
+    from tooldecode.experiments import SpecError, load_spec
+
+    path = tmp_path / "s.toml"
+    path.write_text('name = "s"\nmodels = ["smollm2-135m-instruct"]\n' + text)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+def test_a_run_manifest_nested_too_deeply_is_one_line(tmp_path, capsys):
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text("[" * 5000 + "]" * 5000)
+    (run / "samples.jsonl").write_text("")
+    rc, out, _ = _run(["runs", "list", str(tmp_path / "runs")], capsys)
+    assert rc == 0 and "(unreadable manifest)" in out
+    rc, _, err = _run(["rescore", str(run)], capsys)
+    assert "corrupt" in _one_line_refusal(rc, err)

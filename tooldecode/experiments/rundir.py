@@ -49,7 +49,7 @@ def check_models_match(out: Path, models_info: dict[str, dict]) -> None:
         return
     try:
         stored = json.loads(mpath.read_text(encoding="utf-8")).get("model")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return  # RunStore.create reports the corrupt manifest
     if not isinstance(stored, dict):
         return

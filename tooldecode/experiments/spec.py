@@ -161,6 +161,9 @@ def load_spec(path: str | os.PathLike[str], *, quick: bool = False) -> Spec:
     p = Path(path)
     raw = _read_toml(p)
     quick_over = raw.pop("quick", {})
+    for key, table in (("quick", quick_over), ("variant", raw.get("variant", {}))):
+        if not isinstance(table, dict):
+            raise SpecError(f"{p}: [{key}] must be a table, got {table!r}; see experiments/ for examples")
     if quick:
         raw.update(quick_over)
     known = set(Spec.__dataclass_fields__) - {"path", "quick"}
@@ -449,7 +452,12 @@ def _check_probe(probe: dict[str, Any], fail: Callable[[str], None]) -> None:
         fail(
             f'[probe] select = {sel!r}: give a key name or a list of key names (e.g. ["newText", "new_string"])'
         )
-    for f in probe.get("fields", []):
+    fields = probe.get("fields", [])
+    if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+        fail(f"[probe] fields = {fields!r}: give a list of variant field names")
+    if not isinstance(probe.get("variant", {}), dict):
+        fail(f"[probe] variant = {probe['variant']!r}: give a table of variant fields")
+    for f in fields:
         if f not in VARIANT_FIELDS:
             fail(f"[probe] fields: {f!r} is not a variant field ({', '.join(VARIANT_FIELDS)})")
         if f not in probe:

@@ -348,9 +348,10 @@ class RunStore:
             raise RunError(f"{path} is not a run directory (no {MANIFEST}); check the path")
         try:
             manifest = json.loads(mpath.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        except (OSError, ValueError, RecursionError) as err:  # ValueError: bad UTF-8, JSON, huge integers
+            why = " ".join(str(err).split())[:160] or "nested too deeply"
             raise RunError(
-                f"cannot read {mpath} ({err}); the run is corrupt: restore it or start a new run"
+                f"cannot read {mpath} ({why}); the run is corrupt: restore it or start a new run"
             ) from None
         if not isinstance(manifest, dict):
             raise RunError(f"{mpath} is not a JSON object; the run is corrupt: restore it or start a new run")
