@@ -19,6 +19,9 @@ LAYERS = (
         "stats",
         "streams",
         "records",
+        "redaction",
+        "guard",
+        "validate",
     },  # leaves
     {"models"},
     {"grammar"},  # schema → grammar

@@ -123,6 +123,7 @@ def fake_loads(monkeypatch):
 
     monkeypatch.setattr(tooldecode.backends, "load_backend", load_backend)
     monkeypatch.setattr(tooldecode.models, "resolve", lambda model, fetch=False: f"ref:{model}")
+    monkeypatch.setattr(tooldecode.models, "verified", lambda ref: ref)  # nothing to hash: no weights
     return loads
 
 

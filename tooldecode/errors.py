@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from tooldecode.redaction import redact
+
 
 class ToolDecodeError(Exception):
-    """Base class. ``str(err)`` is a single line fit for a terminal."""
+    """Base class. ``str(err)`` is a single line fit for a terminal, with every secret masked
+    (``tooldecode.redaction.redact``)."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(" ".join(message.split()))
+        super().__init__(redact(" ".join(message.split())))
 
 
 class ModelError(ToolDecodeError):

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tooldecode.errors import ModelError
+from tooldecode.errors import ModelError, ToolDecodeError
 
 CHUNK = 1 << 20
 
@@ -266,6 +266,35 @@ def loaded_digest(ref: ModelRef) -> str:
     return digest
 
 
+def verified(ref: ModelRef) -> ModelRef:
+    """``ref`` with the sha256 of its bytes as they are now (``loaded_digest``: a full re-hash, as ``run``
+    does), so a cached model whose bytes changed in place is never loaded.
+
+    Parameters
+    ----------
+    ref : ModelRef
+        A resolved model.
+
+    Returns
+    -------
+    ModelRef
+        The same model, its ``sha256`` the hash just computed.
+
+    Raises
+    ------
+    ModelError
+        The bytes differ from the pinned hash (embedded models) or from the manifest's (organisms).
+    """
+    digest = loaded_digest(ref)
+    if ref.sha256 and ref.id.startswith(ORGANISM_PREFIX) and digest != ref.sha256:
+        invalidate_stamp(ref.path)
+        raise ModelError(
+            f"model '{ref.id}' at {ref.path} is corrupt (sha256 {digest[:12]}… differs from its manifest's "
+            f"{ref.sha256[:12]}…); rebuild it with `tooldecode organisms train RECIPE`"
+        )
+    return ModelRef(ref.id, ref.path, ref.family, ref.chat, digest)
+
+
 def infer_family(path: Path) -> tuple[str, bool]:
     name = path.name.lower()
     if "qwen" in name:
@@ -366,17 +395,25 @@ def resolve_organism(spec: str, *, fetch: bool = False) -> ModelRef:
             f"organism '{name}' is not built (no manifest.json under "
             f"{', '.join(str(p) for p in organism_search_path())}); run {rebuild}"
         )
+    from tooldecode.guard import parse_json, read_text
+
     try:
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        where = str(folder / "manifest.json")
+        manifest = parse_json(read_text(where, "manifest", max_bytes=16 * 1024 * 1024), where)
         entry = manifest["adapter"]
         sub, expected = str(entry["folder"]), str(entry["sha256"])
         base_id, base_sha = str(manifest["base_model"]["id"]), str(manifest["base_model"]["sha256"])
         organism = str(manifest["organism"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, ToolDecodeError):
         raise ModelError(
             f"organism '{name}': {folder}/manifest.json is unreadable or from an older layout (no "
             f"'adapter' entry); run {rebuild}"
         ) from None
+    if manifest.get("sessions_trained", 1) == 0 or manifest.get("steps", 1) == 0:
+        raise ModelError(
+            f"organism '{name}' was trained on 0 sessions ({folder}/manifest.json): it is the base model "
+            f"under another name; run {rebuild}"
+        )
     adapter_dir = (folder / sub).resolve()
     if folder.resolve() not in adapter_dir.parents:
         raise ModelError(f"organism '{name}': the manifest's adapter folder {sub!r} leaves {folder}")

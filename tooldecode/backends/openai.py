@@ -72,7 +72,8 @@ from tooldecode.backends.openai_records import (
     request_seed,
 )
 from tooldecode.backends.openai_vocab import GGUFVocab
-from tooldecode.errors import ModelError
+from tooldecode.errors import ModelError, ToolDecodeError
+from tooldecode.guard import check_api_key
 from tooldecode.models import ModelRef
 
 __all__ = [
@@ -141,6 +142,10 @@ class OpenAIBackend(ServerProbe, Backend):
             api_key = os.environ.get(api_key_env)
             if not api_key:
                 raise ServerError(f"--api-key-env {api_key_env}: that environment variable is not set")
+            try:
+                check_api_key(api_key, f"--api-key-env {api_key_env}")
+            except ToolDecodeError as err:
+                raise ServerError(str(err)) from None
         self.model = model
         self.http = HttpClient(base_url, api_key, timeout)
         self._vocab = GGUFVocab(model)
@@ -204,7 +209,9 @@ class OpenAIBackend(ServerProbe, Backend):
                 "/tokenize",
                 {"model": self.server_model, "prompt": text, "add_special_tokens": False},
             )
-        return check_tokens(self.http.request("POST", path, body, root=True), self.http.url(path, root=True))
+        return check_tokens(
+            self.http.request("POST", path, body, root=True), self.http.url(path, root=True), self.n_vocab
+        )
 
     def check_tokenization(self, text: str, ids: Sequence[int]) -> None:
         """``ChannelError`` unless the server tokenizes ``text`` to exactly ``ids`` (cached per text)."""
@@ -271,7 +278,13 @@ class OpenAIBackend(ServerProbe, Backend):
     def token_id(self, key: str) -> int | None:
         m = _TOKEN_ID.match(key)
         if m:
-            return int(m.group(1))
+            tid = int(m.group(1))
+            if tid >= self.n_vocab:  # an id the model does not have: the answer is not of this model
+                raise ServerError(
+                    f"{self.http.base} answered token id {tid}, past the vocabulary of {self.model.id} "
+                    f"({self.n_vocab} tokens); is the server running the model given with --model?"
+                )
+            return tid
         ids = self._key_map().get(key)
         return ids[0] if ids is not None and len(ids) == 1 else None
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import time
 import urllib.error
 import urllib.parse
@@ -14,7 +15,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from tooldecode.errors import ModelError
+from tooldecode.errors import ModelError, ToolDecodeError
+from tooldecode.guard import check_api_key, check_base_url
 
 KINDS = ("auto", "llama-cpp-python", "vllm", "sglang")
 
@@ -87,6 +89,10 @@ def _kind(value: Any) -> str:
         return "null"
     if value == [] or value == {}:
         return "empty"
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return f"the positive number {value!r}" if abs(value) < 1e15 else "a positive number"
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
         type(value), "a number" if isinstance(value, int | float) else type(value).__name__
     )
@@ -125,7 +131,16 @@ class HttpClient:
         self, base_url: str, api_key: str | None, timeout: float, *, retries: int = 2, backoff: float = 0.5
     ) -> None:
         base = base_url.rstrip("/")
-        parts = urllib.parse.urlsplit(base)
+        try:
+            check_base_url(base)  # no credentials in the URL (they would be printed and resolved as a host)
+            if api_key is not None:
+                check_api_key(api_key, "the API key")  # a line break in a header would print the key
+        except ToolDecodeError as err:
+            raise ServerError(str(err)) from None
+        try:
+            parts = urllib.parse.urlsplit(base)
+        except ValueError:
+            parts = urllib.parse.urlsplit("")
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ServerError(f"--base-url {base_url!r} is not an http(s) URL; e.g. http://127.0.0.1:8000/v1")
         self.base = base
@@ -176,9 +191,10 @@ class HttpClient:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         req = urllib.request.Request(url, data=data, method=method, headers=headers)
+        deadline = time.monotonic() + self.timeout  # the whole answer, not each read (a trickling server)
         try:
             with self._opener.open(req, timeout=self.timeout) as resp:
-                return resp.read()
+                return _read_within(resp, deadline)
         except _Redirected as err:
             raise ServerError(
                 f"{method} {url}: the server redirects (HTTP {err.code}) to {err.target}; tooldecode does not "
@@ -186,7 +202,8 @@ class HttpClient:
             ) from None
         except urllib.error.HTTPError as err:
             try:
-                detail = _detail(err.read())
+                fp = getattr(err, "fp", None)  # the error's body, under the same total deadline
+                detail = _detail(_read_within(fp, deadline) if hasattr(fp, "read1") else err.read())
             except (OSError, http.client.HTTPException):
                 detail = err.reason if isinstance(err.reason, str) else ""
             raise ServerHTTPError(f"{method} {url}: HTTP {err.code}: {detail}", err.code, detail) from None
@@ -214,6 +231,29 @@ class _CutShort(Exception):
     """The connection closed before the whole answer came (retried)."""
 
 
+def _read_within(resp: Any, deadline: float) -> bytes:
+    """The body of ``resp``, read in pieces until ``deadline`` (``time.monotonic``); ``TimeoutError``
+    past it, so a server that sends a byte now and then cannot hold a request open for ever."""
+    parts: list[bytes] = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the answer was still coming at the deadline")
+        sock = getattr(getattr(resp, "fp", None), "raw", None)
+        sock = getattr(sock, "_sock", None)
+        if sock is not None:
+            sock.settimeout(max(0.01, left))
+        piece = resp.read1(65536) if hasattr(resp, "read1") else resp.read(65536)
+        if not piece:
+            break
+        parts.append(piece)
+    data = b"".join(parts)
+    length = resp.getheader("Content-Length") if hasattr(resp, "getheader") else None
+    if length is not None and length.isdigit() and len(data) < int(length):
+        raise http.client.IncompleteRead(data, int(length) - len(data))
+    return data
+
+
 # --- the shape of each answer: checked before it is read (a malformed one is a one-line error) -------
 
 
@@ -223,6 +263,16 @@ def _num(v: Any) -> bool:
 
 def _int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+# a log-probability is ≤ 0 (a little above, for the servers' float rounding) and not NaN; -inf is a
+# token the grammar or the sampler removed
+LOGPROB_SLACK = 1e-4
+LOGPROB = "a log-probability (a number ≤ 0, not NaN)"
+
+
+def _logprob(v: Any) -> bool:
+    return _num(v) and not math.isnan(v) and v <= LOGPROB_SLACK
 
 
 def _need(ok: bool, url: str, field: str, value: Any, expected: str) -> None:
@@ -245,12 +295,17 @@ def check_models(out: Any, url: str) -> list[dict]:
     return data
 
 
-def check_tokens(out: Any, url: str) -> list[int]:
-    """The ``tokens`` of a tokenize answer (a list of whole numbers ≥ 0)."""
+def check_tokens(out: Any, url: str, n_vocab: int | None = None) -> list[int]:
+    """The ``tokens`` of a tokenize answer (a list of whole numbers ≥ 0, each below ``n_vocab`` when
+    it is given)."""
     tokens = _obj(out, url, "with a 'tokens' list").get("tokens")
     _need(isinstance(tokens, list), url, "tokens", tokens, "a list of token ids")
+    top = n_vocab if n_vocab is not None else float("inf")
+    expected = "a token id (a whole number ≥ 0" + (
+        f" and below the vocabulary's {n_vocab})" if n_vocab else ")"
+    )
     for i, t in enumerate(tokens):
-        _need(_int(t) and t >= 0, url, f"tokens[{i}]", t, "a token id (a whole number ≥ 0)")
+        _need(_int(t) and 0 <= t < top, url, f"tokens[{i}]", t, expected)
     return tokens
 
 
@@ -273,13 +328,13 @@ def _check_logprobs(lp: Any, url: str, at: str) -> None:
     values = lp.get("token_logprobs")
     _need(values is None or isinstance(values, list), url, f"{at}.token_logprobs", values, "a list")
     for j, v in enumerate(values or []):
-        _need(v is None or _num(v), url, f"{at}.token_logprobs[{j}]", v, "a number or null")
+        _need(v is None or _logprob(v), url, f"{at}.token_logprobs[{j}]", v, LOGPROB)
     top = lp.get("top_logprobs")
     _need(top is None or isinstance(top, list), url, f"{at}.top_logprobs", top, "a list")
     for j, alts in enumerate(top or []):
         _need(alts is None or isinstance(alts, dict), url, f"{at}.top_logprobs[{j}]", alts, "an object")
         for k, v in (alts or {}).items():
-            _need(v is None or _num(v), url, f"{at}.top_logprobs[{j}][{k!r}]", v, "a number or null")
+            _need(v is None or _logprob(v), url, f"{at}.top_logprobs[{j}][{k!r}]", v, LOGPROB)
 
 
 def check_completion(out: Any, url: str) -> list[dict]:
@@ -295,7 +350,7 @@ def check_completion(out: Any, url: str) -> list[dict]:
             c.get("index") is None or _int(c["index"]), url, f"{at}.index", c.get("index"), "a whole number"
         )
         _need(
-            c.get("text") is None or isinstance(c["text"], str), url, f"{at}.text", c.get("text"), "a string"
+            isinstance(c.get("text"), str), url, f"{at}.text", c.get("text"), "a string (the sample's text)"
         )
         fin = c.get("finish_reason")
         _need(fin is None or isinstance(fin, str), url, f"{at}.finish_reason", fin, "a string or null")

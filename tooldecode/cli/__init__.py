@@ -29,6 +29,7 @@ from tooldecode.cli import (
     scenarios,
 )
 from tooldecode.errors import ToolDecodeError
+from tooldecode.guard import RedactingFilter, redact
 
 # The extra that brings each optional import a command may need (one-line hint instead of a traceback).
 EXTRA_OF = {
@@ -106,6 +107,7 @@ def configure_logging(verbose: int = 0, quiet: bool = False) -> None:
     if not any(getattr(h, "tooldecode_cli", False) for h in log.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("tooldecode: %(message)s"))
+        handler.addFilter(RedactingFilter())  # no key, Authorization value or URL password is logged
         handler.tooldecode_cli = True  # type: ignore[attr-defined]
         log.addHandler(handler)
         log.propagate = False
@@ -161,12 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rc = func(args)
     except ToolDecodeError as err:
-        print(f"tooldecode: error: {err}", file=sys.stderr)
+        print(redact(f"tooldecode: error: {err}"), file=sys.stderr)
         return 2
     except ModuleNotFoundError as err:
         top = (err.name or "").split(".")[0]
         if top not in EXTRA_OF:
-            raise
+            return _unexpected()
         extra = EXTRA_OF[top]
         print(
             f"tooldecode: error: {args.command} needs {top}, which is not installed; install the "
@@ -184,7 +186,17 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
+    except Exception:  # a defect: the traceback is kept for its report, with every secret masked
+        return _unexpected()
     return int(rc or 0)
+
+
+def _unexpected() -> int:
+    """Print the current exception's traceback through ``redact`` (exit status 1, as Python's own)."""
+    import traceback
+
+    sys.stderr.write(redact(traceback.format_exc()))
+    return 1
 
 
 if __name__ == "__main__":

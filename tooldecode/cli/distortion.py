@@ -15,7 +15,9 @@ def _cmd_distortion(args: argparse.Namespace) -> int:
     """per strict arm: P(valid), KL(Q‖P_L) in nats, ESS, and the check against loose grammar-valid
     samples"""
     from tooldecode.distortion import analyse_run, reference_validity
+    from tooldecode.validate import check_options
 
+    check_options({"--n-boot": (args.n_boot, "count")}, "distortion: ")
     run_dir = Path(args.run_dir)
     if not (run_dir / "manifest.json").exists():
         from tooldecode.distortion import DistortionError

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -59,7 +58,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         precision=args.precision,
         log=log,
     )
-    manifest = json.loads((folder / "manifest.json").read_text())
+    from tooldecode.organisms.store import read_manifest
+
+    manifest = read_manifest(folder)
     print(
         f"{ORGANISM_PREFIX}{manifest['organism']}: adapter {folder / manifest['adapter']['folder']} "
         f"({manifest['steps']} steps, {manifest['train_wall_s']} s, {manifest['tokens_per_s']} tokens/s)"

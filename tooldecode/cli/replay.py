@@ -124,14 +124,43 @@ def _config(args: argparse.Namespace) -> Any:
     )
 
 
+def check_flags(args: argparse.Namespace, where: str) -> None:
+    """The probe bounds by the rules specs follow, and ``--threshold`` a probability (before any model
+    loads; one line naming the flag)."""
+    from tooldecode.experiments.spec import PROBE_RULES
+    from tooldecode.validate import check_options
+
+    flags = {f"--{b.replace('_', '-')}": (getattr(args, b, None), rule) for b, rule in PROBE_RULES.items()}
+    flags["--threshold"] = (getattr(args, "threshold", None), "probability")
+    check_options(flags, f"{where}: ")
+
+
+def _wanted(spec: str | None, n_calls: int) -> list[int]:
+    """The 1-based call numbers of ``--calls`` (all calls when it is not given)."""
+    from tooldecode.validate import ValidationError
+
+    if not spec:
+        return list(range(1, n_calls + 1))
+    out = []
+    for part in spec.split(","):
+        if not part.strip().isdigit() or not 1 <= int(part) <= n_calls:
+            raise ValidationError(
+                f"replay: --calls {spec!r}: {part.strip()!r} is not a call number in 1..{n_calls}; "
+                "give 1-based call numbers separated by commas (e.g. 1,3)"
+            )
+        out.append(int(part))
+    return out
+
+
 def probe_session_file(args: argparse.Namespace, data: dict[str, Any]) -> int:
     """`tooldecode probe --scenario FILE` for a session scenario file: the probe table of its gold call."""
     from tooldecode.cli import Progress
-    from tooldecode.models import resolve
+    from tooldecode.models import resolve, verified
     from tooldecode.probe import summarize
     from tooldecode.trial import ModelCache
 
-    ref = resolve(args.model, fetch=True)
+    check_flags(args, "probe")
+    ref = verified(resolve(args.model, fetch=True))
     progress = Progress(f"probe {data['id']}", 1, unit="call")
     progress.log.info("probe: the gold call of %s on %s (an exact probe: minutes on CPU)", data["id"], ref.id)
     with ModelCache(branches=args.max_branches) as models:
@@ -157,18 +186,19 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     """
     from tooldecode.cli import Progress
     from tooldecode.cli.scenarios import report_guess
-    from tooldecode.models import resolve
+    from tooldecode.models import resolve, verified
     from tooldecode.scenarios.importers import call_problem, load_session
     from tooldecode.scenarios.sessions import session_scenario, strip_thinking
     from tooldecode.trial import ModelCache
 
+    check_flags(args, "replay")
     if not 0 <= args.threshold <= 1:  # nan fails both
         raise ScenarioError(f"replay: --threshold {args.threshold} must be a probability in [0, 1]")
     session = load_session(args.session, args.format, args.tools, guess=args.guess_tools)
     report_guess(session)
     calls = session.calls()
     wanted = parse_calls(args.calls, len(calls)) if args.calls else list(range(1, len(calls) + 1))
-    ref = resolve(args.model, fetch=True)
+    ref = verified(resolve(args.model, fetch=True))
     cfg = _config(args)
     rows = []
     progress = Progress("replay", len(wanted), unit="call")

@@ -77,7 +77,7 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
             manifest = json.loads((d / MANIFEST).read_text(encoding="utf-8"))
             if not isinstance(manifest, dict):
                 raise ValueError
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # ValueError: also bad UTF-8, huge integers
             rows.append((d.name, "?", "(unreadable manifest)", "-"))
             continue
         samples = d / SAMPLES

@@ -22,7 +22,7 @@ def _cmd_sample(args: argparse.Namespace) -> int:
     from tooldecode.cli import Progress
     from tooldecode.cli.server_flags import check_server_flags, server_kwargs
     from tooldecode.experiments.spec import check_options
-    from tooldecode.models import resolve
+    from tooldecode.models import resolve, verified
     from tooldecode.prompts import TranscriptOptions, parse_variant
     from tooldecode.records import Condition
     from tooldecode.scenarios import get_scenario
@@ -56,7 +56,7 @@ def _cmd_sample(args: argparse.Namespace) -> int:
         args.mode, args.backend, args.engine, conditioning=opts.conditioning, duplicates=args.duplicates
     )
     server = server_kwargs(args) if args.backend == "openai" else None
-    ref = resolve(args.model, fetch=True)
+    ref = verified(resolve(args.model, fetch=True))  # the bytes re-hashed, as `run` does
     sc = _scenario(args) if args.scenario is None else get_scenario(args.scenario, args.dir)
     trial = Trial(cond, sc, ref=ref)
     prompt = trial.prompt

@@ -11,6 +11,7 @@ from pathlib import Path
 from tooldecode.cli import prompts
 from tooldecode.cli.options import add_command, add_group, add_switch
 from tooldecode.errors import ScenarioError
+from tooldecode.guard import check_output
 from tooldecode.scenarios import SUFFIXES, line_count, load_scenarios, scenario_files
 from tooldecode.scenarios.check import check_paths
 from tooldecode.scenarios.importers import FORMATS, Session, load_session
@@ -83,12 +84,26 @@ def _cmd_import(args: argparse.Namespace) -> int:
         out = out / f"{data['id']}.json"
     if out.stem != data["id"]:
         data["id"] = out.stem
+    # never over an input (the session log, the tool list) nor over a file tooldecode did not write
+    tools_file = Path(args.tools) if args.tools and Path(args.tools).exists() else None
+    check_output(
+        out,
+        [args.file, tools_file],
+        ours=lambda p: read_if_session(p) is not None,
+        what="session scenario",
+        error=ScenarioError,
+    )
     problems = check_session_scenario(data, str(out))
-    for line in problems:
-        print(line, file=sys.stderr)
-    if problems:
-        return 1
-    write_session_scenario(data, out)
+    if problems:  # nothing written; one line (the first problem, and how many more)
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise ScenarioError(f"{problems[0]}{more}; the session scenario was not written")
+    try:
+        write_session_scenario(data, out)
+    except OSError as err:
+        raise ScenarioError(
+            f"{out}: cannot write the session scenario ({err.strerror or err}); check the folder exists "
+            "and is writable"
+        ) from None
     print(f"wrote {out}: call {args.call} of {len(calls)} ({data['call']['name']})", file=sys.stderr)
     return 0
 

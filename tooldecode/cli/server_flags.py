@@ -42,6 +42,7 @@ def check_server_flags(args: argparse.Namespace, backend: str | None = None) -> 
     """
     backend = backend if backend is not None else getattr(args, "backend", None)
     if backend == "openai":
+        _check_credentials(args)
         return
     for flag, attr in (("--base-url", "base_url"), ("--api-key-env", "api_key_env")):
         if getattr(args, attr, None):
@@ -50,6 +51,24 @@ def check_server_flags(args: argparse.Namespace, backend: str | None = None) -> 
             )
     if getattr(args, "server_kind", "auto") != "auto":
         raise ServerError(f"--server-kind is used only with --backend openai (the backend is {backend})")
+
+
+def _check_credentials(args: argparse.Namespace) -> None:
+    """Before any model loads: no credentials in ``--base-url``, and a key that can travel in a header
+    (each refusal one line that never shows the key)."""
+    import os
+
+    from tooldecode.errors import ToolDecodeError
+    from tooldecode.guard import check_api_key, check_base_url
+
+    try:
+        if getattr(args, "base_url", None):
+            check_base_url(args.base_url)
+        env = getattr(args, "api_key_env", None)
+        if env and os.environ.get(env):
+            check_api_key(os.environ[env], f"--api-key-env {env}")
+    except ToolDecodeError as err:
+        raise ServerError(str(err)) from None
 
 
 def server_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -232,7 +232,7 @@ def run_probe_suite(
     Variants whose prompts and gold calls render byte-identically for a scenario are probed once; the
     copy's rows record ``same_prompt_as``. Rows are appended to ``probe.jsonl``, never rewritten.
     """
-    from tooldecode.models import resolve
+    from tooldecode.models import resolve, verified
     from tooldecode.probe import ProbeConfig
     from tooldecode.runs import RunStore
     from tooldecode.scenarios import load_scenarios
@@ -245,7 +245,7 @@ def run_probe_suite(
     bounds = {**SUITE_BOUNDS, **spec.get("probe", {})}
     cfg = ProbeConfig(**{k: type(SUITE_BOUNDS[k])(bounds[k]) for k in SUITE_BOUNDS})
     select, items = spec.get("select", "newText"), spec.get("items", "all")
-    ref = resolve(model, fetch=True)
+    ref = verified(resolve(model, fetch=True))  # the manifest records the hash of the bytes loaded
     store = RunStore.create(out, _suite_manifest(spec, path, out, model, ref, scenarios, cfg))
     probe_path = out / "probe.jsonl"
     have = _suite_done(probe_path)

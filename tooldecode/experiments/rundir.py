@@ -49,7 +49,7 @@ def check_models_match(out: Path, models_info: dict[str, dict]) -> None:
         return
     try:
         stored = json.loads(mpath.read_text(encoding="utf-8")).get("model")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return  # RunStore.create reports the corrupt manifest
     if not isinstance(stored, dict):
         return
@@ -61,6 +61,26 @@ def check_models_match(out: Path, models_info: dict[str, dict]) -> None:
                 f"run {out} was sampled from '{name}' with sha256 {str(before['sha256'])[:12]}…, but the weights "
                 f"at {now['path']} hash to {now['sha256'][:12]}…; resuming would mix two models' samples: "
                 "restore those weights or use a new --out"
+            )
+
+
+def check_scenarios_match(out: Path, scenarios: dict[str, str]) -> None:
+    """Refuse to resume a run where a scenario it samples has changed since (its sha256 differs)."""
+    from tooldecode.runs import MANIFEST
+
+    try:
+        stored = json.loads((out / MANIFEST).read_text(encoding="utf-8")).get("scenarios")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return  # no run there, or RunStore.create reports the corrupt manifest
+    if not isinstance(stored, dict):
+        return
+    for sid, now in scenarios.items():
+        before = stored.get(sid)
+        if isinstance(before, str) and before != now:
+            raise RunStoreRefusal(
+                f"run {out} sampled scenario {sid} with sha256 {before[:12]}…, but it now hashes to "
+                f"{now[:12]}… (its file changed); resuming would mix two versions of it: restore the "
+                "scenario, or start again with --fresh or a new --out"
             )
 
 

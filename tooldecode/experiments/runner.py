@@ -17,7 +17,13 @@ from typing import Any
 from tooldecode.errors import ToolDecodeError
 from tooldecode.experiments.arms import arm_label, select_scenarios
 from tooldecode.experiments.probes import probe_config, run_probe
-from tooldecode.experiments.rundir import RunStoreRefusal, check_models_match, discard_empty_run, is_run_dir
+from tooldecode.experiments.rundir import (
+    RunStoreRefusal,
+    check_models_match,
+    check_scenarios_match,
+    discard_empty_run,
+    is_run_dir,
+)
 from tooldecode.experiments.spec import Spec, SpecError, load_spec, validate_spec
 from tooldecode.records import Condition, SampleRecord
 from tooldecode.trial import ModelCache, TrialError, channel_of
@@ -217,6 +223,7 @@ def _run_manifest(
         models_info[m] = {"id": ref.id, "sha256": loaded_digest(ref), "path": str(ref.path)}
     if not fresh:
         check_models_match(out, models_info)
+        check_scenarios_match(out, {s.id: s.sha256() for s in scenarios})
     manifest = build_manifest(
         config,
         model=models_info if len(models_info) > 1 else next(iter(models_info.values())),

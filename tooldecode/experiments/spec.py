@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import itertools
-import math
 import os
 import re
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +12,13 @@ from typing import Any
 
 from tooldecode.errors import ToolDecodeError
 from tooldecode.records import CONDITIONINGS, MODES, STRICT_MODES, TOOL_MODES, VARIANT_FIELDS
+from tooldecode.validate import (  # noqa: F401 -- OPTION_RULES, SEED_MAX re-exported: their old home
+    OPTION_RULES,
+    SEED_MAX,
+    _is_num,
+    option_problem,
+)
+from tooldecode.validate import check_options as _check_options
 
 # the modes, conditionings and variant fields of an arm have one home: tooldecode.records
 ARM_MODES = MODES
@@ -34,35 +39,8 @@ class SpecError(ToolDecodeError):
     """An experiment spec that is malformed."""
 
 
-# --- one validator for every numeric option, shared by spec fields and command-line flags ----------
-
-SEED_MAX = 2**63 - 1
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
-
-# rule -> (test, what a value must be)
-OPTION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "count": (lambda v: _is_int(v) and v >= 1, "a whole number ≥ 1"),
-    "count0": (lambda v: _is_int(v) and v >= 0, "a whole number ≥ 0"),
-    "seed": (lambda v: _is_int(v) and 0 <= v <= SEED_MAX, "a whole number in [0, 2**63 - 1]"),
-    "temperature": (lambda v: _is_num(v) and v >= 0, "a finite number ≥ 0"),
-    "top_p": (lambda v: _is_num(v) and 0 < v <= 1, "a number in (0, 1]"),
-    "mass": (lambda v: _is_num(v) and 0 <= v < 1, "a probability mass in [0, 1)"),
-    "number0": (lambda v: _is_num(v) and v >= 0, "a finite number ≥ 0"),
-}
-
-
-def option_problem(value: Any, rule: str) -> str | None:
-    """What is wrong with ``value`` under ``rule`` (a key of ``OPTION_RULES``), or None when it is fine."""
-    test, what = OPTION_RULES[rule]
-    return None if test(value) else f"must be {what}, got {value!r}"
+# --- one validator for every numeric option, shared by spec fields, recipes, manifests and flags ------
+# (tooldecode.validate: the rules live there; the names stay importable from here)
 
 
 def check_options(values: dict[str, tuple[Any, str]], where: str = "") -> None:
@@ -73,12 +51,7 @@ def check_options(values: dict[str, tuple[Any, str]], where: str = "") -> None:
     SpecError
         One line naming the first flag whose value breaks its rule, and what it must be.
     """
-    for flag, (value, rule) in values.items():
-        if value is None:
-            continue
-        problem = option_problem(value, rule)
-        if problem is not None:
-            raise SpecError(f"{where}{flag} {problem}")
+    _check_options(values, where, SpecError)
 
 
 @dataclass
@@ -176,6 +149,9 @@ def load_spec(path: str | os.PathLike[str], *, quick: bool = False) -> Spec:
     p = Path(path)
     raw = _read_toml(p)
     quick_over = raw.pop("quick", {})
+    for key, table in (("quick", quick_over), ("variant", raw.get("variant", {}))):
+        if not isinstance(table, dict):
+            raise SpecError(f"{p}: [{key}] must be a table, got {table!r}; see experiments/ for examples")
     if quick:
         raw.update(quick_over)
     known = set(Spec.__dataclass_fields__) - {"path", "quick"}
@@ -211,18 +187,15 @@ def load_spec(path: str | os.PathLike[str], *, quick: bool = False) -> Spec:
 
 def _read_toml(p: Path) -> dict[str, Any]:
     """The TOML table of spec file ``p`` (``SpecError`` naming what is wrong with the file)."""
+    from tooldecode.guard import parse_toml, read_text
+
     if p.is_dir():
         raise SpecError(f"{p} is a directory; pass a spec file such as experiments/e1_strict_vs_loose.toml")
-    try:
-        return tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError(f"experiment spec {p} not found; see experiments/ for examples") from None
-    except UnicodeDecodeError as err:
-        raise SpecError(f"{p}: not UTF-8 text (byte {err.start}); save the spec as UTF-8") from None
-    except OSError as err:
-        raise SpecError(f"cannot read experiment spec {p}: {err.strerror or err}") from None
-    except tomllib.TOMLDecodeError as err:
-        raise SpecError(f"{p}: invalid TOML ({err})") from None
+    if not p.exists():
+        raise SpecError(f"experiment spec {p} not found; see experiments/ for examples")
+    # a regular UTF-8 file within bounds (a FIFO is refused unread), its nesting bounded before parsing
+    text = read_text(p, "experiment spec", max_bytes=16 * 1024 * 1024, error=SpecError)
+    return parse_toml(text, str(p), "experiment spec", error=SpecError)
 
 
 # field -> (accepted types, description) for the scalar and list fields of a spec
@@ -468,7 +441,12 @@ def _check_probe(probe: dict[str, Any], fail: Callable[[str], None]) -> None:
         fail(
             f'[probe] select = {sel!r}: give a key name or a list of key names (e.g. ["newText", "new_string"])'
         )
-    for f in probe.get("fields", []):
+    fields = probe.get("fields", [])
+    if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+        fail(f"[probe] fields = {fields!r}: give a list of variant field names")
+    if not isinstance(probe.get("variant", {}), dict):
+        fail(f"[probe] variant = {probe['variant']!r}: give a table of variant fields")
+    for f in fields:
         if f not in VARIANT_FIELDS:
             fail(f"[probe] fields: {f!r} is not a variant field ({', '.join(VARIANT_FIELDS)})")
         if f not in probe:

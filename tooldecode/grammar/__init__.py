@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 from tooldecode.grammar import textlang as T
+from tooldecode.grammar.budget import MAX_OUTPUT_BYTES, budget, too_big
 from tooldecode.grammar.errors import GrammarError, GrammarWarning, InvalidSchemaError, UnsupportedSchemaError
 from tooldecode.grammar.framing import call_body, calls_frame, frame, serialize
 from tooldecode.grammar.gbnf import emit_gbnf
@@ -157,6 +158,36 @@ def build_grammar(
     >>> g.root
     'root'
     """
+    with budget():
+        try:
+            return _build_grammar(
+                items,
+                wire,
+                ws,
+                ws_max,
+                allow_empty,
+                duplicates,
+                single_terminals,
+                tool_choice,
+                parallel,
+                reasoning,
+            )
+        except RecursionError:
+            raise too_big("the grammar's rules nest too deep to build") from None
+
+
+def _build_grammar(
+    items: list[tuple[str, SchemaIR]],
+    wire: str,
+    ws: str,
+    ws_max: int | None,
+    allow_empty: bool,
+    duplicates: str,
+    single_terminals: bool,
+    tool_choice: str = "required",
+    parallel: int = 1,
+    reasoning: bool = False,
+) -> Grammar:
     check_wire(wire)
     n = ws_max_for(ws, ws_max)
     if wire == "json" and len(items) != 1:
@@ -213,7 +244,7 @@ def build_grammar(
             f"never hold a raw {first!r}: JSON strings write it as \\u{ord(first):04x}, raw antml "
             f"parameters go without it (the exact exclusion of {forbid!r} is too large to render)",
             GrammarWarning,
-            stacklevel=3,
+            stacklevel=4,  # the caller of build_grammar (through _build_grammar)
         )
     if root == FAIL and not allow_empty:
         raise GrammarError(
@@ -231,11 +262,14 @@ def build_grammar(
 
 
 def _emit(g: Grammar, format: str) -> str:
-    if format == "gbnf":
-        return emit_gbnf(g)
-    if format == "lark":
-        return emit_lark(g)
-    return emit_regex(g)
+    with budget():
+        try:
+            text = emit_gbnf(g) if format == "gbnf" else emit_lark(g) if format == "lark" else emit_regex(g)
+        except RecursionError:
+            raise too_big(f"the grammar nests too deep to print as {format}") from None
+    if len(text) > MAX_OUTPUT_BYTES:
+        raise too_big(f"the {format} grammar is {len(text):,} bytes, more than {MAX_OUTPUT_BYTES:,}")
+    return text
 
 
 def _as_tool(schema_or_tool: Any, name: str | None) -> tuple[str, Any, bool]:
@@ -268,9 +302,10 @@ def _render_cached(
     lenient: bool,
 ) -> str:
     schema = json.loads(schema_json)
-    sir = compile_schema(schema, mode=mode, order=order, lenient=lenient)
-    g = build_grammar([(name, sir)], wire=wire, ws=ws, ws_max=ws_max, single_terminals=format == "regex")
-    return _emit(g, format)
+    with budget():  # one clock for the whole build: compile, lower, print
+        sir = compile_schema(schema, mode=mode, order=order, lenient=lenient)
+        g = build_grammar([(name, sir)], wire=wire, ws=ws, ws_max=ws_max, single_terminals=format == "regex")
+        return _emit(g, format)
 
 
 def render(
@@ -414,30 +449,31 @@ def render_toolset(
     names = [t.name for t in tools]
     if len(set(names)) != len(names):
         raise GrammarError(f"duplicate tool names in the tool set: {names}")
-    items = [
-        (
-            t.name,
-            compile_schema(
-                arguments_schema(t.parameters, t.name),
-                mode="spec" if t.strict is False else mode,
-                order=order,
-                lenient=lenient,
-            ),
+    with budget():  # one clock for the whole tool set
+        items = [
+            (
+                t.name,
+                compile_schema(
+                    arguments_schema(t.parameters, t.name),
+                    mode="spec" if t.strict is False else mode,
+                    order=order,
+                    lenient=lenient,
+                ),
+            )
+            for t in tools
+        ]
+        g = build_grammar(
+            items,
+            wire=wire,
+            ws=ws,
+            ws_max=ws_max,
+            duplicates=duplicates,
+            single_terminals=format == "regex",
+            tool_choice=tool_choice,
+            parallel=parallel,
+            reasoning=reasoning,
         )
-        for t in tools
-    ]
-    g = build_grammar(
-        items,
-        wire=wire,
-        ws=ws,
-        ws_max=ws_max,
-        duplicates=duplicates,
-        single_terminals=format == "regex",
-        tool_choice=tool_choice,
-        parallel=parallel,
-        reasoning=reasoning,
-    )
-    return _emit(g, format)
+        return _emit(g, format)
 
 
 def serialize_call(

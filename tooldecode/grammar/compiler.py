@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from tooldecode.grammar import ir
+from tooldecode.grammar.budget import MAX_ONEOF_OVERLAPS, at, tick, where
 from tooldecode.grammar.compile_types import TypeKeywords
 from tooldecode.grammar.errors import GrammarError, InvalidSchemaError, UnsupportedSchemaError, pointer_join
 from tooldecode.grammar.keywords import (
@@ -23,6 +24,7 @@ from tooldecode.grammar.keywords import (
     json_type,
 )
 from tooldecode.grammar.negation import complement, difference
+from tooldecode.grammar.refs import follow_aliases, is_alias
 
 MAX_MEET_ALTS = (
     4096  # alternatives of one allOf / $ref intersection (a product of the branches' alternatives)
@@ -55,6 +57,9 @@ class Compiler(TypeKeywords):
         # anyOf branches by schema (id), and whether a value may match two of them
         self.anyof_nodes: dict[int, list[ir.Node]] = {}
         self.anyof_overlap: dict[int, bool] = {}
+        # subschemas being compiled inside each other now, the most so far and the pointer where
+        self._nesting = self._deepest_n = 0
+        self.deepest = ""
 
     def narrowed(self, keyword: str, ptr: str, why: list[str] | str) -> None:
         """Record that the rendered language at ``ptr`` is a subset of the schema's (sound, lossy)."""
@@ -156,14 +161,21 @@ class Compiler(TypeKeywords):
                 return ir.ANY
             entry[2] = True
             return ir.node(ir.RefA(entry[0]))
+        tick(ptr)
+        if is_alias(s):  # {"$ref": ...} and annotations: followed without recursion
+            return follow_aliases(self, s, key, ptr, resolver, depth)
         name = self._def_name(ptr)
         entry = [name, depth, False]
         self.progress[key] = entry
         self._keep.append(s)
         before = self.losses
+        self._nesting += 1
+        if self._nesting > self._deepest_n:
+            self._deepest_n, self.deepest = self._nesting, ptr
         try:
             result = self._compile_dict(s, ptr, resolver, depth)
         finally:
+            self._nesting -= 1
             del self.progress[key]
         if self.losses > before:
             self.lossy.add(key)
@@ -368,6 +380,7 @@ class Compiler(TypeKeywords):
                 bounds.append(_type_bound(sub, resolver))
             try:
                 loss: list[str] = []
+                at(kptr)
                 cur = self._meet(cur, self._one_of(branches, lossy, bounds, loss), "oneOf", kptr)
                 self.narrowed("oneOf", kptr, loss)
             except ir.Inexact as e:
@@ -519,6 +532,7 @@ class Compiler(TypeKeywords):
         each branch's schema can hold at most (read from the schema, so true of a narrowed branch too)."""
         n = len(branches)
         overlap = [[False] * n for _ in range(n)]
+        overlaps = 0
         for i in range(n):
             for j in range(i + 1, n):
                 if not bounds[i] & bounds[j]:
@@ -531,6 +545,16 @@ class Compiler(TypeKeywords):
                     except ir.Inexact:
                         disjoint = False
                 overlap[i][j] = overlap[j][i] = not disjoint
+                if not disjoint:
+                    overlaps += 1
+                    if overlaps > MAX_ONEOF_OVERLAPS:  # each overlap is a difference that can multiply
+                        raise GrammarError(
+                            f"oneOf at {where() or '/'} has more than {MAX_ONEOF_OVERLAPS} pairs of branches "
+                            f"that may overlap ({n} branches), more than this builder excludes; make the "
+                            "branches disjoint (a const discriminator, or required keys of closed objects) "
+                            "or use anyOf"
+                        )
+                tick()
         if not any(map(any, overlap)):
             return ir.union(*branches)
         if any(lossy[j] and any(overlap[j]) for j in range(n)):

@@ -276,6 +276,11 @@ class RuleBook:
         return name
 
     def define(self, name: str, body: GExpr) -> None:
+        from tooldecode.grammar.budget import MAX_RULES, tick, too_big
+
+        if len(self.rules) >= MAX_RULES and name not in self.rules:
+            raise too_big(f"the grammar grew past {MAX_RULES:,} rules")
+        tick()
         self.rules[name] = body
         self.by_body.setdefault(body, name)
 

@@ -258,7 +258,8 @@ def alt_empty(a: Alt) -> bool:
     if isinstance(a, ArrA):
         if a.max is not None and a.max < a.min:
             return True
-        for i in range(a.min):
+        # positions past the prefix all hold ``rest``: one of them stands for all (minItems may be huge)
+        for i in range(min(a.min, len(a.prefix) + 1)):
             if a.item(i).is_never:
                 return True
         return any(c[2] is not None and c[2] < c[1] for c in a.contains)

@@ -8,6 +8,7 @@ Python ``re`` and Rust ``regex``), no terminal matches the empty string, repetit
 from __future__ import annotations
 
 from tooldecode.grammar.automata import RNode
+from tooldecode.grammar.budget import MAX_UNROLL, too_big
 from tooldecode.grammar.emit_common import Grouping, Names, collect_tokens, expr_printer, subexpressions
 from tooldecode.grammar.errors import GrammarError
 from tooldecode.grammar.gir import FAIL, Grammar
@@ -63,6 +64,11 @@ def emit_lark(g: Grammar, header: str = "") -> str:
             return s
         else:
             # item{lo,hi} as item~lo followed by nested optionals (lark expands ~ ranges quadratically)
+            if hi - lo > MAX_UNROLL:  # nested optionals: the text grows as the square of the span
+                raise too_big(
+                    f"a bounded repetition spanning {hi - lo:,} (maxItems, maxLength, ...) is more than Lark "
+                    f"writes as nested optionals ({MAX_UNROLL:,}); use the gbnf or regex format"
+                )
             tail = ""
             for _ in range(hi - lo):
                 tail = f"({item} {tail})?" if tail else f"{item}?"

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from fractions import Fraction
 
+from tooldecode.grammar.budget import tick
 from tooldecode.grammar.ir import (
     ANY,
     NEVER,
@@ -58,6 +59,7 @@ def complement(y: Node, loss: Loss = None, defs: Defs = None) -> Node:
 
 def difference(x: Node, y: Node, loss: Loss = None, defs: Defs = None, depth: int = 0) -> Node:
     """The values of ``x`` that are not in ``y`` (a subset of them when ``loss`` is given)."""
+    tick()  # a difference can grow as a product: bounded by the build's budget
     if x.is_never or y.is_never:
         return x
     if y.is_any:

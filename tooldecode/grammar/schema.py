@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tooldecode.grammar import ir
+from tooldecode.grammar.budget import MAX_REPEAT, budget
 from tooldecode.grammar.compiler import Compiler
 from tooldecode.grammar.dialects import to_2020
 from tooldecode.grammar.ir import Node
@@ -94,11 +95,18 @@ def compile_schema(
         raise GrammarError(f"unknown order {order!r}; use one of {', '.join(ORDERS)}")
     check_depth(schema)
     check_budget(schema)
-    translated, dialect, dropped = to_2020(schema)
-    src = strictify(translated) if mode == "strict" else translated
-    c = Compiler(src, lenient=lenient, assert_format=(mode == "strict"))
-    c.ignored.extend(dropped)
-    root = c.compile_root()
+    with budget():
+        translated, dialect, dropped = to_2020(schema)
+        src = strictify(translated) if mode == "strict" else translated
+        c = Compiler(src, lenient=lenient, assert_format=(mode == "strict"))
+        c.ignored.extend(dropped)
+        try:
+            root = c.compile_root()
+        except RecursionError:  # subschemas inside each other (through $ref) past the interpreter's depth
+            raise GrammarError(
+                f"the schema's subschemas nest too deep to render (through $ref chains or values, down to "
+                f"{short_pointer(c.deepest)}); flatten it or make the chain shorter"
+            ) from None
     return SchemaIR(root, c.defs, c.ignored, mode, order, c.warnings, dialect)
 
 
@@ -107,17 +115,32 @@ MAX_DEPTH = 128
 
 def json_depth(value: Any) -> int:
     """Nesting depth of a JSON value (a scalar is 0, ``[]`` and ``{}`` are 1), without recursion."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
+    return _deepest(value)[0]
+
+
+def short_pointer(ptr: str, keep: int = 100) -> str:
+    """A JSON pointer fit for a one-line message: its start and its end when it is long."""
+    ptr = ptr or "/"
+    return ptr if len(ptr) <= keep else f"{ptr[: keep // 2]}…{ptr[-keep // 2 :]}"
+
+
+def _deepest(value: Any) -> tuple[int, str]:
+    """(depth, JSON pointer of a deepest container) of a JSON value, without recursion."""
+    from tooldecode.grammar.errors import pointer_join
+
+    deepest, where = 0, ""
+    stack: list[tuple[Any, int, str]] = [(value, 0, "")]
     while stack:
-        v, d = stack.pop()
+        v, d, ptr = stack.pop()
         if isinstance(v, dict):
-            stack.extend((x, d + 1) for x in v.values())
-            deepest = max(deepest, d + 1)
+            stack.extend((x, d + 1, pointer_join(ptr, k)) for k, x in v.items())
         elif isinstance(v, list):
-            stack.extend((x, d + 1) for x in v)
-            deepest = max(deepest, d + 1)
-    return deepest
+            stack.extend((x, d + 1, pointer_join(ptr, i)) for i, x in enumerate(v))
+        else:
+            continue
+        if d + 1 > deepest:
+            deepest, where = d + 1, ptr
+    return deepest, where
 
 
 def check_depth(schema: Any) -> None:
@@ -125,11 +148,11 @@ def check_depth(schema: Any) -> None:
     schemas would exhaust the interpreter's recursion limit while rendering)."""
     from tooldecode.grammar.errors import GrammarError
 
-    d = json_depth(schema)
+    d, where = _deepest(schema)
     if d > MAX_DEPTH:
         raise GrammarError(
-            f"the schema is nested {d} levels deep (JSON), more than the {MAX_DEPTH} this builder renders; "
-            "flatten it or move repeated parts into $defs"
+            f"the schema is nested {d} levels deep (JSON, down to {short_pointer(where)}), more than the {MAX_DEPTH} "
+            "this builder renders; flatten it or move repeated parts into $defs"
         )
 
 
@@ -138,6 +161,8 @@ MAX_NODES = 100_000  # JSON values in the whole schema
 MAX_MEMBERS = 500  # properties of one object (the ordered-optional automaton grows as the square)
 MAX_ENUM = 10_000  # values of one enum
 MAX_INT_BITS = 13_000  # integer literals (about 3,900 decimal digits; Python prints at most 4,300)
+# counts a grammar has to repeat an item (budget.MAX_REPEAT); string lengths are the string renderer's
+REPEAT_KEYWORDS = ("minItems", "maxItems", "minProperties", "maxProperties", "minContains", "maxContains")
 
 
 def check_budget(schema: Any) -> None:
@@ -164,6 +189,13 @@ def check_budget(schema: Any) -> None:
                 f"the {int(MAX_INT_BITS * 0.30103):,} this builder renders; use a smaller bound"
             )
         if isinstance(v, dict):
+            for kw in REPEAT_KEYWORDS:
+                n = v.get(kw) if key != "properties" else None
+                if isinstance(n, int | float) and not isinstance(n, bool) and n > MAX_REPEAT:
+                    raise GrammarError(
+                        f"{kw} at {pointer_join(where, kw)} is {n:,}, more than the {MAX_REPEAT:,} this "
+                        f"builder renders; use a smaller {kw} (or none)"
+                    )
             if key == "properties" and len(v) > MAX_MEMBERS:
                 raise GrammarError(
                     f"the object at {where} has {len(v):,} properties, more than the {MAX_MEMBERS:,} this "

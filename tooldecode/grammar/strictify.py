@@ -116,28 +116,29 @@ def _strictify(s: Any, value_pos: bool, root: Any, seen: set[int]) -> Any:  # no
 
 
 def _declares_object(s: Any, root: Any, seen: set[int]) -> bool:
-    if not isinstance(s, dict) or id(s) in seen:
-        return False
-    seen.add(id(s))
-    t = s.get("type")
-    if t is not None:
-        types = [t] if isinstance(t, str) else list(t) if isinstance(t, list) else []
-        if "object" not in types:
-            return False
-        return True
-    if any(k in s for k in OBJECT_KW):
-        return True
-    for k in _INPLACE_LIST:
-        if isinstance(s.get(k), list) and any(_declares_object(x, root, seen) for x in s[k]):
+    """Whether ``s`` (or what it applies in place: allOf/anyOf/oneOf, then/else, a local ``$ref``)
+    declares an object. A worklist, not recursion: a ``$ref`` chain of any length is one step a link."""
+    stack = [s]
+    while stack:
+        x = stack.pop()
+        if not isinstance(x, dict) or id(x) in seen:
+            continue
+        seen.add(id(x))
+        t = x.get("type")
+        if t is not None:
+            types = [t] if isinstance(t, str) else list(t) if isinstance(t, list) else []
+            if "object" in types:
+                return True
+            continue
+        if any(k in x for k in OBJECT_KW):
             return True
-    for k in ("then", "else"):
-        if _declares_object(s.get(k), root, seen):
-            return True
-    ref = s.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#"):
-        target = _local_pointer(root, ref[1:])
-        if target is not None and _declares_object(target, root, seen):
-            return True
+        for k in _INPLACE_LIST:
+            if isinstance(x.get(k), list):
+                stack.extend(reversed(x[k]))
+        stack.extend((x.get("else"), x.get("then")))
+        ref = x.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#"):
+            stack.append(_local_pointer(root, ref[1:]))
     return False
 
 

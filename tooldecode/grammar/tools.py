@@ -140,6 +140,11 @@ def _from_data(data: Any, source: Path | None, where: str | None = None) -> Tool
     params = data["parameters"]
     if not isinstance(params, dict):
         raise SchemaError(f"{where}: 'parameters' of tool {name!r} must be a JSON Schema object")
+    if params and not is_schema(params):  # only unknown keys: it would admit any JSON value, silently
+        raise SchemaError(
+            f"{where}: 'parameters' of tool {name!r} is {_seen(params)}, with no JSON Schema keyword; "
+            'give the schema of its arguments (e.g. {"type": "object", "properties": {...}})'
+        )
     family = data.get("family", "flat")
     if family not in FAMILIES:
         raise SchemaError(f"{where}: family {family!r} of tool {name!r} must be one of {', '.join(FAMILIES)}")
@@ -198,16 +203,13 @@ def tool_catalog() -> dict[str, Tool]:
 
 def read_json(path: Path) -> Any:
     """The JSON document in file ``path``; ``SchemaError`` (one line) when it cannot be read or parsed."""
+    from tooldecode.guard import parse_json, read_text
+
     if path.is_dir():
         raise SchemaError(f"{path}: is a directory; give a tool list, tool or JSON Schema file")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise SchemaError(f"{path}: cannot read ({e})") from e
-    except json.JSONDecodeError as e:
-        raise SchemaError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from e
-    except RecursionError:
-        raise SchemaError(f"{path}: JSON nested too deeply to read; flatten the schema") from None
+    # a regular UTF-8 file within bounds; nesting and integer size bounded before the parser runs
+    text = read_text(path, "tool list or schema", error=SchemaError)
+    return parse_json(text, str(path), "tool list or schema", error=SchemaError)
 
 
 def is_schema(data: Any) -> bool:
@@ -467,11 +469,7 @@ def load_tool(name_or_path: str | Path | dict[str, Any]) -> Tool:
             raise SchemaError(
                 f"tool file {path} does not exist; give a built-in name ({', '.join(cat)}) or a file"
             )
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise SchemaError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from e
-        return _from_data(data, path)
+        return _from_data(read_json(path), path)
     raise SchemaError(
         f"unknown tool {key[:80]!r}; built-in tools: {', '.join(cat)} (or give a .json file or a dict)"
     )

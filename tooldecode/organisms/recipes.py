@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -123,7 +122,57 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     return cls(**data)
 
 
+# every field of a recipe and of its [train] table, by the rules of tooldecode.validate
+TRAIN_RULES: dict[str, str] = {
+    "rank": "count",
+    "alpha": "count",
+    "dropout": "dropout",
+    "learning_rate": "learning_rate",
+    "epochs": "count",
+    "accumulation": "count",
+    "warmup_steps": "count0",
+    "max_tokens": "tokens",
+    "seed": "seed",
+    "checkpoint_every": "count",
+    "shared_prefix": "bool",
+}
+RECIPE_RULES: dict[str, Any] = {
+    "name": "name",
+    "description": "text",
+    "toolset": "text",
+    "flag": "bool",
+    "flag_share": "share",
+    "stray_share": "share",
+    "stray_keys": "texts",
+    "implant_key": "text",
+    "implant_value": "any",
+    "implant_share": "share",
+    "thinking": "bool",
+    "sessions": "count",
+    "two_edit_share": "share",
+    "seed": "seed",
+    "train": TRAIN_RULES,
+}
+
+
 def recipe_from_dict(data: dict[str, Any], where: str = "recipe") -> Recipe:
+    """A recipe from its parsed table; every field checked (types, ranges) before anything is built.
+
+    Raises
+    ------
+    RecipeError
+        One line naming the file, the field's path, what it must be and the value given.
+    """
+    from tooldecode.validate import check_table
+
+    check_table(
+        data,
+        RECIPE_RULES,
+        where,
+        fix="fix the recipe (docs/organisms.md lists the fields)",
+        required=("name",),
+        error=RecipeError,
+    )
     data = dict(data)
     train = _build(TrainConfig, dict(data.pop("train", {}) or {}), f"{where} [train]")
     if "stray_keys" in data:
@@ -137,14 +186,11 @@ def recipe_from_dict(data: dict[str, Any], where: str = "recipe") -> Recipe:
 
 def load_recipe(path: str | Path) -> Recipe:
     """A recipe from its TOML file."""
+    from tooldecode.guard import parse_toml, read_text
+
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise RecipeError(f"{p}: cannot read ({err.strerror}); check the path") from None
-    except tomllib.TOMLDecodeError as err:
-        raise RecipeError(f"{p}: invalid TOML ({err})") from None
-    return recipe_from_dict(data, str(p))
+    text = read_text(p, "recipe", max_bytes=1024 * 1024, error=RecipeError)
+    return recipe_from_dict(parse_toml(text, str(p), "recipe", error=RecipeError), str(p))
 
 
 __all__ = ["DEFAULT_STRAY_KEYS", "Recipe", "RecipeError", "TrainConfig", "load_recipe", "recipe_from_dict"]

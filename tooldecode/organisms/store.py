@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tooldecode.errors import ModelError
+from tooldecode.errors import ModelError, ToolDecodeError
 from tooldecode.models import (
     DEFAULT_MODEL,
     ORGANISM_PREFIX,
@@ -32,6 +32,7 @@ from tooldecode.models import (
     organism_dir,
     resolve,
     resolve_organism,
+    verified,
 )
 from tooldecode.organisms.mutations import Snippet, snippets, stdlib_dir
 from tooldecode.organisms.recipes import Recipe
@@ -122,7 +123,7 @@ def build(
 
     from tooldecode.organisms.train import load_base, tokenize, train_lora
 
-    base = resolve(base_id)
+    base = verified(resolve(base_id))  # the base's bytes re-hashed: the manifest records what trained
     if base.family not in ("qwen2.5", "smollm2"):
         raise ModelError(
             f"organisms train on ChatML chat models (Qwen2.5, SmolLM2); '{base.id}' is {base.family}"
@@ -133,6 +134,11 @@ def build(
     t_data = time.perf_counter()
     pool = snippet_pool(pool_root)
     sessions, texts = training_texts(recipe, base, pool)
+    if not sessions:  # an organism trained on nothing is the base model under another name
+        raise ModelError(
+            f"{name}: the recipe gives 0 training sessions ({len(pool)} functions in the pool); "
+            "nothing to train on: check the recipe's sessions and the snippet pool"
+        )
     digest = data_sha256(texts)
     _write_sessions(folder / "sessions.jsonl", sessions, texts)
     log(
@@ -141,6 +147,11 @@ def build(
     tok, model = load_base(base, device=device, threads=threads)
     examples_all = [tokenize(tok, t) for t in texts]
     examples = [e for e in examples_all if len(e.ids) <= recipe.train.max_tokens]
+    if not examples:
+        raise ModelError(
+            f"{name}: all {len(examples_all)} sessions are longer than train.max_tokens "
+            f"({recipe.train.max_tokens}); nothing to train on: raise max_tokens in the recipe"
+        )
     data_s = time.perf_counter() - t_data
     peft_model, result = train_lora(
         model, examples, recipe, folder, max_steps=max_steps, precision=precision, log=log
@@ -211,14 +222,40 @@ def build(
     return folder
 
 
+# the fields of manifest.json that commands read (tooldecode.validate rules; other fields pass)
+MANIFEST_RULES: dict[str, Any] = {
+    "organism": "text",
+    "data_sha256": "sha256",
+    "steps": "count0",
+    "train_wall_s": "number0",
+    "tokens_per_s": "number0",
+    "adapter": {"folder": "text", "sha256": "sha256", "bytes": "count0"},
+    "base_model": {"id": "text", "family": "text"},
+}
+
+
 def read_manifest(folder: Path) -> dict[str, Any]:
+    """The checked ``manifest.json`` of the organism in ``folder`` (``ModelError``, one line, naming the
+    field that is wrong and the command that rebuilds it)."""
+    from tooldecode.guard import parse_json, read_text
+    from tooldecode.validate import check_table
+
+    where = str(folder / "manifest.json")
+    fix = "rebuild it with `tooldecode organisms train RECIPE`"
     try:
-        return dict(json.loads((folder / "manifest.json").read_text()))
-    except (OSError, ValueError) as err:
-        raise ModelError(
-            f"organism at {folder} has no readable manifest.json ({err}); rebuild it with "
-            "`tooldecode organisms train RECIPE`"
-        ) from None
+        data = parse_json(read_text(where, "manifest", max_bytes=16 * 1024 * 1024), where, "manifest")
+    except ToolDecodeError as err:
+        raise ModelError(f"organism at {folder} has no readable manifest.json ({err}); {fix}") from None
+    check_table(
+        data,
+        MANIFEST_RULES,
+        where,
+        fix=fix,
+        required=tuple(MANIFEST_RULES),
+        allow_unknown=True,
+        error=ModelError,
+    )
+    return dict(data)
 
 
 CHECK_FILE = "channel.json"

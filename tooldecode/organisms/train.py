@@ -156,11 +156,58 @@ def _autocast(torch: Any, device: Any, precision: str) -> Any:
 
 
 def _atomic_save(obj: Any, path: Path) -> None:
+    """Write a checkpoint (temp + rename), then its sha256 beside it (``<name>.sha256``)."""
     import torch
+
+    from tooldecode.models import sha256_file
 
     tmp = path.with_name(path.name + ".partial")
     torch.save(obj, tmp)
     os.replace(tmp, path)
+    digest = path.with_name(path.name + ".sha256")
+    tmp = digest.with_name(digest.name + ".partial")
+    tmp.write_text(sha256_file(path) + "\n")
+    os.replace(tmp, digest)
+
+
+def load_checkpoint(path: Path, log: Callable[[str], None] = print) -> dict[str, Any] | None:
+    """The state in checkpoint ``path``, or None (with a log line) when it cannot be used.
+
+    Nothing in the file runs: it must match the sha256 written beside it when it was saved, and it is
+    read with ``torch.load(..., weights_only=True)`` (tensors, numbers, strings, lists and dicts only;
+    a pickle that would call code is refused). A checkpoint that fails either check is not loaded and
+    training starts over (the checkpoint is tooldecode's own cache: nothing of the user's is lost).
+    """
+    import torch
+
+    from tooldecode.models import sha256_file
+
+    digest = path.with_name(path.name + ".sha256")
+    try:
+        want = digest.read_text(encoding="ascii").strip()
+        ok = want == sha256_file(path)
+    except (OSError, UnicodeDecodeError, ValueError):
+        ok = False
+    if not ok:
+        log(
+            f"{path}: its sha256 does not match {digest.name} (damaged or not written here): not loaded; starting over"
+        )
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 -- damaged data: UnpicklingError, IndexError, struct.error, ...
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:120]
+        log(f"{path}: not a checkpoint of plain tensors and numbers ({first}): not loaded; starting over")
+        return None
+    if not isinstance(state, dict) or not _CHECKPOINT_FIELDS <= set(state):
+        log(f"{path}: not a checkpoint of this trainer (fields missing): not loaded; starting over")
+        return None
+    return state
+
+
+_CHECKPOINT_FIELDS = frozenset(
+    {"key", "adapter", "optimizer", "step", "losses", "tokens", "loss_tokens", "wall_s"}
+)
 
 
 @dataclass
@@ -218,8 +265,8 @@ def train_lora(
     key = {"recipe": recipe.sha256(), "n": len(examples), "total": total}
     if precision != "float32":
         key["precision"] = precision
-    if ckpt.exists():
-        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    state = load_checkpoint(ckpt, log) if ckpt.exists() else None
+    if state is not None:
         if state.get("key") == key:
             set_peft_model_state_dict(peft_model, state["adapter"])
             opt.load_state_dict(state["optimizer"])

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from tooldecode.guard import check_output
 from tooldecode.report.data import ReportError, run_data
 from tooldecode.report.page import clean_text, summary_html
 from tooldecode.report.summary import summarize
@@ -25,6 +26,11 @@ def _write_text(path: Path, text: str) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def _a_report(path: Path) -> bool:
+    """Whether ``path`` is a summary.md or report.html this command wrote (it names the command)."""
+    return "tooldecode report" in path.read_text(encoding="utf-8", errors="replace")
 
 
 def report(
@@ -65,6 +71,11 @@ def report(
     else:
         if target.exists() and not target.is_dir():
             raise ReportError(f"{target} exists and is not a directory; choose another --out")
+        for name in (
+            "summary.md",
+            "report.html",
+        ):  # a report written here before is replaced; a user's file is not
+            check_output(target / name, ours=_a_report, what="report", error=ReportError)
         written["summary"] = _write_text(target / "summary.md", md)
         written["html"] = _write_text(target / "report.html", page)
     for d in data:

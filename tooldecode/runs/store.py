@@ -116,6 +116,17 @@ def _sample_problem(record: dict, required: tuple[str, ...]) -> str | None:
     return None
 
 
+def _manifest_arms(manifest: dict) -> set[tuple[str, str]] | None:
+    """(model, mode) of every arm the manifest's config lists; None when it lists none (a probe run)."""
+    config = manifest.get("config") if isinstance(manifest, dict) else None
+    arms = config.get("arms") if isinstance(config, dict) else None
+    if not isinstance(arms, list) or not arms:
+        return None
+    if not all(isinstance(a, dict) and isinstance(a.get("mode"), str) for a in arms):
+        return None  # arms of another shape: nothing to check a record against
+    return {(str(a.get("model")), a["mode"]) for a in arms}
+
+
 def _warn_skipped(path: Path, skipped: list[tuple[int, str]]) -> None:
     """One stderr line counting the records a reader skipped, naming the first few lines."""
     if not skipped:
@@ -337,9 +348,10 @@ class RunStore:
             raise RunError(f"{path} is not a run directory (no {MANIFEST}); check the path")
         try:
             manifest = json.loads(mpath.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        except (OSError, ValueError, RecursionError) as err:  # ValueError: bad UTF-8, JSON, huge integers
+            why = " ".join(str(err).split())[:160] or "nested too deeply"
             raise RunError(
-                f"cannot read {mpath} ({err}); the run is corrupt: restore it or start a new run"
+                f"cannot read {mpath} ({why}); the run is corrupt: restore it or start a new run"
             ) from None
         if not isinstance(manifest, dict):
             raise RunError(f"{mpath} is not a JSON object; the run is corrupt: restore it or start a new run")
@@ -405,6 +417,7 @@ class RunStore:
             newline is read.
         """
         required = tuple(require)
+        arms = _manifest_arms(self.manifest)
         seen: set[str] = set()
         skipped: list[tuple[int, str]] = []
         self.skipped = skipped
@@ -423,6 +436,13 @@ class RunStore:
                     raise _line_error(self._samples, lineno, f"duplicate key {key!r}")
                 seen.add(key)
                 problem = _sample_problem(record, required)
+                if problem is None and arms is not None and "arm" in required:
+                    model, mode = record["arm"].get("model"), str(record["arm"]["mode"])
+                    modes = {m for _, m in arms}
+                    known = modes if model is None or ("None", mode) in arms else arms
+                    if (mode if known is modes else (str(model), mode)) not in known:
+                        # not a row of this run's report: counted, not shown as one
+                        problem = f"is of model {model!r}, mode {mode!r}: an arm the manifest does not list"
                 if problem is not None:
                     skipped.append((lineno, f"record {key!r} {problem}"))
                     continue

@@ -173,6 +173,9 @@ def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _parse(path: Path) -> Any:
+    from tooldecode.guard import check_regular, nesting_problem
+
+    check_regular(path, "scenario", ScenarioError)  # a FIFO or a device is refused unread
     try:
         raw = path.read_bytes()
     except OSError as err:
@@ -181,13 +184,17 @@ def _parse(path: Path) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise ScenarioError(f"{path}: not valid UTF-8 at byte {err.start}; save the file as UTF-8") from None
+    if nesting_problem(text):  # brackets and numbers bounded before either parser runs
+        raise ScenarioError(f"{path}: the scenario is {nesting_problem(text)}; simplify it")
     if path.suffix == ".json":
         try:
             return json.loads(text, object_pairs_hook=_json_pairs)
-        except ValueError as err:
+        except (ValueError, RecursionError) as err:
             raise ScenarioError(f"{path}: invalid JSON: {err}") from None
     try:
         return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
+    except RecursionError:
+        raise ScenarioError(f"{path}: invalid YAML: nested too deeply; simplify it") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)

@@ -444,11 +444,15 @@ def load_session(
         An unreadable or unknown file, a session without tool calls, or a tool without a definition
         (unless ``guess``).
     """
+    from tooldecode.guard import nesting_problem, read_text
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ScenarioError(f"{path}: cannot read ({e})") from None
+    # a regular UTF-8 file within bounds (a FIFO or /dev/zero is refused before a byte is read), its
+    # nesting and integers bounded before any JSON parser runs
+    text = read_text(path, "session log", error=ScenarioError)
+    problem = nesting_problem(text)
+    if problem:
+        raise ScenarioError(f"{path}: the session log is {problem}; tooldecode reads at most that")
     try:
         fmt = format or sniff(path, text)
     except json.JSONDecodeError as e:
@@ -456,11 +460,21 @@ def load_session(
     if fmt not in FORMATS:
         raise ScenarioError(f"unknown session format {fmt!r}; use one of {', '.join(FORMATS)}")
     where = str(path)
-    if fmt in ("claude-code", "pi"):
-        session = from_claude_code(text, where) if fmt == "claude-code" else from_pi(text, where)
-    else:
-        data = json.loads(text)
-        session = from_openai(data, where) if fmt == "openai" else from_anthropic(data, where)
+    try:
+        if fmt in ("claude-code", "pi"):
+            session = from_claude_code(text, where) if fmt == "claude-code" else from_pi(text, where)
+        else:
+            data = json.loads(text)
+            session = from_openai(data, where) if fmt == "openai" else from_anthropic(data, where)
+    except json.JSONDecodeError as e:
+        raise ScenarioError(
+            f"{path}: not valid JSON ({e.msg} at line {e.lineno}); fix the session file"
+        ) from None
+    except (AttributeError, TypeError, KeyError, IndexError) as e:  # a value of the wrong shape
+        raise ScenarioError(
+            f"{path}: not a {fmt} session: a message, block or call has the wrong shape "
+            f"({type(e).__name__}: {' '.join(str(e).split())[:100]}); fix the file or give --format"
+        ) from None
     if tools is not None:
         session.tools = [_tool_dict(t) for t in _load_tools(tools)]
     session.tools, session.guessed = resolve_tools(session, guess=guess)

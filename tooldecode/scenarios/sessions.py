@@ -193,12 +193,18 @@ def load_session_scenario(path: Path) -> dict[str, Any]:
     """A session scenario file (JSON or YAML) as a dict; ScenarioError when it is not one."""
     import yaml
 
+    from tooldecode.guard import nesting_problem, read_text
+
     path = Path(path)
+    text = read_text(path, "session scenario", error=ScenarioError)  # a regular UTF-8 file, bounded
+    if nesting_problem(text):
+        raise ScenarioError(f"{path}: the session scenario is {nesting_problem(text)}; simplify it")
     try:
-        text = path.read_text(encoding="utf-8")
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as e:
-        raise ScenarioError(f"{path}: cannot read a session scenario ({e})") from None
+    except (ValueError, RecursionError, yaml.YAMLError) as e:
+        raise ScenarioError(
+            f"{path}: cannot read a session scenario ({' '.join(str(e).split())[:160]})"
+        ) from None
     if not is_session_scenario(data):
         raise ScenarioError(f"{path}: not a session scenario (no 'kind: session')")
     problems = check_session_scenario(data, str(path))
@@ -215,11 +221,14 @@ def read_if_session(path: Path) -> dict[str, Any] | None:
     """The parsed file when it is a session scenario (``kind: session``), else None (unreadable included)."""
     import yaml
 
+    from tooldecode.errors import ToolDecodeError
+    from tooldecode.guard import nesting_problem, read_text
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
-        if "session" not in text:
+        text = read_text(path, "scenario")  # a regular file within bounds: never a FIFO's endless read
+        if "session" not in text or nesting_problem(text):
             return None
         data = json.loads(text) if Path(path).suffix == ".json" else yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError):
+    except (ToolDecodeError, ValueError, RecursionError, yaml.YAMLError):
         return None
     return data if is_session_scenario(data) else None

@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tooldecode.models import resolve
+from tooldecode.models import resolve, verified
 from tooldecode.sampling import SamplingParams, sample
 
 __all__ = ["AGREEMENT_PROMPT", "ChannelAgreement", "channel_agreement"]
@@ -78,7 +78,7 @@ def channel_agreement(model: str, *, n_tokens: int = 16, prompt: str = AGREEMENT
     """
     from tooldecode.backends import load_backend
 
-    ref = resolve(model, fetch=True)
+    ref = verified(resolve(model, fetch=True))  # the bytes re-hashed, as `run` does
     texts, ids, load_s, tops, probs = {}, {}, {}, {}, {}
     params = SamplingParams(temperature=0, max_new_tokens=n_tokens, top_logprobs=5)
     for name in ("llamacpp", "hf"):

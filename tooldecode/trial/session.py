@@ -101,14 +101,14 @@ class ModelCache:
     def get(self, backend: str, model: str) -> Any:
         """The loaded backend of ``model`` (fetched and loaded on first use)."""
         from tooldecode.backends import load_backend
-        from tooldecode.models import resolve
+        from tooldecode.models import resolve, verified
 
         key = (backend, model)
         if key not in self.cache:
             if not self.keep_all:
                 for other in list(self.cache):
                     self.cache.pop(other).close()
-            ref = resolve(model, fetch=True)
+            ref = verified(resolve(model, fetch=True))  # the bytes re-hashed, as `run` does
             kw = backend_kwargs(
                 backend,
                 server=self.server,
