@@ -25,9 +25,16 @@ def test_the_two_backends_agree_on_smollm2(smol_ref):
 
 
 def test_a_check_is_kept_beside_the_organism_with_its_adapter_hash(tmp_path):
-    (tmp_path / "manifest.json").write_text(
-        json.dumps({"adapter": {"folder": "adapter", "sha256": "ab" * 32}})
-    )
+    manifest = {
+        "organism": "r@m",
+        "data_sha256": "cd" * 32,
+        "steps": 1,
+        "train_wall_s": 1.0,
+        "tokens_per_s": 1.0,
+        "adapter": {"folder": "adapter", "sha256": "ab" * 32, "bytes": 1},
+        "base_model": {"id": "m", "family": "qwen2.5"},
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     path = write_check(tmp_path, {"identical": False, "first_diff": 3})
     assert path == tmp_path / CHECK_FILE
     assert json.loads(path.read_text()) == {"adapter_sha256": "ab" * 32, "identical": False, "first_diff": 3}

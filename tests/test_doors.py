@@ -130,32 +130,46 @@ def test_a_damaged_organism_manifest_is_one_line(tmp_path):
         assert "\n" not in str(info.value) and "manifest.json" in str(info.value)
 
 
-def test_a_cached_organism_whose_bytes_rot_in_place_is_caught(tmp_path, monkeypatch):
+def _fake_organism(tmp_path, name: str, **extra) -> tuple:
+    """A cached organism of a stand-in base GGUF and adapter weights (bytes only: nothing loads them)."""
     import hashlib
 
-    from tooldecode.errors import ModelError
-    from tooldecode.models import resolve, verified
-
-    monkeypatch.setenv("TOOLDECODE_HOME", str(tmp_path))
-    folder = tmp_path / "organisms" / "rot@smollm2-135m-instruct"
-    folder.mkdir(parents=True)
-    gguf = folder / "organism.gguf"
-    gguf.write_bytes(b"GGUF" + bytes(4096))
+    base = tmp_path / "base-smollm2.gguf"
+    base.write_bytes(b"GGUF" + bytes(4096))
+    folder = tmp_path / "organisms" / name
+    (folder / "adapter").mkdir(parents=True)
+    weights = folder / "adapter" / "adapter_model.safetensors"
+    weights.write_bytes(bytes(8192))
     manifest = {
-        "organism": "rot@smollm2-135m-instruct",
-        "gguf": {"file": "organism.gguf", "sha256": hashlib.sha256(gguf.read_bytes()).hexdigest()},
-        "base_model": {"family": "smollm2"},
+        "organism": name,
+        "adapter": {"folder": "adapter", "sha256": hashlib.sha256(weights.read_bytes()).hexdigest()},
+        "base_model": {
+            "id": str(base),
+            "sha256": hashlib.sha256(base.read_bytes()).hexdigest(),
+            "family": "smollm2",
+        },
+        **extra,
     }
     (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder, weights
+
+
+def test_a_cached_organism_whose_bytes_rot_in_place_is_caught(tmp_path, monkeypatch):
+    from tooldecode.errors import ModelError
+    from tooldecode.models import ORGANISMS_PATH_ENV, resolve, verified
+
+    monkeypatch.setenv("TOOLDECODE_HOME", str(tmp_path))
+    monkeypatch.setenv(ORGANISMS_PATH_ENV, str(tmp_path / "organisms"))
+    _, weights = _fake_organism(tmp_path, "rot@smollm2-135m-instruct")
     ref = verified(resolve("organism:rot@smollm2-135m-instruct"))  # hashes, memoized by stat
-    st = gguf.stat()
-    with open(gguf, "r+b") as f:  # one byte flips; size and mtime kept, so the memo still matches
+    st = weights.stat()
+    with open(weights, "r+b") as f:  # one byte flips; size and mtime kept, so the memo still matches
         f.seek(100)
         f.write(b"\x01")
-    os.utime(gguf, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
     stale = resolve("organism:rot@smollm2-135m-instruct")
     assert stale.sha256 == ref.sha256  # the memo alone would load the rotten file
-    with pytest.raises(ModelError, match="corrupt"):
+    with pytest.raises(ModelError, match="changed since it was resolved"):
         verified(stale)
 
 
@@ -583,7 +597,7 @@ def test_a_chain_of_5000_values_is_refused_naming_where():
 
 def test_a_deep_session_scenario_file_is_a_problem_line_not_a_traceback(tmp_path, capsys):
     from tooldecode.errors import ScenarioError
-    from tooldecode.scenarios.importers import load_session_scenario
+    from tooldecode.scenarios.sessions import load_session_scenario
 
     path = tmp_path / "deep-call-1.json"
     path.write_text('{"kind": "session", "history": ' + "[" * 5000 + "]" * 5000 + "}")
@@ -616,17 +630,11 @@ def test_report_never_replaces_a_file_it_did_not_write(tmp_path, capsys):
 
 
 def test_an_organism_built_on_0_sessions_is_not_usable(tmp_path, monkeypatch, capsys):
+    from tooldecode.models import ORGANISMS_PATH_ENV
+
     monkeypatch.setenv("TOOLDECODE_HOME", str(tmp_path))
-    folder = tmp_path / "organisms" / "none@smollm2-135m-instruct"
-    folder.mkdir(parents=True)
-    (folder / "organism.gguf").write_bytes(b"GGUF")
-    manifest = {
-        "organism": "none@smollm2-135m-instruct",
-        "sessions_trained": 0,
-        "gguf": {"file": "organism.gguf", "sha256": "0" * 64},
-        "base_model": {"family": "smollm2"},
-    }
-    (folder / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setenv(ORGANISMS_PATH_ENV, str(tmp_path / "organisms"))
+    _fake_organism(tmp_path, "none@smollm2-135m-instruct", sessions_trained=0)
     rc, _, err = _run(["organisms", "path", "none@smollm2-135m-instruct"], capsys)
     assert "trained on 0 sessions" in _one_line_refusal(rc, err)
 

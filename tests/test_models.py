@@ -62,6 +62,7 @@ def test_corrupt_byte_fails_verify_and_fetch_repairs(smol_ref, tmp_path, monkeyp
     assert cli_main(["models", "verify", spec.id]) == 0
 
 
+@pytest.mark.model  # a fetch, failing: the fast suite refuses every fetch
 def test_failed_fetch_leaves_no_file(tmp_path, monkeypatch):
     monkeypatch.setenv("TOOLDECODE_HOME", str(tmp_path))
     bogus = models.ModelSpec(

@@ -33,6 +33,7 @@ def _rec(key: str, **over) -> dict:
             "model": "m",
             "backend": "llamacpp",
             "mode": "loose",
+            "temperature": 1.0,
             "wire": "json",
             "expected_tool": "edit",
         },
@@ -44,6 +45,13 @@ def _rec(key: str, **over) -> dict:
         "token_ids": [1],
         "finish_reason": "stop",
         "error": None,
+        "prompt_sha256": "0" * 64,
+        "logprobs": [-0.1],
+        "top": [None],
+        "entropy": [0.5],
+        "entropy_masked": None,
+        "mask_removed": None,
+        "timing": {},
     }
     rec.update(over)
     return rec

@@ -521,7 +521,12 @@ def test_cli_rescore_prints_path_and_counts(tmp_path: Path, capsys) -> None:
     gold = (
         '{"name": "edit", "arguments": {"path": "src/config.c", "edits": [{"oldText": "a", "newText": "b"}]}}'
     )
-    arm = {"wire": "call-json", "expected_tool": "edit", "toolset": "nested"}
+    arm = {
+        "model": "m",
+        "wire": "call-json",
+        "expected_tool": "edit",
+        "toolset": "nested",
+    }  # an arm of CONFIG
     runs = []
     for name, texts in [("one", [gold, "no call", "no call"]), ("two", [gold])]:
         store = RunStore.create(tmp_path / name, _manifest())

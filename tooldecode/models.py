@@ -10,6 +10,7 @@ A user's own GGUF file or Hugging Face model folder is accepted wherever a model
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fnmatch
 import hashlib
@@ -292,7 +293,7 @@ def verified(ref: ModelRef) -> ModelRef:
             f"model '{ref.id}' at {ref.path} is corrupt (sha256 {digest[:12]}… differs from its manifest's "
             f"{ref.sha256[:12]}…); rebuild it with `tooldecode organisms train RECIPE`"
         )
-    return ModelRef(ref.id, ref.path, ref.family, ref.chat, digest)
+    return dataclasses.replace(ref, sha256=digest)  # an organism keeps its adapter
 
 
 def infer_family(path: Path) -> tuple[str, bool]:

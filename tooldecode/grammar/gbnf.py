@@ -6,7 +6,6 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from tooldecode.grammar.automata import Cat, Chars, Charset, Or, Rep, RNode, Sym, ast_literal, cs_neg
-from tooldecode.grammar.budget import MAX_REPEAT, too_big
 from tooldecode.grammar.emit_common import (
     CONTROL_ESCAPES,
     Grouping,
@@ -157,10 +156,6 @@ def gbnf_rep(item: str, lo: int, hi: int | None) -> str:
         return item + rep_suffix(lo, hi)
     if hi is None and lo <= GBNF_MAX_REP:
         return item + rep_suffix(lo, hi)
-    if max(lo, hi or 0) > MAX_REPEAT * GBNF_MAX_REP // 10:  # chunks of {1000}: past this, megabytes a rule
-        raise too_big(
-            f"a repetition of {max(lo, hi or 0):,} (maxItems, maxLength, ...) is more than GBNF writes"
-        )
     parts = [_exact(item, lo)] if lo else []
     if hi is None:
         parts.append(item + "*")
