@@ -113,10 +113,11 @@ def mix_call(
         return tool, {"todos": todos}
     new_path, test_path = _paths(path)
     module = new_path.removeprefix("src/").removesuffix(".py").replace("/", ".")
-    names = [f.split(".")[0] for f in funcs]  # a method's class, or the function
+    names = [f.split(".")[-1] for f in funcs]  # the file defines each (a method dedented) at top level
     imports = "".join(f"from {module} import {n}\n" for n in dict.fromkeys(names))
     tests = "".join(
-        f"\n\ndef test_{f.replace('.', '_').lower()}():\n    assert {names[i]}\n" for i, f in enumerate(funcs)
+        f"\n\ndef test_{f.replace('.', '_').lower()}():\n    assert callable({names[i]})\n"
+        for i, f in enumerate(funcs)
     )
     stub = imports + tests
     return tool, {"files": [{"path": new_path, "content": expected}, {"path": test_path, "content": stub}]}
