@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _organism(base, root: Path) -> str:
     """A random r = 16 adapter on ``base`` as a resolvable organism under ``root``; its model id."""
+    from tooldecode.backends.lora import synthetic_adapter
     from tooldecode.models import cached_sha256
-    from tooldecode.organisms.adapter import synthetic_adapter
 
     name = f"bench@{base.id}"
     folder = root / name
@@ -54,7 +54,7 @@ def _organism(base, root: Path) -> str:
 
 
 def _merged(base, organism_dir: Path, out: Path) -> Path:
-    from tooldecode.organisms.adapter import lora_deltas_from
+    from tooldecode.backends.lora import lora_deltas_from
     from tooldecode.organisms.export import export_gguf
 
     return export_gguf(base.path, lora_deltas_from(organism_dir / "adapter"), out)

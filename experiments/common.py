@@ -12,6 +12,7 @@ import numpy as np
 
 from tooldecode.classify import CONTINUE_KINDS, EXTRA_OUTCOMES
 from tooldecode.measures import crate, distinct_draws, sample_continuation, sample_outcome
+from tooldecode.records import Condition, SampleRecord
 from tooldecode.runs import Run
 from tooldecode.stats import cluster_rate
 
@@ -27,11 +28,11 @@ CR = "cluster-robust CR1 95% CI over scenarios"
 PT = "paired over scenarios: t CI of the mean difference, sign-flip permutation p"
 
 
-def per_scenario(samples: list[dict], pred: Callable[[dict], bool]) -> dict[str, float]:
+def per_scenario(samples: list[SampleRecord], pred: Callable[[SampleRecord], bool]) -> dict[str, float]:
     """Per scenario: the share of ``samples`` for which ``pred`` holds (the values a paired row compares)."""
     by: dict[str, list[bool]] = defaultdict(list)
     for s in samples:
-        by[s["scenario"]].append(bool(pred(s)))
+        by[s.scenario].append(bool(pred(s)))
     return {k: float(np.mean(v)) for k, v in by.items()}
 
 
@@ -57,14 +58,14 @@ def short(model: str) -> str:
     return model.replace("qwen2.5-coder-", "qwen-").replace("-instruct", "")
 
 
-def arm_filter(samples: Sequence[dict], **want: Any) -> list[dict]:
+def arm_filter(samples: Sequence[SampleRecord], **want: Any) -> list[SampleRecord]:
     """Samples without an error whose arm has every ``field=value`` of ``want``."""
-    return [s for s in samples if all(s["arm"].get(k) == v for k, v in want.items()) and not s.get("error")]
+    return [s for s in samples if all(s.arm.get(k) == v for k, v in want.items()) and not s.error]
 
 
-def l2(run: Run, **want: Any) -> list[dict]:
+def l2(run: Run, **want: Any) -> list[SampleRecord]:
     """The run's L2 samples without an error whose arm has every ``field=value`` of ``want``."""
-    return [s for s in arm_filter(run.samples, **want) if s["arm"].get("level") == "L2"]
+    return [s for s in arm_filter(run.samples, **want) if s.arm.level == "L2"]
 
 
 def rerun_command(run: Run) -> str:
@@ -75,12 +76,12 @@ def rerun_command(run: Run) -> str:
 
 def redone_by(run: Run, runs: dict[str, Run]) -> list[str]:
     """Runs of the same spec and models drawn with per-scenario streams (reruns of a shared-stream run)."""
-    models = {s["arm"].get("model") for s in run.samples}
+    models = {s.arm.model for s in run.samples}
     return sorted(
         o.name
         for o in runs.values()
         if o.spec == run.spec and o.samples and not o.shared_streams
-        and models <= {s["arm"].get("model") for s in o.samples}
+        and models <= {s.arm.model for s in o.samples}
     )  # fmt: skip
 
 
@@ -118,22 +119,22 @@ def shared_note(run: Run, runs: dict[str, Run] | None = None) -> str:
     )
 
 
-def kinds_text(samples: list[dict], kinds: tuple[str, ...] = KIND_ORDER) -> str:
+def kinds_text(samples: list[SampleRecord], kinds: tuple[str, ...] = KIND_ORDER) -> str:
     ss = distinct_draws(samples)
     if not ss:
         return "no samples"
-    if any(s.get("_run_streams") for s in ss):
+    if any(s.stream is None for s in ss):  # drawn with one stream shared by every scenario
         cs = Counter(sample_continuation(s).kind for s in ss)
-        g = len({s["scenario"] for s in ss})
+        g = len({s.scenario for s in ss})
         body = ", ".join(f"{k} {cs[k]}/{len(ss)}" for k in kinds if cs[k])
         return f"{len(ss)} distinct draws, {few(g)}: {body} (counts only)"
     cs = [sample_continuation(s) for s in ss]
     parts = []
     for k in kinds:
         if any(c.kind == k for c in cs):
-            r = cluster_rate([c.kind == k for c in cs], [s["scenario"] for s in ss])
+            r = cluster_rate([c.kind == k for c in cs], [s.scenario for s in ss])
             parts.append(f"{k} {int(r.k)}/{r.n} = {100 * r.rate:.1f}% [{100 * r.lo:.1f}, {100 * r.hi:.1f}]")
-    g = len({s["scenario"] for s in ss})
+    g = len({s.scenario for s in ss})
     return f"{len(ss)} distinct draws, {few(g)}: " + ", ".join(parts)
 
 
@@ -145,7 +146,7 @@ OUTCOME_WORDS = {
 }
 
 
-def outcomes_text(extra: list[dict]) -> str:
+def outcomes_text(extra: list[SampleRecord]) -> str:
     """The outcomes of extra-key draws (``tooldecode.classify.EXTRA_OUTCOMES``) with cluster intervals."""
     if not extra:
         return "no extra key"
@@ -158,28 +159,28 @@ def outcomes_text(extra: list[dict]) -> str:
     return ", ".join(parts)
 
 
-def keys_of(samples: list[dict], kinds: tuple[str, ...]) -> Counter:
+def keys_of(samples: list[SampleRecord], kinds: tuple[str, ...]) -> Counter:
     return Counter(
         c.key for c in (sample_continuation(s) for s in distinct_draws(samples)) if c.kind in kinds and c.key
     )
 
 
-def arm_fields(arm: dict) -> str:
+def arm_fields(arm: Condition) -> str:
     """An arm as ``field=value`` pairs in name order, without the fields that follow from the others."""
     skip = {"model", "backend", "level", "wire", "expected_tool"}
-    return ",".join(f"{k}={v}" for k, v in sorted(arm.items()) if k not in skip)
+    return ",".join(f"{k}={v}" for k, v in sorted(arm.to_json().items()) if k not in skip)
 
 
-def identical_arms(samples: Sequence[dict]) -> list[list[str]]:
+def identical_arms(samples: Sequence[SampleRecord]) -> list[list[str]]:
     """Groups (2 or more) of arm labels whose prompts and prefills are byte-identical in every scenario
     and whose sampling settings agree: the same arm under different names."""
     sig: dict[str, dict[str, tuple]] = defaultdict(dict)
     settings: dict[str, tuple] = {}
     for s in samples:
-        a = s["arm"]
+        a = s.arm
         lab = arm_fields(a)
-        sig[lab][s["scenario"]] = (s.get("prompt_sha256"), s.get("prefill"))
-        settings[lab] = (a.get("model"), a.get("mode"), a.get("engine"), a.get("temperature"))
+        sig[lab][s.scenario] = (s.prompt_sha256, s.prefill)
+        settings[lab] = (a.model, a.mode, a.engine, a.temperature)
     groups: dict[tuple, list[str]] = defaultdict(list)
     for lab, per in sig.items():
         groups[(settings[lab], tuple(sorted(per.items())))].append(lab)

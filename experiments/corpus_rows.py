@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 from experiments.common import (
     CR,
@@ -20,6 +21,7 @@ from experiments.common import (
     short,
     source,
 )
+from tooldecode.records import SampleRecord
 from tooldecode.runs import Run
 
 
@@ -84,12 +86,12 @@ def row_zoo(runs: dict[str, Run]) -> dict | None:
 def row_duplicates(runs: dict[str, Run]) -> dict:
     parts = []
     used = []
-    pooled: list[dict] = []
+    pooled: list[SampleRecord] = []
     for run in sorted(runs.values(), key=lambda r: r.name):
-        ss = [s for s in run.samples if not s.get("error")]
+        ss = [s for s in run.samples if not s.error]
         if not ss:
             continue
-        pooled += [dict(s, arm={**s["arm"], "run": run.name}) for s in ss]
+        pooled += [replace(s, arm=replace(s.arm, extra={**s.arm.extra, "run": run.name})) for s in ss]
         groups = identical_arms(ss)
         d = len(distinct_draws(ss))
         if groups or d < len(ss):
@@ -127,12 +129,13 @@ def row_repair(runs: dict[str, Run]) -> dict | None:
     (valid-looking, payload cut or wrong), per model, over the distinct draws of every committed run."""
     from tooldecode.repair import json_repair_row, json_repair_version, repair_record
 
-    per: dict[str, list[dict]] = defaultdict(list)
+    per: dict[str, list[SampleRecord]] = defaultdict(list)
+    marks: dict[int, dict[str, bool]] = {}  # id of a failing sample -> what the repairs made of it
     used: list[Run] = []
     left_out: list[str] = []
     for run in sorted(runs.values(), key=lambda r: r.name):
-        loose = [s for s in run.samples if s["arm"].get("mode") == "loose" and not s.get("error")]
-        loose = [s for s in loose if s["arm"].get("backend", "llamacpp") != "openai"]
+        loose = [s for s in run.samples if s.arm.mode == "loose" and not s.error]
+        loose = [s for s in loose if s.arm.backend != "openai"]
         if not loose:
             continue
         if run.shared_streams:
@@ -140,29 +143,34 @@ def row_repair(runs: dict[str, Run]) -> dict | None:
             continue
         used.append(run)
         for s in loose:
-            own = repair_record(s, run.manifest)
+            own = repair_record(s, run.manifest, verdict=run.verdict(s))
             if "skipped" in own or own["strict_verdict"] == "valid":
                 continue
             jr = json_repair_row(s, run.manifest)
-            per[str(s["arm"].get("model"))].append(
-                dict(s, own_ok=own["valid"] and own["payload_ok"], own_bad=own["valid"] and not own["payload_ok"],
-                     jr_ok=jr["valid"] and jr["payload_ok"], jr_bad=jr["valid"] and not jr["payload_ok"])
+            per[str(s.arm.model)].append(s)
+            marks[id(s)] = dict(
+                own_ok=own["valid"] and own["payload_ok"], own_bad=own["valid"] and not own["payload_ok"],
+                jr_ok=jr["valid"] and jr["payload_ok"], jr_bad=jr["valid"] and not jr["payload_ok"],
             )  # fmt: skip
     if not per:
         return None
     parts = []
     head = ""
+
+    def rate(rows: list[SampleRecord], what: str) -> object:
+        return crate(rows, lambda r: marks[id(r)][what])
+
     for model, rows in sorted(per.items()):
         n = len(distinct_draws(rows))
         if model == STUDY_MODEL:
             head = (
-                f"{short(model)}: json-repair rescues {crate(rows, lambda r: r['jr_ok'])} of {n} failing loose "
-                f"calls and silently corrupts {crate(rows, lambda r: r['jr_bad'])}"
+                f"{short(model)}: json-repair rescues {rate(rows, 'jr_ok')} of {n} failing loose "
+                f"calls and silently corrupts {rate(rows, 'jr_bad')}"
             )
         parts.append(
-            f"{short(model)} ({n} failing loose calls): json-repair rescues {crate(rows, lambda r: r['jr_ok'])}, "
-            f"silently corrupts {crate(rows, lambda r: r['jr_bad'])}; own repairs rescue "
-            f"{crate(rows, lambda r: r['own_ok'])}, corrupt {crate(rows, lambda r: r['own_bad'])}"
+            f"{short(model)} ({n} failing loose calls): json-repair rescues {rate(rows, 'jr_ok')}, "
+            f"silently corrupts {rate(rows, 'jr_bad')}; own repairs rescue "
+            f"{rate(rows, 'own_ok')}, corrupt {rate(rows, 'own_bad')}"
         )
     return {
         "observation": "Loose + repair as tolerant clients run it: does json-repair rescue the loose calls that fail?",

@@ -22,7 +22,7 @@ from tooldecode.repair import (
     json_repair_summary,
     repair_record,
 )
-from tooldecode.runs import RunStore
+from tooldecode.runs import RunStore, sample_of
 
 
 def committed_runs() -> list[Path]:
@@ -36,7 +36,8 @@ def main(runs: list[Path]) -> None:
     rows = []
     for run in runs:
         store = RunStore.open(run)
-        for record in store.sample_records():
+        tools: dict = {}
+        for record in (sample_of(d, tools) for d in store.sample_records()):
             row = repair_record(record, store.manifest)
             if "skipped" not in row:
                 row[JSON_REPAIR] = json_repair_row(record, store.manifest)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tooldecode.measures import distinct_draws
+from tooldecode.records import SampleRecord
 from tooldecode.report.kinds import KindBar, kind_bars, write_kinds_png
 from tooldecode.runs import Run
 
@@ -140,13 +141,13 @@ def headline_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _arm(s: dict) -> str | None:
-    a = s["arm"]
-    if a.get("mode") == "loose":
+def _arm(s: SampleRecord) -> str | None:
+    a = s.arm
+    if a.mode == "loose":
         return "loose"
-    if a.get("mode") == "strict" and a.get("engine") in (None, "xgrammar"):
+    if a.mode == "strict" and a.engine in (None, "xgrammar"):
         return "strict (closed grammar)"
-    if a.get("mode") == "strict-spec" and a.get("duplicates", "forbid") == "forbid":
+    if a.mode == "strict-spec" and (a.duplicates or "forbid") == "forbid":
         return "open grammar"
     return None
 
@@ -160,16 +161,16 @@ def figure_bars(runs: dict[str, Run]) -> list[KindBar]:
             for r in sorted(runs.values(), key=lambda r: r.name)
             if not r.shared_streams
             for s in r.samples
-            if s["arm"].get("level") == "L2" and not s.get("error")
+            if s.arm.level == "L2" and not s.error
         ]
     )
     order = {m: i for i, m in enumerate(MODELS)}
     arms = ("loose", "strict (closed grammar)", "open grammar")
-    pool.sort(key=lambda s: (order.get(s["arm"].get("model"), 99), arms.index(_arm(s)) if _arm(s) else 9))
+    pool.sort(key=lambda s: (order.get(s.arm.model, 99), arms.index(_arm(s)) if _arm(s) else 9))
 
-    def group(s: dict) -> str | None:
+    def group(s: SampleRecord) -> str | None:
         arm = _arm(s)
-        return None if arm is None else f"{MODELS.get(s['arm'].get('model'), s['arm'].get('model'))}, {arm}"
+        return None if arm is None else f"{MODELS.get(s.arm.model, s.arm.model)}, {arm}"
 
     return kind_bars(pool, group)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from tooldecode.classify import INVENTED
 from tooldecode.measures import distinct_draws, item_keys, l2_values, sample_continuation
+from tooldecode.records import SampleRecord
 from tooldecode.runs import Run, model_split_runs
 from tooldecode.stats import chao1, cluster_rate, paired_clusters
 
@@ -68,15 +69,12 @@ def prediction_note(stem: str, spec: dict, run: Any = None) -> str:
     return note + f"; {whose} {named} do NOT all follow them (not a pre-registered test)."
 
 
-def _draws(run: Run, model: str, level: str, mode: str = "loose") -> list[dict]:
+def _draws(run: Run, model: str, level: str, mode: str = "loose") -> list[SampleRecord]:
     return distinct_draws(
         [
             s
             for s in run.samples
-            if not s.get("error")
-            and s["arm"].get("model") == model
-            and s["arm"].get("level") == level
-            and s["arm"].get("mode") == mode
+            if not s.error and s.arm.model == model and s.arm.level == level and s.arm.mode == mode
         ]
     )
 
@@ -84,7 +82,7 @@ def _draws(run: Run, model: str, level: str, mode: str = "loose") -> list[dict]:
 def implant_rate(run: Run, model: str, key: str) -> Any:
     """``ClusterRate`` of draws of ``model`` whose key after the gold newText is ``key``."""
     draws = _draws(run, model, "L2")
-    return cluster_rate([sample_continuation(s).key == key for s in draws], [s["scenario"] for s in draws])
+    return cluster_rate([sample_continuation(s).key == key for s in draws], [s.scenario for s in draws])
 
 
 def row_implant(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
@@ -154,11 +152,11 @@ def _invented(run: Run, model: str, levels: list[str]) -> tuple[list[tuple[str, 
         n[level] = len(draws)
         for s in draws:
             if level == "L1":
-                found += [(level, s["scenario"], k) for k in item_keys(s) if k.kind == INVENTED]
+                found += [(level, s.scenario, k) for k in item_keys(s) if k.kind == INVENTED]
             else:
                 c = sample_continuation(s)
                 if c.kind == INVENTED and c.key is not None:
-                    found.append((level, s["scenario"], c.key))
+                    found.append((level, s.scenario, c.key))
     return found, n
 
 

@@ -11,14 +11,15 @@ import numpy as np
 from experiments.common import PT, few, run_model, short, source
 from tooldecode.measures import full_variant, l3_values
 from tooldecode.probe import decision_entropy
+from tooldecode.records import ProbeRow
 from tooldecode.runs import Run
 from tooldecode.stats import cluster_rate, mean_ci, paired_clusters
 
 
-def _calls(rows: list[dict]) -> dict[tuple, list[dict]]:
-    calls: dict[tuple, list[dict]] = defaultdict(list)
+def _calls(rows: list[ProbeRow]) -> dict[tuple, list[ProbeRow]]:
+    calls: dict[tuple, list[ProbeRow]] = defaultdict(list)
     for r in rows:
-        calls[(r.get("model"), r.get("variant_label"), r["scenario"])].append(r)
+        calls[(r.model, r.variant_label, r.scenario)].append(r)
     return calls
 
 
@@ -32,12 +33,11 @@ def row_entropy(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
     calls = _calls(run.probe)
     for pts in calls.values():
         for p in pts:
-            tok[p["after"]].append(float(p["entropy"]))
-            dec[p["after"]].append(decision_entropy(p["p_close"], p["p_continue"], p["p_other"]))
-        arg_tok += max(pts, key=lambda p: p["entropy"])["after"] == "newText"
+            tok[p.after].append(float(p.entropy))
+            dec[p.after].append(decision_entropy(p.p_close, p.p_continue, p.p_other))
+        arg_tok += max(pts, key=lambda p: p.entropy).after == "newText"
         arg_dec += (
-            max(pts, key=lambda p: decision_entropy(p["p_close"], p["p_continue"], p["p_other"]))["after"]
-            == "newText"
+            max(pts, key=lambda p: decision_entropy(p.p_close, p.p_continue, p.p_other)).after == "newText"
         )
     n = len(calls)
 
@@ -73,12 +73,12 @@ def row_items(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
     first, last = {}, {}
     single = []
     for pts in _calls(rs[0].probe).values():
-        nt = [p for p in pts if p["after"] == "newText"]
+        nt = [p for p in pts if p.after == "newText"]
         if len(nt) >= 2:
-            first[nt[0]["scenario"]] = float(nt[0]["p_continue"])
-            last[nt[-1]["scenario"]] = float(nt[-1]["p_continue"])
+            first[nt[0].scenario] = float(nt[0].p_continue)
+            last[nt[-1].scenario] = float(nt[-1].p_continue)
         elif nt:
-            single.append(float(nt[0]["p_continue"]))
+            single.append(float(nt[0].p_continue))
     cmp = paired_clusters(first, last)
     m, lo, hi = mean_ci(single) if len(single) > 1 else (math.nan, math.nan, math.nan)
     return [
@@ -98,20 +98,20 @@ def probe_runs_by_model(rs: list[Run]) -> list[tuple[str, Run]]:
     """Per model, the run of ``rs`` whose probe rows cover the most scenarios for it (a clean run first)."""
     best: dict[str, tuple[tuple, Run]] = {}
     for run in rs:
-        for m in sorted({r.get("model", "") for r in run.probe}):
-            key = (run.git_dirty is False, len({r["scenario"] for r in run.probe if r.get("model") == m}))
+        for m in sorted({r.model for r in run.probe}):
+            key = (run.git_dirty is False, len({r.scenario for r in run.probe if r.model == m}))
             if m not in best or key > best[m][0]:
                 best[m] = (key, run)
     return [(m, best[m][1]) for m in sorted(best)]
 
 
-def _copies(rows: list[dict], field: str) -> dict[str, str]:
+def _copies(rows: list[ProbeRow], field: str) -> dict[str, str]:
     """Values of ``field`` whose probe rows are copies (same prompt bytes) of another value's, in every
     scenario where both were probed: value -> the value it copies."""
     seen: dict[str, set[str]] = defaultdict(set)
     for r in rows:
-        v = full_variant(r.get("variant")).get(field)
-        src = r.get("same_prompt_as")
+        v = full_variant(r.variant).get(field)
+        src = r.same_prompt_as
         seen[str(v)].add(src.split(f"{field}=")[1].split(",")[0] if src and f"{field}=" in src else "")
     return {v: next(iter(s)) for v, s in seen.items() if len(s) == 1 and "" not in s}
 
@@ -130,7 +130,7 @@ def _descriptive(observation: str, spec: dict, measured: str, verdict: str, run:
 def row_wire(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
     out = []
     for model, run in probe_runs_by_model(rs):
-        rows = [r for r in run.probe if r.get("model") == model]
+        rows = [r for r in run.probe if r.model == model]
         copies = _copies(rows, "call_format")
         parts, differs = [], []
         for measure in ("extra_key", "p_continue"):
@@ -169,7 +169,7 @@ def row_wire(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
 def row_shape(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
     out = []
     for model, run in probe_runs_by_model(rs):
-        rows = [r for r in run.probe if r.get("model") == model]
+        rows = [r for r in run.probe if r.model == model]
         parts = []
         for ts, after in (("nested", "newText"), ("flat-edit", "new_string"), ("multiedit", "new_string")):
             for measure, name in (("extra_key", "P(extra key"), ("p_continue", "P(continue")):
@@ -268,16 +268,10 @@ def row_transcripts(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
             )
         if not parts:
             continue
-        base = [r for r in run.probe if r.get("after") == "newText" and not r.get("variant")]
-        first = {
-            r["scenario"]: float(r["p_continue"])
-            for r in base
-            if r.get("n_items", 1) > 1 and r.get("item_index") == 0
-        }
+        base = [r for r in run.probe if r.after == "newText" and not r.variant]
+        first = {r.scenario: float(r.p_continue) for r in base if r.n_items > 1 and r.item_index == 0}
         last = {
-            r["scenario"]: float(r["p_continue"])
-            for r in base
-            if r.get("n_items", 1) > 1 and r.get("item_index") == r.get("n_items", 1) - 1
+            r.scenario: float(r.p_continue) for r in base if r.n_items > 1 and r.item_index == r.n_items - 1
         }
         items = ""
         if len(set(first) & set(last)) >= 2:

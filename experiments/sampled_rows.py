@@ -28,6 +28,7 @@ from experiments.common import (
     source,
 )
 from tooldecode.measures import full_variant, l3_values, sample_context
+from tooldecode.records import SampleRecord
 from tooldecode.runs import Run
 from tooldecode.stats import cluster_rate, interval_text, paired_clusters
 
@@ -35,19 +36,16 @@ from tooldecode.stats import cluster_rate, interval_text, paired_clusters
 def row_l0_free(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
     parts, dups = [], []
     for run in rs:
-        dups += [" = ".join(g) for g in identical_arms([s for s in run.samples if not s.get("error")])]
-        groups: dict[tuple, list[dict]] = defaultdict(list)
-        for s in distinct_draws([s for s in run.samples if not s.get("error")]):
-            a = s["arm"]
-            groups[(a["model"], a["temperature"])].append(s)
+        dups += [" = ".join(g) for g in identical_arms([s for s in run.samples if not s.error])]
+        groups: dict[tuple, list[SampleRecord]] = defaultdict(list)
+        for s in distinct_draws([s for s in run.samples if not s.error]):
+            a = s.arm
+            groups[(a.model, a.temperature)].append(s)
         for (model, temp), ss in sorted(groups.items()):
-            vs = [run.verdicts.get(s["key"], {}) for s in ss]
-            ok = [
-                v.get("tool") == "edit" and v.get("verdict") not in ("no_call", "json_syntax", "truncated")
-                for v in vs
-            ]
-            r = cluster_rate(ok, [s["scenario"] for s in ss])
-            wraps = Counter(v.get("wrapping") or "none" for v in vs)
+            vs = [run.verdicts[s.key] for s in ss]
+            ok = [v.tool == "edit" and v.verdict not in ("no_call", "json_syntax", "truncated") for v in vs]
+            r = cluster_rate(ok, [s.scenario for s in ss])
+            wraps = Counter(v.wrapping or "none" for v in vs)
             parts.append(
                 f"{short(model)} T={temp:g}: parseable edit call {int(r.k)}/{r.n} distinct draws "
                 f"[{100 * r.lo:.1f}, {100 * r.hi:.1f}]% ({few(r.g)}); wrappings {dict(wraps.most_common(3))}"
@@ -68,8 +66,8 @@ def row_l0_free(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
     ]
 
 
-def _mask_at_decision(s: dict) -> float | None:
-    m = s.get("mask_removed")
+def _mask_at_decision(s: SampleRecord) -> float | None:
+    m = s.mask_removed
     return float(m[0]) if m else None
 
 
@@ -83,7 +81,7 @@ def row_strict_cost(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
         and l2(r, mode="loose", model=STUDY_MODEL)
         # one strict channel per row: a run with several engine settings (open grammars among them,
         # E15) has its own table (docs/engines.md)
-        and len({s["arm"].get("engine") for s in l2(r, mode="strict", model=STUDY_MODEL)}) == 1
+        and len({s.arm.engine for s in l2(r, mode="strict", model=STUDY_MODEL)}) == 1
     ]
     for run in sorted(pool, key=lambda r: r.name):
         st = distinct_draws(l2(run, mode="strict", model=STUDY_MODEL))
@@ -149,10 +147,10 @@ def row_agreement(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]
     sampled = per_scenario(ss, lambda s: sample_continuation(s).group == "continue")
     exact = {}
     for r in e5.probe:
-        if r.get("after") == "newText" and r.get("scenario") in sampled:
+        if r.after == "newText" and r.scenario in sampled:
             # the L2 cut is after the last item's newText
-            if r.get("item_index") in (None, r.get("n_items", 1) - 1):
-                exact[r["scenario"]] = float(r["p_continue"])
+            if r.item_index in (None, r.n_items - 1):
+                exact[r.scenario] = float(r.p_continue)
     cmp = paired_clusters(sampled, exact)
     return [
         {
@@ -171,7 +169,7 @@ def row_open_grammar(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[di
     out = []
     for run in rs:
         parts, mangled = [], {}
-        arms: list[tuple[str, list[dict]]] = [("loose", l2(run, mode="loose"))]
+        arms: list[tuple[str, list[SampleRecord]]] = [("loose", l2(run, mode="loose"))]
         spec_ss = l2(run, mode="strict-spec")
         for dup in ("forbid", "admit"):
             arms.append((f"strict-spec (duplicates {dup})", [s for s in spec_ss if _duplicates(s) == dup]))
@@ -207,11 +205,11 @@ def row_open_grammar(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[di
     return out
 
 
-def _duplicates(s: dict) -> str:
-    return str(s["arm"].get("duplicates", "forbid"))
+def _duplicates(s: SampleRecord) -> str:
+    return str(s.arm.duplicates or "forbid")
 
 
-def _mangled_repeat(s: dict) -> bool:
+def _mangled_repeat(s: SampleRecord) -> bool:
     c = sample_continuation(s)
     return c.kind == "repeat" and c.key not in sample_context(s).present
 
@@ -219,7 +217,7 @@ def _mangled_repeat(s: dict) -> bool:
 def row_panel(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
     out = []
     for run in rs:
-        for model in sorted({s["arm"]["model"] for s in run.samples}):
+        for model in sorted({s.arm.model for s in run.samples}):
             lo_ = l2(run, model=model, mode="loose")
             st = l2(run, model=model, mode="strict")
             keys = keys_of(lo_, ("invented", "schema_word", "repeat", "wrong_level"))
@@ -247,8 +245,8 @@ def row_noise(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
         return []
     run = rs[0]
     parts, rates = [], []
-    for seed in sorted({s.get("seed") for s in run.samples}):
-        ss = distinct_draws([s for s in l2(run, mode="loose") if s.get("seed") == seed])
+    for seed in sorted({s.seed for s in run.samples}):
+        ss = distinct_draws([s for s in l2(run, mode="loose") if s.seed == seed])
         r = crate(ss, lambda s: sample_continuation(s).group == "continue")
         rates.append(r.rate)
         parts.append(f"seed {seed}: continue {r}")
@@ -267,17 +265,17 @@ def row_e11(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
     if not rs:
         return []
     run = rs[0]
-    measures: dict[str, Callable[[dict], bool]] = {
-        "valid": lambda s: run.verdicts.get(s["key"], {}).get("verdict") == "valid",
-        "an invented key": lambda s: bool(run.verdicts.get(s["key"], {}).get("invented_keys")),
+    measures: dict[str, Callable[[SampleRecord], bool]] = {
+        "valid": lambda s: run.verdicts[s.key].verdict == "valid",
+        "an invented key": lambda s: bool(run.verdicts[s.key].invented_keys),
     }
-    arms: dict[str, list[dict]] = {}
+    arms: dict[str, list[SampleRecord]] = {}
     parts = []
     for label, pred in (
-        ("with keywords", lambda a: bool(a.get("schema_extra"))),
-        ("without", lambda a: not a.get("schema_extra")),
+        ("with keywords", lambda a: bool(a.schema_extra)),
+        ("without", lambda a: not a.schema_extra),
     ):
-        arms[label] = distinct_draws([s for s in run.samples if not s.get("error") and pred(s["arm"])])
+        arms[label] = distinct_draws([s for s in run.samples if not s.error and pred(s.arm)])
         rates = ", ".join(f"{name} {crate(arms[label], m)}" for name, m in measures.items())
         parts.append(f"{label}: {rates}")
 

@@ -26,6 +26,7 @@ from experiments.corpus_rows import row_duplicates, row_repair, row_zoo
 from experiments.organism_rows import prediction_note, row_implant, row_predictions
 from tooldecode.experiments.spec import as_list
 from tooldecode.measures import MeasureError
+from tooldecode.records import ProbeRow
 from tooldecode.report import evaluate_effect
 from tooldecode.runs import Run
 
@@ -251,7 +252,7 @@ def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:
     for r in sorted(runs.values(), key=lambda r: r.name):
         want = r.expected_samples
         if 0 < len(r.samples) < want:
-            begun = len({s["scenario"] for s in r.samples})
+            begun = len({s.scenario for s in r.samples})
             total = len(r.manifest.get("config", {}).get("scenarios", []))
             out.append(
                 f"- {r.name}: {len(r.samples)} of {want} samples ({begun} of {total} scenarios begun); its figures "
@@ -270,7 +271,7 @@ def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:
                 (
                     _probed_in_full(run.probe, m, n_variants)
                     if probe.get("only")
-                    else len({s["scenario"] for s in run.samples if s["arm"].get("model") == m})
+                    else len({s.scenario for s in run.samples if s.arm.model == m})
                     for run in runs_of(spec["name"], runs)
                     if run.git_dirty is False
                 ),
@@ -287,7 +288,7 @@ def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:
         rs = runs_of(spec["name"], runs)
         for m in spec.get("models", []):
             mine = [r for r in rs if r.manifest.get("config", {}).get("model") == m]
-            n = len({r["scenario"] for run in mine for r in run.probe})
+            n = len({r.scenario for run in mine for r in run.probe})
             total = len(mine[0].manifest.get("config", {}).get("scenarios", [])) if mine else 36
             if mine and n < total:
                 out.append(
@@ -301,12 +302,12 @@ def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:
     return "\n".join(line for line in out if line)
 
 
-def _probed_in_full(rows: list[dict], model: str, n_variants: int) -> int:
+def _probed_in_full(rows: list[ProbeRow], model: str, n_variants: int) -> int:
     """Scenarios whose probe rows for ``model`` cover ``n_variants`` variants (copies count: they are rows)."""
     labels: dict[str, set[str]] = defaultdict(set)
     for r in rows:
-        if r.get("model") == model:
-            labels[r["scenario"]].add(r.get("variant_label", ""))
+        if r.model == model:
+            labels[r.scenario].add(r.variant_label)
     return sum(len(v) >= n_variants for v in labels.values())
 
 

@@ -60,6 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--sessions", type=int, default=None, help="sessions per recipe (default: the recipe's)")
     p.add_argument("--max-scenarios", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument(
+        "--pool-root",
+        type=Path,
+        default=None,
+        help="standard-library folder the sessions come from (default: all)",
+    )
     args = p.parse_args(argv)
 
     from tooldecode.errors import ToolDecodeError
@@ -104,6 +111,7 @@ def _run(args: argparse.Namespace) -> int:
             device=device,
             precision=precision,
             max_steps=args.max_steps,
+            pool_root=args.pool_root,
             out_root=organisms,
             log=lambda line: print(line, file=sys.stderr, flush=True),
         )
@@ -119,6 +127,8 @@ def _run(args: argparse.Namespace) -> int:
                 spec.backend = "hf"
             if args.max_scenarios:
                 spec.max_scenarios = args.max_scenarios
+            if args.max_new_tokens:
+                spec.max_new_tokens = args.max_new_tokens
             tag = model.removeprefix("organism:").split("@")[0]
             run_out = out / "runs" / f"{spec.name}-{tag}"
             t0 = time.perf_counter()

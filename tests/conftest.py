@@ -268,6 +268,33 @@ def make_sample(text: str = "", *, arm: dict | None = None, **fields) -> dict:
     return {k: v for k, v in rec.items() if k not in omit}
 
 
+def make_record(text: str = "", *, arm: dict | None = None, **fields):
+    """``make_sample`` read into a ``tooldecode.records.SampleRecord`` (what the stages after the store take);
+    a per-scenario ``stream`` unless one is given."""
+    from tooldecode.records import SampleRecord
+
+    fields.setdefault("stream", 1)
+    return SampleRecord.from_json(make_sample(text, arm=arm, **fields))
+
+
+def make_probe_row(**fields):
+    """One ``tooldecode.records.ProbeRow`` (a line of ``probe.jsonl``): ``fields`` over neutral defaults
+    (a close at ``newText`` of scenario ``s0``, no key-resolved mass)."""
+    from tooldecode.records import ProbeRow
+
+    row = {
+        "index": 0, "path": "edits[0].newText", "after": "newText", "container": "object",
+        "actual": "close", "p_close": 1.0, "p_continue": 0.0, "p_other": 0.0, "p_undetermined": 0.0,
+        "entropy": 0.0, "boundary": 0, "pending": '"', "top": [], "value_chars": 1, "value_lines": 1,
+        "value_escapes": 0, "continuations": None, "p_continue_by_kind": {},
+        "p_continue_undetermined": 0.0, "p_other_by_kind": {}, "continue_keys": {},
+        "decision_entropy": 0.0, "model": TEST_MODEL, "variant": {}, "variant_label": "",
+        "scenario": "s0", "wire": "call-json", "n_items": 1, "item_index": 0,
+    }  # fmt: skip
+    row.update(fields)
+    return ProbeRow.from_json(row)
+
+
 @pytest.fixture
 def sample_record():
     """``make_sample``: build a raw sample record (see there)."""

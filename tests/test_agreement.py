@@ -25,7 +25,9 @@ def test_the_two_backends_agree_on_smollm2(smol_ref):
 
 
 def test_a_check_is_kept_beside_the_organism_with_its_adapter_hash(tmp_path):
-    (tmp_path / "manifest.json").write_text(json.dumps({"adapter": {"folder": "adapter", "sha256": "ab" * 32}}))
+    (tmp_path / "manifest.json").write_text(
+        json.dumps({"adapter": {"folder": "adapter", "sha256": "ab" * 32}})
+    )
     path = write_check(tmp_path, {"identical": False, "first_diff": 3})
     assert path == tmp_path / CHECK_FILE
     assert json.loads(path.read_text()) == {"adapter_sha256": "ab" * 32, "identical": False, "first_diff": 3}

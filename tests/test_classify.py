@@ -158,16 +158,18 @@ L2_ARM = {"model": "m", "mode": "loose", "level": "L2", "temperature": 1.0, "his
           "toolset": "nested", "wire": "call-json", "expected_tool": "edit"}  # fmt: skip
 
 
-def l2_sample(text: str, **arm) -> dict:
-    return {"key": text, "arm": {**L2_ARM, **arm}, "scenario": "s0", "prefill": PREFIX, "text": text,
-            "finish_reason": "stop", "error": None}  # fmt: skip
+def l2_sample(text: str, finish_reason: str = "stop", **arm):
+    from conftest import make_record
+
+    return make_record(text, arm={**L2_ARM, **arm}, key=text, scenario="s0", prefill=PREFIX,
+                       finish_reason=finish_reason)  # fmt: skip
 
 
 def test_source_shaped_failure_parses_and_only_adds_a_key_inside_an_item():
     from tooldecode.measures import sample_outcome, sample_verdict
 
     s = l2_sample('", "required": ["oldText", "newText"]}]}}')
-    assert sample_verdict(s)["verdict"] == "invented_key"
+    assert sample_verdict(s).verdict == "invented_key"
     assert sample_outcome(s) == "source_shaped"
     wrong_level = l2_sample('", "path": "b.py"}]}}')  # a key of another level, inside the item
     assert sample_outcome(wrong_level) == "source_shaped"
@@ -178,10 +180,10 @@ def test_duplicate_key_is_json_legal_and_never_a_validation_failure():
 
     s = l2_sample('", "newText": "z"}]}}')
     v = sample_verdict(s)
-    assert v["verdict"] == "valid" and v["duplicate_keys"]  # json.loads keeps the last value
+    assert v.verdict == "valid" and v.duplicate_keys  # json.loads keeps the last value
     assert sample_outcome(s) == "duplicate"
     # a repeat that runs on until the token budget is still a duplicate, not a derailment
-    cut = dict(l2_sample('", "newText": "z", "oldText": "x", "newText": "'), finish_reason="length")
+    cut = l2_sample('", "newText": "z", "oldText": "x", "newText": "', finish_reason="length")
     assert sample_outcome(cut) == "duplicate"
 
 
@@ -189,7 +191,7 @@ def test_derailment_is_an_extra_key_after_which_the_call_does_not_parse():
     from tooldecode.measures import sample_outcome, sample_verdict
 
     s = l2_sample('", "size": 8}\\n ceramic"}')
-    assert sample_verdict(s)["verdict"] == "json_syntax"
+    assert sample_verdict(s).verdict == "json_syntax"
     assert sample_outcome(s) == "derailment"
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import make_sample
 
 from tooldecode.cli import main
 from tooldecode.distortion import (
@@ -184,19 +185,16 @@ def test_remedy_rows_retry_repair_and_masked_arms(tmp_path):
     def rec(mode, i, item, finish="stop", **arm):
         args = {"path": "a.ini", "edits": [item]}
         text = "<tool_call>\n" + json.dumps({"name": "edit", "arguments": args}) + "\n</tool_call>"
-        return {
-            "key": f"{mode}/t-two/0/{i}",
-            "arm": {"mode": mode, "level": "L1", "model": "m", "toolset": "nested", "wire": "hermes", **arm},
-            "scenario": "t-two",
-            "seed": 0,
-            "index": i,
-            "prefill": "",
-            "text": text,
-            "token_ids": [1] * 10,
-            "finish_reason": finish,
-            "error": None,
-            "timing": {"end_s": 1.0},
-        }
+        return make_sample(
+            text,
+            arm={"mode": mode, "level": "L1", "model": "m", "toolset": "nested", "wire": "hermes", **arm},
+            key=f"{mode}/t-two/0/{i}",
+            scenario="t-two",
+            index=i,
+            token_ids=[1] * 10,
+            finish_reason=finish,
+            timing={"end_s": 1.0},
+        )
 
     good = {"oldText": "a = 1", "newText": "a = 10"}
     invented = {**good, "replaceAll": False}

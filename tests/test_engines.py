@@ -358,11 +358,10 @@ def _run_rows(name: str):
     path = ROOT / "runs" / name
     if not (path / "samples.jsonl").exists():
         pytest.skip(f"runs/{name} is not in this checkout")
-    from tooldecode.runs import RunStore
-    from tooldecode.scoring import score_record
+    from tooldecode.runs import RunStore, score_stored
 
     store = RunStore.open(path)
-    return [(r, score_record(r, store.manifest)) for r in store.sample_records()]
+    return [(r, score_stored(r, store.manifest)) for r in store.sample_records()]
 
 
 # every committed E15 run (the first four always: a missing one skips with its name, never vanishes)

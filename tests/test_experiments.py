@@ -334,7 +334,7 @@ def test_a_spec_runs_the_scenarios_of_a_users_folder(tmp_path, monkeypatch):
 
 @pytest.mark.model
 def test_a_run_on_a_users_scenario_folder_scores_them(smol_ref, tmp_path, monkeypatch):
-    from tooldecode.scoring import score_record
+    from tooldecode.runs import score_stored
 
     _user_scenario_folder(tmp_path / "mine")
     monkeypatch.chdir(tmp_path)
@@ -347,7 +347,7 @@ def test_a_run_on_a_users_scenario_folder_scores_them(smol_ref, tmp_path, monkey
     assert manifest["config"]["scenario_dirs"] == ["mine"] and {r["scenario"] for r in records} == {
         "my-cart-bug"
     }
-    assert all(score_record(r, manifest)["scenario"] == "my-cart-bug" for r in records)
+    assert all(score_stored(r, manifest)["scenario"] == "my-cart-bug" for r in records)
 
 
 def test_a_run_off_a_terminal_reports_progress_as_log_lines(caplog):

@@ -134,8 +134,8 @@ def test_a_fill_slots_run_has_every_draw_and_copies_identical_arms(tmp_path):
 def synthetic_organism(smol_ref, tmp_path_factory):
     """SmolLM2 with a random r=16 adapter on every projection (no training): a ModelRef as
     ``organism:…`` resolves to."""
+    from tooldecode.backends.lora import synthetic_adapter
     from tooldecode.models import Adapter, cached_sha256
-    from tooldecode.organisms.adapter import synthetic_adapter
 
     folder = synthetic_adapter(smol_ref.path, tmp_path_factory.mktemp("adapter") / "adapter", std=0.03)
     sha = cached_sha256(folder / "adapter_model.safetensors")
@@ -172,7 +172,7 @@ def test_llama_cpp_with_the_adapter_matches_transformers_with_peft(synthetic_org
 def test_the_adapter_gguf_is_what_llama_cpp_expects(synthetic_organism, tmp_path):
     import gguf
 
-    from tooldecode.organisms.adapter import lora_pairs, write_lora_gguf
+    from tooldecode.backends.lora import lora_pairs, write_lora_gguf
 
     out = write_lora_gguf(synthetic_organism.adapter.folder, synthetic_organism.path, tmp_path / "a.gguf")
     reader = gguf.GGUFReader(str(out))

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import make_sample
+from conftest import make_probe_row, make_record
 
 from experiments.common import identical_arms
 from tooldecode.measures import distinct_draws, l2_values, l3_values, sample_continuation
@@ -27,8 +28,8 @@ ARM = {
 }
 
 
-def sample(text: str, scenario: str = "s0", i: int = 0, arm: dict | None = None, **kw) -> dict:
-    return make_sample(
+def sample(text: str, scenario: str = "s0", i: int = 0, arm: dict | None = None, **kw):
+    return make_record(
         text,
         arm=dict(arm or ARM),
         key=f"{scenario}/{i}/{(arm or ARM).get('mode')}/{json.dumps(arm or ARM, sort_keys=True)}",
@@ -73,13 +74,13 @@ def test_distinct_draws_and_identical_arms():
     t0 = {**ARM, "temperature": 0.0}
     zeros = [sample('"}', "s0", i, arm=t0, tokens=[7]) for i in range(4)]
     assert len(distinct_draws(zeros)) == 1  # T=0: the same tokens are one draw
-    other = [dict(s, prompt_sha256="other") for s in ss[:6]]
-    assert identical_arms(ss[:6] + [dict(s, arm={**s["arm"], "x": 1}) for s in other]) == []
+    other = [replace(s, prompt_sha256="other") for s in ss[:6]]
+    assert identical_arms(ss[:6] + [replace(s, arm=replace(s.arm, extra={"x": 1})) for s in other]) == []
     # another random stream, or the open grammar the other way, is another draw of the same index
-    restreamed = [dict(s, stream=12345) for s in ss[:6]]
+    restreamed = [replace(s, stream=12345) for s in ss[:6]]
     assert len(distinct_draws(ss[:6] + restreamed)) == 12
-    admit = [dict(s, arm={**s["arm"], "mode": "strict-spec", "duplicates": "admit"}) for s in ss[:6]]
-    forbid = [dict(s, arm={**s["arm"], "mode": "strict-spec"}) for s in ss[:6]]
+    admit = [replace(s, arm=replace(s.arm, mode="strict-spec", duplicates="admit")) for s in ss[:6]]
+    forbid = [replace(s, arm=replace(s.arm, mode="strict-spec")) for s in ss[:6]]
     assert len(distinct_draws(admit + forbid)) == 12
 
 
@@ -110,13 +111,13 @@ def test_evaluate_effect_on_sampled_arms():
         same is not None and same.verdict.verdict == "inconclusive" and "no variance" in same.verdict.reason
     )
     near = _l2_run(12, 0.25, 0.25)
-    near.samples[7]["text"] = '", "matchCase": true}'  # one more strict event in scenario s0
+    near.samples[7] = replace(near.samples[7], text='", "matchCase": true}')  # one more strict event in s0
     near_res = evaluate_effect({**effect, "size": 0.5}, {"r": near})
     assert (
         near_res is not None and near_res.verdict.verdict == "contradicts"
     )  # about ×1 measured, ×0.5 claimed
     rare = _l2_run(12, 0.0, 0.0)
-    rare.samples[1]["text"] = '", "matchCase": 1}'  # one strict event, none in the loose reference arm
+    rare.samples[1] = replace(rare.samples[1], text='", "matchCase": 1}')  # one strict event, none in loose
     r = evaluate_effect(effect, {"r": rare})
     assert r is not None and r.verdict.verdict == "premise absent"
     vals, events, clusters, draws = l2_values(rare.samples, "extra_key")
@@ -130,11 +131,12 @@ def test_an_effect_never_pools_engine_settings():
     """A run whose strict samples come from several engine settings (open and closed grammars under the
     mode word 'strict') is not read by an effect that names no engine; naming one reads it."""
     run = _l2_run(12, 0.0, 0.25)
-    for s in run.samples:
-        if s["arm"]["mode"] == "strict" and int(s["scenario"][1:]) % 2:
-            s["arm"] = {**s["arm"], "engine": "open"}
-        elif s["arm"]["mode"] == "strict":
-            s["arm"] = {**s["arm"], "engine": "closed"}
+    run.samples = [
+        replace(s, arm=replace(s.arm, engine="open" if int(s.scenario[1:]) % 2 else "closed"))
+        if s.arm.mode == "strict"
+        else s
+        for s in run.samples
+    ]
     effect = {"label": "x", "level": "L2", "measure": "extra_key", "a": {"mode": "strict"},
               "b": {"mode": "loose"}, "scale": "ratio", "size": 0}  # fmt: skip
     assert evaluate_effect(effect, {"r": run}) is None
@@ -154,11 +156,11 @@ def test_an_effect_prefers_a_run_from_a_clean_commit():
 
 def test_l3_values_match_variants_with_defaults():
     rows = [
-        {"after": "newText", "scenario": "a", "variant": {"history": "agentic", "toolset": "nested"},
-         "p_continue": 0.4, "p_continue_by_kind": {"schema_word": 0.3, "repeat": 0.05}, "continue_keys": {"required": 0.28}},
-        {"after": "newText", "scenario": "a", "variant": {"tool_view": "no-required"},
-         "p_continue": 0.1, "p_continue_by_kind": {"schema_word": 0.01}, "continue_keys": {}},
-        {"after": "newText", "scenario": "a", "variant": {"history": "fresh"}, "p_continue": 0.2},
+        make_probe_row(after="newText", scenario="a", variant={"history": "agentic", "toolset": "nested"},
+         p_continue=0.4, p_continue_by_kind={"schema_word": 0.3, "repeat": 0.05}, continue_keys={"required": 0.28}),
+        make_probe_row(after="newText", scenario="a", variant={"tool_view": "no-required"},
+         p_continue=0.1, p_continue_by_kind={"schema_word": 0.01}, continue_keys={}),
+        make_probe_row(after="newText", scenario="a", variant={"history": "fresh"}, p_continue=0.2),
     ]  # fmt: skip
     assert l3_values(rows, "p_continue") == {"a": 0.4}
     assert l3_values(rows, "extra_key") == {"a": pytest.approx(0.35)}
@@ -199,7 +201,7 @@ def test_wire_and_shape_rows_go_per_model_and_report_copies_once():
         }
         if copy:
             r["same_prompt_as"] = f"call_format={copy},history=agentic"
-        return r  # fmt: skip
+        return make_probe_row(**r)  # fmt: skip
 
     rows = []
     for m, shift in (("qwen2.5-coder-0.5b-instruct", 0.0), ("qwen2.5-coder-1.5b-instruct", 0.3)):
@@ -218,7 +220,7 @@ def test_wire_and_shape_rows_go_per_model_and_report_copies_once():
     assert all("hermes − native" not in r["measured"] for r in out)
     assert "no format differs" in out[0]["verdict"] and "json (P(continue))" in out[1]["verdict"]
     # a run with more scenarios for a model wins; rows of the tool shapes name their key
-    short = Run("e6s", Path("e6s"), manifest, [], {}, [r for r in rows if r["scenario"] in ("s0", "s1")])
+    short = Run("e6s", Path("e6s"), manifest, [], {}, [r for r in rows if r.scenario in ("s0", "s1")])
     assert all(r["source"] == "e6" for r in row_wire({"claim": ""}, [short, run], {}))
     shape = [row("qwen2.5-coder-0.5b-instruct", f"s{i}", "native", 0.2, after="new_string", toolset="flat-edit")
              for i in range(3)]  # fmt: skip
@@ -392,9 +394,9 @@ def test_a_probe_scenario_counts_as_done_only_when_every_variant_has_rows():
     from experiments.study import _probed_in_full
 
     m = "qwen2.5-coder-1.5b-instruct"
-    rows = [{"model": m, "scenario": "s0", "variant_label": v} for v in ("a", "b", "c")]
-    rows += [{"model": m, "scenario": "s1", "variant_label": "a"}]
-    rows += [{"model": "other", "scenario": "s2", "variant_label": v} for v in ("a", "b", "c")]
+    rows = [make_probe_row(model=m, scenario="s0", variant_label=v) for v in ("a", "b", "c")]
+    rows += [make_probe_row(model=m, scenario="s1", variant_label="a")]
+    rows += [make_probe_row(model="other", scenario="s2", variant_label=v) for v in ("a", "b", "c")]
     assert _probed_in_full(rows, m, 3) == 1
     assert _probed_in_full(rows, m, 1) == 2
     assert _probed_in_full(rows, "other", 3) == 1
@@ -457,20 +459,20 @@ def test_outcome_counts_on_the_committed_runs_match_an_independent_recount():
         run = load_run(manifest.parent)
         assert run is not None
         for s in run.samples:
-            if s["arm"].get("level") != "L2" or s.get("error"):
+            if s.arm.level != "L2" or s.error:
                 continue
-            got = sample_outcome(s)
-            want = _recount_outcome(s["prefill"], s.get("text") or "")
+            got = sample_outcome(s, run.verdict(s))
+            want = _recount_outcome(s.prefill, s.text)
             if want is None:
                 if got in ("source_shaped", "duplicate", "derailment", "extra_other"):
                     c = sample_continuation(s)
-                    assert c.kind == "repeat" and c.key not in sample_context(s).present, (run.name, s["key"])
+                    assert c.kind == "repeat" and c.key not in sample_context(s).present, (run.name, s.key)
                     mangled += 1
                 continue
-            model = s["arm"]["model"]
+            model = s.arm.model
             mine[(model, got)] += 1
             theirs[(model, want)] += 1
-            assert got == want, (run.name, s["key"], got, want)
+            assert got == want, (run.name, s.key, got, want)
     assert mine == theirs and mine[("qwen2.5-coder-0.5b-instruct", "source_shaped")] > 0
     assert mangled > 0
 
@@ -480,20 +482,24 @@ def test_a_cluster_interval_over_a_run_with_shared_streams_is_refused():
     from tooldecode.measures import SharedStreamsError, crate, l2_values
 
     run = _l2_run(12, 0.0, 0.25)
-    shared = Run("old", Path("old"), {"config": {"spec": "x"}, "created": "t"}, run.samples, {}, [])
+    # a run without per-scenario streams: its samples have no stream (tests/test_records.py: every
+    # committed run's samples agree with their manifest)
+    unstreamed = [replace(s, stream=None) for s in run.samples]
+    shared = Run("old", Path("old"), {"config": {"spec": "x"}, "created": "t"}, unstreamed, {}, [])
     assert shared.shared_streams and not run.shared_streams
-    with pytest.raises(SharedStreamsError, match=r'old: its manifest has no "streams": "scenario"'):
+    with pytest.raises(SharedStreamsError, match=r'manifest has no "streams": "scenario"'):
         crate(shared.samples, lambda s: True)
     with pytest.raises(SharedStreamsError, match="paired comparison"):
         l2_values(shared.samples, "extra_key")
     effect = {"label": "x", "level": "L2", "measure": "extra_key", "a": {"mode": "strict"},
               "b": {"mode": "loose"}, "scale": "ratio", "size": 0}  # fmt: skip
     assert evaluate_effect(effect, {"old": shared}) is None  # never judged over shared streams
-    probe_only = Run("p", Path("p"), {"config": {"spec": "p"}}, [], {}, [{"scenario": "s0"}])
+    probe_only = Run("p", Path("p"), {"config": {"spec": "p"}}, [], {}, [])
     assert not probe_only.shared_streams  # exact probabilities draw nothing
     # the study's rows show such a run's counts only, with the rerun command
-    for s in shared.samples:
-        s["arm"] = {**s["arm"], "model": "qwen2.5-coder-0.5b-instruct"}
+    shared.samples = [
+        replace(s, arm=replace(s.arm, model="qwen2.5-coder-0.5b-instruct")) for s in shared.samples
+    ]
     shared.manifest["command"] = "tooldecode run experiments/x.toml --out runs/old"
     (row,) = row_strict_cost({}, [], {"old": shared})
     assert "counts only" in row["measured"] and "--out runs/old-streams" in row["measured"]

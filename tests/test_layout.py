@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -85,22 +86,7 @@ def test_no_import_runs_against_the_flow():
 
 
 def test_no_import_cycles_between_packages():
-    edges = _imports()
-    state: dict[str, int] = {}
-    cycles: list[list[str]] = []
-
-    def visit(node: str, path: list[str]) -> None:
-        state[node] = 1
-        for nxt in sorted(edges.get(node, ())):
-            if state.get(nxt) == 1:
-                cycles.append(path[path.index(nxt) :] + [nxt])
-            elif nxt not in state:
-                visit(nxt, [*path, nxt])
-        state[node] = 2
-
-    for node in sorted(edges):
-        if node not in state:
-            visit(node, [node])
+    cycles = _cycles(_imports())  # defined below, with the modules' own rule
     assert not cycles, cycles
 
 
@@ -347,3 +333,131 @@ def test_one_sizing_rule_for_llamacpp_contexts():
     }
     assert not bad, f"size a llama.cpp context with tooldecode.trial.llamacpp_size: {bad}"
     assert _sizes(ast.parse('load_backend("llamacpp", ref, n_ctx=8192)\nkw = {"max_seqs": 33}')) == [1, 2]
+
+
+# --- one home per fact ---------------------------------------------------------------------------------
+
+
+@functools.cache
+def _parsed(path: Path) -> ast.AST:
+    """A module's syntax tree, parsed once for the checks below."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """Module → the tooldecode modules it imports (top-level and function-level; an import of a package
+    names its ``__init__``, which is left out: a package re-exports its own modules)."""
+    mods: dict[str, Path] = {}
+    for p in PACKAGE.rglob("*.py"):
+        parts = p.relative_to(PACKAGE.parent).with_suffix("").parts
+        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    packages = {m for m, p in mods.items() if p.name == "__init__.py"}
+    edges: dict[str, set[str]] = defaultdict(set)
+    for name, p in mods.items():
+        for node in ast.walk(_parsed(p)):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tooldecode":
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            edges[name] |= {t for t in targets if t in mods and t not in packages and t != name}
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(path[path.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [node])
+    return cycles
+
+
+def test_no_import_cycles_between_modules():
+    """Within a package too: no module imports one that imports it back, even inside a function."""
+    assert not _cycles(_module_imports()), _cycles(_module_imports())
+    assert _cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b", "a"]]
+
+
+def _records_facts() -> list[frozenset]:
+    from tooldecode import records
+
+    facts = (records.MODES, records.STRICT_MODES, records.TOOL_MODES, records.VARIANT_FIELDS)
+    return [frozenset(f) for f in facts] + [frozenset(records.CONDITIONINGS)]
+
+
+def _literal_strings(node: ast.AST) -> frozenset | None:
+    """The strings of a tuple, list or set display (a dict display's keys) of two or more strings."""
+    if isinstance(node, ast.Dict):
+        elts: list = [k for k in node.keys if k is not None]
+    elif isinstance(node, ast.Tuple | ast.List | ast.Set):
+        elts = list(node.elts)
+    else:
+        return None
+    if len(elts) < 2 or not all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in elts):
+        return None
+    return frozenset(e.value for e in elts)
+
+
+def test_modes_conditionings_and_variant_fields_are_written_once():
+    """The arm's modes, strict and tool modes, conditionings and variant fields are spelled out only in
+    tooldecode/records.py; every other module imports them."""
+    facts = _records_facts()
+    bad = []
+    for p in sorted(PACKAGE.rglob("*.py")):
+        if p.name == "records.py" and p.parent == PACKAGE:
+            continue
+        for node in ast.walk(_parsed(p)):
+            if _literal_strings(node) in facts:
+                bad.append(f"{p.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, f"import these from tooldecode.records: {bad}"
+    src = '("strict", "strict-spec", "strict-aligned", "strict-prefix")'
+    assert _literal_strings(ast.parse(src).body[0].value) in facts  # type: ignore[attr-defined]
+
+
+def _id_of_a_model(tree: ast.AST) -> list[int]:
+    """Lines that take ``id()`` of a backend or a model (a cache key a later object may reuse)."""
+    return sorted(
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "id"
+        and node.args and any(w in ast.unparse(node.args[0]).lower() for w in ("backend", "model", "be"))
+    )  # fmt: skip
+
+
+def test_no_cache_is_keyed_on_the_id_of_a_backend():
+    """What is built for a backend is held per backend object (``tooldecode.backends.state.PerBackend``):
+    an ``id`` outlives its object, and a backend loaded later may get it."""
+    bad = {
+        str(p.relative_to(ROOT)): lines
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if (lines := _id_of_a_model(_parsed(p)))
+    }
+    assert not bad, bad
+    assert _id_of_a_model(ast.parse("key = (name, id(backend))\nk = id(model)\nseen.add(id(node))")) == [1, 2]
+
+
+def test_stages_hand_on_records_not_private_keys():
+    """A stage never tags a record with a private key for a later one (the loader once injected
+    ``_verdict`` and ``_run_streams``): what crosses stages is a field of a record type."""
+    bad = []
+    for p in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(_parsed(p)):
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+                if ast.unparse(node.value).endswith("__dict__"):
+                    continue  # an object's own memo in its __dict__
+                key = node.slice.value
+                if isinstance(key, str) and key.startswith("_") and not key.startswith("__"):
+                    bad.append(f"{p.relative_to(ROOT)}:{node.lineno} [{key!r}]")
+    assert not bad, bad

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import make_record
 
 from tooldecode.prompts import TranscriptOptions, render_prompt
 from tooldecode.scenarios import load_scenarios
@@ -16,9 +17,10 @@ def test_scoring_uses_the_tools_the_prompt_offered(toolset, smol_ref):
     prompt = render_prompt(scenario, smol_ref, TranscriptOptions(toolset=toolset))
     offered = [t.name for t in prompt.tools]
     assert offered == [t.name for t in toolset_tools(toolset)]
-    record = {"arm": {"toolset": toolset}, "scenario": scenario.id}
+    record = make_record(arm={"toolset": toolset}, scenario=scenario.id)  # a run before records held tools
     tools, _, expected, _ = record_context(record, {})
     assert [t.name for t in tools] == offered
+    assert [t.parameters for t in tools] == [t.parameters for t in prompt.tools]
     assert expected == EDIT_TOOL[toolset] == prompt.expected_tool
 
 
@@ -52,9 +54,9 @@ def test_a_report_scores_each_sample_once(tmp_path, monkeypatch):
     calls: list[str] = []
     real = scoring.score_record
 
-    def counting(record: dict, manifest: dict) -> dict:
-        calls.append(record["key"])
-        return real(record, manifest)
+    def counting(record, scenario):
+        calls.append(record.key)
+        return real(record, scenario)
 
     monkeypatch.setattr(scoring, "score_record", counting)
     monkeypatch.setattr(repair_rescue, "score_record", counting)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import make_sample
+from conftest import make_record as make_sample
 
 from experiments.organism_rows import row_predictions
 from tooldecode.measures import item_keys
@@ -53,7 +53,7 @@ def test_item_keys_name_each_undeclared_key_with_its_kind_and_place():
     assert item_keys(make_sample(call({"oldText": "a", "newText": "b"}), arm=L1)) == []
 
 
-def _run(samples: list[dict]) -> Run:
+def _run(samples: list) -> Run:
     manifest = {
         "config": {"spec": "e16-organisms", "streams": "scenario", "arms": []},
         "tooldecode": {"git_dirty": False},
@@ -94,7 +94,7 @@ def _spec(**over) -> dict:
     return {"name": "e16-organisms", "claim": "c", "findings": {"predictions": preds, **over}}
 
 
-def _samples() -> list[dict]:
+def _samples() -> list:
     out = []
     names = ["reviewed", "reviewed", "confidence", "note", "tag", "why"]
     for i, sc in enumerate(["s1", "s2", "s3", "s4", "s5", "s6"]):

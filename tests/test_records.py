@@ -55,8 +55,9 @@ def test_every_committed_record_round_trips(pattern, cls):
 
 
 def test_every_committed_run_loads_through_the_one_loader():
-    """``tooldecode.runs.load_run`` reads every committed run: each sample has its verdict (the committed
-    verdict files are current, so nothing is rewritten) and reads into the typed records."""
+    """``tooldecode.runs.load_run`` reads every committed run and hands on typed records: each sample a
+    ``SampleRecord`` with the tools its prompt showed, each verdict a ``VerdictRecord`` (the committed
+    verdict files are current, so nothing is rewritten), each probe row a ``ProbeRow``."""
     from tooldecode.runs import load_runs
 
     runs = load_runs(RUNS)
@@ -65,15 +66,15 @@ def test_every_committed_run_loads_through_the_one_loader():
     sampled = 0
     for name, run in runs.items():
         assert not run.verdicts_written, name
-        records, verdicts = run.records(), run.verdict_records()
-        assert [r.key for r in records] == [s["key"] for s in run.samples], name
-        assert set(verdicts) == {r.key for r in records}, name
-        assert all(verdicts[r.key].arm == r.arm for r in records), name
-        assert all(isinstance(p, ProbeRow) for p in run.probe_rows()) and len(run.probe_rows()) == len(
-            run.probe
-        )
-        sampled += bool(records)
-        if records:
+        assert all(isinstance(r, SampleRecord) and r.tools for r in run.samples), name
+        assert all(isinstance(v, VerdictRecord) for v in run.verdicts.values()), name
+        assert set(run.verdicts) == {r.key for r in run.samples}, name
+        assert all(run.verdicts[r.key].arm == r.arm for r in run.samples), name
+        assert all(isinstance(p, ProbeRow) for p in run.probe)
+        # streams are the run's: a sample has a stream exactly when its run drew per-scenario streams
+        assert all((r.stream is None) == run.shared_streams for r in run.samples), name
+        sampled += bool(run.samples)
+        if run.samples:
             assert run.verdict_file is not None and run.verdict_file.is_file(), name
     assert sampled and sampled < len(runs)  # sampled runs and probe-only runs alike
 
@@ -82,8 +83,8 @@ def test_every_committed_verdict_is_what_the_current_scorer_gives():
     """Each committed ``verdicts-<SCORER_VERSION>.jsonl`` line equals a scoring of its raw sample now: a
     change to the verdict logic that leaves ``SCORER_VERSION`` alone fails here (the loader trusts a
     verdict file that covers the run's keys, so a stale one would go on being read)."""
-    from tooldecode.runs import RunStore
-    from tooldecode.scoring import SCORER_VERSION, score_record
+    from tooldecode.runs import RunStore, score_stored
+    from tooldecode.scoring import SCORER_VERSION
 
     files = sorted(RUNS.glob(f"*/verdicts-{SCORER_VERSION}.jsonl"))
     assert files and sorted(RUNS.glob("*/verdicts-*.jsonl")) == files, "a verdict file of another scorer"
@@ -91,8 +92,9 @@ def test_every_committed_verdict_is_what_the_current_scorer_gives():
         store = RunStore.open(path.parent)
         stored = {v["key"]: v for v in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
         for smp in store.sample_records():
-            now = {"key": smp["key"], **score_record(smp, store.manifest)}
+            now = {"key": smp["key"], **score_stored(smp, store.manifest)}
             assert now == stored[smp["key"]], f"{path.relative_to(ROOT)}: {smp['key']}"
+            assert list(now) == list(stored[smp["key"]]), f"{path.relative_to(ROOT)}: key order"
 
 
 def _sample(**over):

@@ -22,6 +22,7 @@ from tooldecode.repair import (
     repair_text,
     rescue_accounting,
 )
+from tooldecode.runs import sample_of
 from tooldecode.scoring import extract_calls, toolset_tools
 
 NESTED = toolset_tools("nested")
@@ -481,7 +482,7 @@ def run_records():
 
 def test_rescue_accounting(scenario_dir):
     manifest = {"config": {"scenario_dirs": [str(scenario_dir)]}}
-    s = rescue_accounting(run_records(), manifest)
+    s = rescue_accounting([sample_of(r) for r in run_records()], manifest)
     assert (s["n_loose"], s["n_strict"], s["n_failing_strict"], s["n_rescued"], s["n_rescued_payload"]) == (
         6,
         4,

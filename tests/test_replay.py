@@ -69,3 +69,29 @@ def test_replay_prints_the_per_call_table_on_the_claude_code_sample(smol_ref):
     assert lines[1].split()[:3] == ["call", "tool", "pts"]
     assert [line.split()[1] for line in lines[2:5]] == ["Read", "Edit", "Bash"]
     assert lines[-1].startswith(("first call at risk: call ", "no call at risk"))
+
+
+def test_a_session_call_is_a_trial(qwen_ref):
+    """The replay is a view over the trial: a session scenario renders through ``Trial`` (its history,
+    its own tools, the called tool expected, the call as the gold call), with no renderer or backend of
+    the command's own."""
+    import ast
+
+    from tooldecode.scenarios.importers import load_session, session_scenario
+    from tooldecode.trial import Trial
+
+    session = load_session(DATA / "claude-code.jsonl")
+    data = session_scenario(session, 2)
+    trial = Trial(
+        {"model": qwen_ref.id, "backend": "llamacpp", "mode": "loose", "temperature": 1.0}, data, ref=qwen_ref
+    )
+    names = [t.name for t in trial.prompt.tools]
+    assert names == [t["name"] for t in data["tools"]] and trial.prompt.expected_tool == data["call"]["name"]
+    assert trial.prompt.prefill == "" and trial.text.endswith(trial.prompt.text[-20:])
+    assert data["call"]["name"] in trial.call and trial.call not in trial.text
+    assert trial.key(0, 0).split("/")[-3] == data["id"]
+    src = (Path(__file__).resolve().parents[1] / "tooldecode" / "cli" / "replay.py").read_text(
+        encoding="utf-8"
+    )
+    called = {ast.unparse(n.func).split(".")[-1] for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Call)}
+    assert not called & {"apply_template", "load_backend", "probe_call", "render_prompt", "render_session"}

@@ -9,15 +9,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import make_sample
+from conftest import make_probe_row, make_sample
 
 from tooldecode import report as rp
 from tooldecode.cli import main
 from tooldecode.errors import RunError, ToolDecodeError
 from tooldecode.report import page as report_page
-from tooldecode.runs import RunStore, build_manifest, rescore
+from tooldecode.runs import RunStore, build_manifest, rescore, score_stored
 from tooldecode.scenarios import load_scenarios
-from tooldecode.scoring import SCORER_VERSION, score_record
+from tooldecode.scoring import SCORER_VERSION
 from tooldecode.stats import newcombe_diff, wilson
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
@@ -162,7 +162,7 @@ def test_writes_into_the_run_and_scores_with_the_real_scorer(built):
     assert all(v["payload"]["file_correct"] for v in invented)  # payload correct, schema-invalid
     # The report's verdict file is exactly what `tooldecode rescore` writes.
     before = vfile.read_bytes()
-    rescore(RunStore.open(path), score_record, SCORER_VERSION)
+    rescore(RunStore.open(path), score_stored, SCORER_VERSION)
     assert vfile.read_bytes() == before
 
 
@@ -174,7 +174,7 @@ def _recount(path: Path) -> dict[tuple[str, str], Counter]:
         rec = json.loads(line)
         if rec["error"]:
             continue
-        v = score_record(rec, manifest)
+        v = score_stored(rec, manifest)
         c = counts.setdefault((rec["arm"]["mode"], rec["arm"]["level"]), Counter())
         c["n"] += 1
         c[v["verdict"]] += 1
@@ -272,7 +272,7 @@ def test_existing_verdicts_are_used_and_stale_ones_replaced(tmp_path):
     path = tmp_path / "run"
     arms = {("loose", "L1"): ["valid", "invented"], ("strict", "L1"): ["valid", "valid"]}
     store, _ = _build(path, arms, with_error=False)
-    vfile = rescore(RunStore.open(path), score_record, SCORER_VERSION)
+    vfile = rescore(RunStore.open(path), score_stored, SCORER_VERSION)
     # A current verdict file is read, not rewritten: doctor it and the report follows it.
     lines = [json.loads(x) for x in vfile.read_text().splitlines()]
     for v in lines:
@@ -299,24 +299,26 @@ def test_several_runs_probe_rows_and_the_cli(tmp_path, monkeypatch, capsys):
         tmp_path / "e1-strict", {("strict", "L1"): ["valid", "valid", "valid"]}, with_error=False
     )
     probe = [
-        {
-            "scenario": sc.id,
-            "arm": {"mode": "loose"},
-            "position": 40 + k,
-            "path": f"edits[{k}]",
-            "after": "newText",
-            "p_close": 0.9 - 0.1 * k,
-            "p_continue": 0.05 + 0.1 * k,
-            "p_other": 0.05,
-            "p_undetermined": 0.0,
-            "entropy": 0.5,
-            "top": [["}", 0.9, "close"], [",", 0.05, "continue"]],
-            "newtext_lines": 3 + 10 * k,
-            "newtext_chars": 80 + 300 * k,
-            "newtext_escapes": 4,
-            "item_index": k,
-            "n_items": 2,
-        }
+        make_probe_row(
+            **{
+                "scenario": sc.id,
+                "arm": {"mode": "loose"},
+                "position": 40 + k,
+                "path": f"edits[{k}]",
+                "after": "newText",
+                "p_close": 0.9 - 0.1 * k,
+                "p_continue": 0.05 + 0.1 * k,
+                "p_other": 0.05,
+                "p_undetermined": 0.0,
+                "entropy": 0.5,
+                "top": [["}", 0.9, "close"], [",", 0.05, "continue"]],
+                "newtext_lines": 3 + 10 * k,
+                "newtext_chars": 80 + 300 * k,
+                "newtext_escapes": 4,
+                "item_index": k,
+                "n_items": 2,
+            }
+        ).to_json()
         for sc in _scenarios()
         for k in range(2)
     ]
@@ -374,29 +376,31 @@ def test_probe_only_run_uses_the_points_after_new_text(tmp_path):
             ("newText", 0.01 + 0.02 * j, 12),
         ):
             rows.append(
-                {
-                    "index": len(rows),
-                    "path": "edits[0]" if after != "path" else "",
-                    "after": after,
-                    "container": "object",
-                    "actual": "close" if after == "newText" else "continue",
-                    "p_close": 1 - p_cont,
-                    "p_continue": p_cont,
-                    "p_other": 0.0,
-                    "p_undetermined": 0.0,
-                    "entropy": 0.2,
-                    "top": [],
-                    "value_lines": lines,
-                    "value_chars": 40 * lines,
-                    "model": MODEL,
-                    "variant": {"history": "agentic", "toolset": "nested"},
-                    "variant_label": "history=agentic,toolset=nested",
-                    "scenario": sc.id,
-                    "newtext_lines": lines,
-                    "newtext_chars": 40 * lines,
-                    "item_index": 0,
-                    "n_items": 1,
-                }
+                make_probe_row(
+                    **{
+                        "index": len(rows),
+                        "path": "edits[0]" if after != "path" else "",
+                        "after": after,
+                        "container": "object",
+                        "actual": "close" if after == "newText" else "continue",
+                        "p_close": 1 - p_cont,
+                        "p_continue": p_cont,
+                        "p_other": 0.0,
+                        "p_undetermined": 0.0,
+                        "entropy": 0.2,
+                        "top": [],
+                        "value_lines": lines,
+                        "value_chars": 40 * lines,
+                        "model": MODEL,
+                        "variant": {"history": "agentic", "toolset": "nested"},
+                        "variant_label": "history=agentic,toolset=nested",
+                        "scenario": sc.id,
+                        "newtext_lines": lines,
+                        "newtext_chars": 40 * lines,
+                        "item_index": 0,
+                        "n_items": 1,
+                    }
+                ).to_json()
             )
     RunStore.open(tmp_path / "e5").write_derived("probe.jsonl", rows)
     rp.report([tmp_path / "e5"])

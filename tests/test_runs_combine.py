@@ -69,7 +69,7 @@ def test_split_runs_combine_into_the_same_draws_and_the_same_verdict(tmp_path, w
     [combined] = model_split_runs(parts)
     assert combined.name == "pc-base + pc-organism"
     assert [p.name for p in combined.parts] == ["pc-base", "pc-organism"]
-    assert sorted(s["key"] for s in combined.samples) == sorted(s["key"] for s in whole.samples)
+    assert sorted(s.key for s in combined.samples) == sorted(s.key for s in whole.samples)
     assert combined.git_sha == whole.git_sha and combined.git_dirty is False
     # neither part pairs both arms: the effect is judged on the combined run, exactly as on the whole
     alone = evaluate_effect(EFFECT, {p.name: p for p in parts})

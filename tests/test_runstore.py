@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import types
 from pathlib import Path
 
 import pytest
@@ -514,22 +513,27 @@ def test_cli_runs_list(tmp_path: Path, capsys) -> None:
         _cli(["runs", "list", str(tmp_path / "missing")])
 
 
-def test_cli_rescore_prints_path_and_counts(tmp_path: Path, capsys, monkeypatch) -> None:
-    scoring = types.ModuleType("tooldecode.scoring")
-    scoring.score_record = _toy_scorer  # type: ignore[attr-defined]
-    scoring.SCORER_VERSION = "9"  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "tooldecode.scoring", scoring)
+def test_cli_rescore_prints_path_and_counts(tmp_path: Path, capsys) -> None:
+    from conftest import make_sample
+
+    from tooldecode.scoring import SCORER_VERSION
+
+    gold = (
+        '{"name": "edit", "arguments": {"path": "src/config.c", "edits": [{"oldText": "a", "newText": "b"}]}}'
+    )
+    arm = {"wire": "call-json", "expected_tool": "edit", "toolset": "nested"}
     runs = []
-    for name, texts in [("one", ["ok", "bad", "bad"]), ("two", ["ok"])]:
+    for name, texts in [("one", [gold, "no call", "no call"]), ("two", [gold])]:
         store = RunStore.create(tmp_path / name, _manifest())
-        store.append([_rec(f"{name}/{i}", text=t) for i, t in enumerate(texts)])
+        store.append([make_sample(t, arm=arm, index=i) for i, t in enumerate(texts)])
+        store.close()
         runs.append(str(tmp_path / name))
     assert _cli(["rescore", *runs]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out == [
-        str(tmp_path / "one" / "verdicts-9.jsonl"),
-        "  3 samples: json_syntax 2, valid 1",
-        str(tmp_path / "two" / "verdicts-9.jsonl"),
+        str(tmp_path / "one" / f"verdicts-{SCORER_VERSION}.jsonl"),
+        "  3 samples: no_call 2, valid 1",
+        str(tmp_path / "two" / f"verdicts-{SCORER_VERSION}.jsonl"),
         "  1 samples: valid 1",
     ]
     with pytest.raises(RunError, match="does not exist"):

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from tooldecode.errors import ModelError, RunError, ToolDecodeError
 from tooldecode.experiments import SpecError, load_spec, run_spec
 from tooldecode.models import TEST_MODEL, resolve
-from tooldecode.runs import SAMPLE_FIELDS, RunStore, build_manifest
-from tooldecode.scoring import MAX_JSON_DEPTH, extract_calls, score_record, score_text, toolset_tools
+from tooldecode.runs import SAMPLE_FIELDS, RunStore, build_manifest, sample_of, score_stored
+from tooldecode.scoring import MAX_JSON_DEPTH, extract_calls, score_text, toolset_tools
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = toolset_tools("nested")
@@ -283,7 +283,7 @@ DEEP = '{"name": "edit", "arguments": ' + '[{"a":' * 260 + "1" + "}]" * 260 + "}
 
 def test_deep_sample_gets_a_verdict_and_the_run_still_scores(tmp_path):
     rec = _sample("deep/0") | {"text": DEEP}
-    out = score_record(rec, {})
+    out = score_stored(rec, {})
     assert out["verdict"] == "too_deep"
     store = _store_with(tmp_path, [json.dumps(rec), json.dumps(_sample("ok/0"))])
     for cmd in (["rescore"], ["repair"], ["report"]):
@@ -428,14 +428,15 @@ def nested(draw):
 def test_scoring_and_repair_never_raise(text, wire):
     from tooldecode.repair import repair_record
 
-    rec = _sample("f/0") | {"text": text, "arm": {"mode": "loose", "wire": wire, "expected_tool": "edit"}}
+    base = _sample("f/0")
+    rec = base | {"text": text, "arm": {**base["arm"], "wire": wire, "expected_tool": "edit"}}
     t0 = time.perf_counter()
-    out = score_record(rec, {})
+    out = score_stored(rec, {})
     assert out["verdict"] in (
         "valid", "invented_key", "missing_required", "wrong_type", "json_syntax", "truncated",
         "too_deep", "no_call", "wrong_tool",
     )  # fmt: skip
-    repaired = repair_record(rec, {})
+    repaired = repair_record(sample_of(rec), {})
     json.dumps(out)
     json.dumps(repaired)
     extract_calls(text, wire=wire, lenient=True)

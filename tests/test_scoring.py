@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tooldecode.grammar import WIRES, serialize_call
+from tooldecode.runs import sample_of, score_stored
 from tooldecode.scenarios import get_scenario
 from tooldecode.scoring import (
     PRECEDENCE,
@@ -457,10 +458,13 @@ def test_score_record_uses_arm_and_prefill(scenario_dir):
         scenario="t-join-path",
         prefill=prefill,
     )
-    out = score_record(record, {"config": {"scenario_dirs": [str(scenario_dir)]}})
+    out = score_stored(record, {"config": {"scenario_dirs": [str(scenario_dir)]}})
     assert out["key"] == "a/t-join-path/0/0" and out["scorer"] == SCORER_VERSION
     assert out["verdict"] == "valid" and out["payload"]["file_correct"]
     json.dumps(out)  # JSON-able
+    # the line is the record's verdict: score_record of the SampleRecord against its scenario
+    verdict = score_record(sample_of(record), get_scenario("t-join-path", dirs=[scenario_dir]))
+    assert verdict.to_json() == out and verdict.tool == "edit"
 
 
 def test_score_record_flat_toolset_expects_edit_and_skips_errors(scenario_dir):
@@ -471,8 +475,8 @@ def test_score_record_flat_toolset_expects_edit_and_skips_errors(scenario_dir):
         scenario="t-join-path",
     )
     manifest = {"scenario_dirs": [str(scenario_dir)]}
-    assert score_record(record, manifest)["verdict"] == "wrong_tool"
-    skipped = score_record({**record, "error": "mask failed"}, manifest)
+    assert score_stored(record, manifest)["verdict"] == "wrong_tool"
+    skipped = score_stored({**record, "error": "mask failed"}, manifest)
     assert skipped["verdict"] is None and skipped["skipped"] == "mask failed"
 
 
@@ -651,7 +655,7 @@ def test_stored_outcome_recomputes_records_scored_before_it(scenario_dir, scenar
         index=1,
         prefill=prefill,
     )
-    out = score_record(record, {"config": {"scenario_dirs": [str(scenario_dir)]}})
+    out = score_stored(record, {"config": {"scenario_dirs": [str(scenario_dir)]}})
     assert out["outcome"]["valid"] and out["outcome"]["applies"] and out["outcome"]["wrong_but_valid"]
     old = {k: v for k, v in out.items() if k != "outcome"}
     assert stored_outcome(old, scenario, NESTED, "stop") == out["outcome"]

@@ -131,8 +131,7 @@ def test_run_with_tool_modes_scored_like_any_run(llama_server, tmp_path):
     """`tooldecode run` with modes tools-strict / tools-loose: records of the usual shape, the arm's mode
     in each, verdicts from the same classifier; the modes refuse a backend that is not a server."""
     from tooldecode.experiments import SpecError, load_spec, run_spec
-    from tooldecode.runs import RunStore
-    from tooldecode.scoring import score_record
+    from tooldecode.runs import RunStore, score_stored
 
     path = tmp_path / "spec.toml"
     path.write_text(TOOLS_SPEC)
@@ -143,7 +142,7 @@ def test_run_with_tool_modes_scored_like_any_run(llama_server, tmp_path):
     assert sorted(r["arm"]["mode"] for r in recs) == ["tools-loose"] * 2 + ["tools-strict"] * 2
     for r in recs:
         assert r["tool_name"] == "edit" and r["token_ids"] is None and r["absent"]["token_ids"] == PARSED_CALL
-        v = score_record(r, manifest)
+        v = score_stored(r, manifest)
         assert v["tool"] == "edit" and v["verdict"] == "truncated", (r["text"], v)  # 8 tokens: cut
     spec.backend = "llamacpp"
     with pytest.raises(SpecError, match="--backend openai") as err:

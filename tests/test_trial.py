@@ -3,6 +3,7 @@ probe refusal, replay and score (no model weights: a backend here is a stand-in)
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -181,7 +182,12 @@ class _Server:
         self.calls.append(
             {"prompt": prompt, "n": n, "grammar": grammar, "prefill": prefill, "start": start_index}
         )
-        return [SimpleNamespace(index=start_index + i, text="", finish_reason="stop") for i in range(n)]
+        from tooldecode.backends.openai_records import ServerSample
+
+        return [
+            ServerSample(start_index + i, params.seed, "", None, None, None, finish_reason="stop")
+            for i in range(n)
+        ]
 
 
 @pytest.mark.parametrize("mode", ["loose", "strict", "strict-spec"])
@@ -226,6 +232,93 @@ def test_score_is_the_verdict_of_the_call_with_its_prefill(qwen_ref, scenario):
     drawn = SimpleNamespace(text=rest, finish_reason="stop")
     assert forced.score(drawn).verdict == "valid"
     assert free.score('{"name": "edit", "arguments": {"nope": 1}}', "stop").verdict != "valid"
+
+
+class _TextServer:
+    """A stand-in for the openai backend that draws one fixed text."""
+
+    name = "openai"
+
+    def __init__(self, text):
+        self.text = text
+
+    def sample(self, prompt, n, params, *, grammar=None, prefill="", start_index=0, on_batch=None):
+        from tooldecode.backends.openai_records import ServerSample
+
+        out = [
+            ServerSample(start_index + i, params.seed, self.text, None, None, None, finish_reason="stop")
+            for i in range(n)
+        ]
+        if on_batch is not None:
+            on_batch(out)
+        return out
+
+
+# e11's schema variant: a minimum (and maximum) length on both strings of an edit
+E11_EXTRA = {"oldText": {"minLength": 1, "maxLength": 256}, "newText": {"minLength": 1, "maxLength": 256}}
+
+
+@pytest.mark.parametrize("extra", [None, E11_EXTRA], ids=["catalog", "e11-schema-extra"])
+def test_a_drawn_sample_scores_the_same_through_sample_and_rescore(tmp_path, qwen_ref, scenario, extra):
+    """The verdict ``tooldecode sample`` prints (``Trial.score`` of the drawn record) is the one ``run``
+    then ``rescore`` store: both read the tools the prompt showed, which the record carries. With
+    e11's ``minLength: 1`` on newText an empty newText is ``wrong_type``; a run written before records
+    carried their tools gets its arm's at load and scores the same."""
+    import re
+
+    from tooldecode.runs import RunStore, build_manifest, load_run
+
+    arm = dict(ARM, backend="openai", level="L1", conditioning="forced-tool")
+    if extra:
+        arm["schema_extra"] = extra
+    trial = Trial(arm, scenario, ref=qwen_ref)
+    empty = re.sub(r'("newText":\s*)"(?:[^"\\]|\\.)*"', r'\1""', trial.call)
+    assert empty != trial.call and trial.call.startswith(trial.prompt.prefill)
+    records = []
+    trial.sample(
+        _TextServer(empty[len(trial.prompt.prefill) :]), 2, trial.params(seed=3), on_batch=records.extend
+    )
+    assert [r.key for r in records] == [trial.key(3, 0), trial.key(3, 1)]
+    rec = records[0]
+    assert rec.tools == trial.tools and rec.arm.wire == trial.prompt.wire and rec.call_text == empty
+    assert {t.name for t in rec.tools} == {t.name for t in trial.prompt.tools}
+    via_sample = trial.score(rec)
+    assert via_sample.verdict == ("wrong_type" if extra else "valid"), via_sample.errors
+
+    def stored_run(name, lines):
+        manifest = build_manifest({"spec": "agree", "streams": "scenario"})
+        store = RunStore.create(tmp_path / name, manifest)
+        store.append(lines)
+        store.close()
+        return load_run(tmp_path / name, rescore=True)
+
+    run = stored_run("run", [r.to_json() for r in records])
+    assert run.samples[0] == rec and run.verdicts[rec.key] == via_sample
+    old = [{k: v for k, v in r.to_json().items() if k != "tools"} for r in records]
+    before = stored_run("before-tools", old)
+    assert before.samples[0].tools == rec.tools and before.verdicts[rec.key] == via_sample
+
+
+def test_a_users_tool_list_is_what_the_trial_shows_draws_against_and_scores(tmp_path, qwen_ref, scenario):
+    """Tools given to the trial (a user's list) replace the catalog's: the prompt shows them, the records
+    carry them, and the verdict reads them (``minLength`` on newText: an empty newText is wrong_type)."""
+    import dataclasses
+    import re
+
+    from tooldecode.grammar import load_tool
+
+    edit = load_tool("edit")
+    params = json.loads(json.dumps(edit.parameters))
+    params["properties"]["edits"]["items"]["properties"]["newText"]["minLength"] = 1
+    mine = dataclasses.replace(edit, parameters=params)
+    arm = dict(ARM, backend="openai", level="L1", conditioning="forced-tool")
+    trial = Trial(arm, scenario, ref=qwen_ref, tools=[mine])
+    assert trial.prompt.tools == (mine,) and '"minLength"' in trial.text
+    empty = re.sub(r'("newText":\s*)"(?:[^"\\]|\\.)*"', r'\1""', trial.call)
+    (rec,) = trial.sample(_TextServer(empty[len(trial.prompt.prefill) :]), 1, trial.params())
+    assert [t.name for t in rec.tools] == ["edit"] and rec.tools[0].parameters == params
+    assert trial.score(rec).verdict == "wrong_type"
+    assert Trial(arm, scenario, ref=qwen_ref).score(rec).verdict == "wrong_type"  # the record's tools decide
 
 
 class _Matcher:

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tooldecode.backends.state import PerBackend
 from tooldecode.errors import MaskError
 from tooldecode.grammar.check import FORMAT_OF
 
@@ -65,7 +66,7 @@ class MaskEngine:
         return self._factory(prefill, prefill_ids)
 
 
-_CACHE: dict[tuple[str, str, int], MaskEngine] = {}
+_CACHE: PerBackend[MaskEngine] = PerBackend()  # by engine label and grammar digest, per backend
 
 
 def _bits_to_bool(bits: np.ndarray, n_vocab: int) -> np.ndarray:
@@ -76,21 +77,20 @@ def _bits_to_bool(bits: np.ndarray, n_vocab: int) -> np.ndarray:
 def compile_mask(engine: str, grammar: str, backend: Any, *, label: str | None = None) -> MaskEngine:
     """Compile ``grammar`` (in the engine's format, ``ENGINE_FORMATS``) for ``backend``'s vocabulary
     (cached by engine, grammar text and model). ``label`` names the mask in records (default: ``engine``)."""
-    label = label or engine
-    key = (label, hashlib.sha256(grammar.encode()).hexdigest(), id(backend))
-    if key in _CACHE:
-        return _CACHE[key]
-    if engine == "xgrammar":
-        eng = _xgrammar(grammar, backend)
-        eng.engine = label
-    elif engine == "llguidance":
-        eng = _llguidance(grammar, backend, label)
-    elif engine == "llama-grammar":
-        eng = _llama_grammar(grammar, backend, label)
-    else:
+    name = label or engine
+    if engine not in ENGINES:
         raise MaskError(f"unknown mask engine '{engine}'; choose one of: {', '.join(ENGINES)}")
-    _CACHE[key] = eng
-    return eng
+
+    def build() -> MaskEngine:
+        if engine == "xgrammar":
+            eng = _xgrammar(grammar, backend)
+            eng.engine = name
+            return eng
+        if engine == "llguidance":
+            return _llguidance(grammar, backend, name)
+        return _llama_grammar(grammar, backend, name)
+
+    return _CACHE.get(backend, (name, hashlib.sha256(grammar.encode()).hexdigest()), build)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -355,7 +355,7 @@ class PrefixKeeping:
         return moved.astype(np.float32)
 
 
-_PARENTS: dict[int, np.ndarray] = {}
+_PARENTS: PerBackend[np.ndarray] = PerBackend()  # each token's longest token prefix, per backend
 
 
 class _PrefixMatcher:
@@ -385,12 +385,12 @@ def prefix_keeping(mask: MaskEngine, backend: Any, *, label: str | None = None) 
             f"strict-prefix reweights a token mask over the full logits, not {type(mask).__name__}; use a mask "
             "engine (xgrammar, llguidance, llama-grammar) on the llamacpp or hf backend"
         )
-    key = id(backend)
-    if key not in _PARENTS:
-        _PARENTS[key] = longest_token_prefix(
-            backend.vocab_bytes[: backend.n_vocab], special_token_ids(backend)
-        )
-    keep = PrefixKeeping(_PARENTS[key])
+    parents = _PARENTS.get(
+        backend,
+        "parents",
+        lambda: longest_token_prefix(backend.vocab_bytes[: backend.n_vocab], special_token_ids(backend)),
+    )
+    keep = PrefixKeeping(parents)
     inner = mask._factory
 
     def factory(prefill: str, prefill_ids: Sequence[int]) -> Matcher:

@@ -4,21 +4,25 @@ what its call did, and one value per scenario for the paired statistics of ``too
 - ``sample_continuation``: the key-resolved kind (``tooldecode.classify``) of what an L2 sample wrote
   after the forced newText content; the key context comes from the sample's prefill and the tools of
   its arm. ``continuation_class``: the same without key context.
-- ``sample_verdict`` / ``sample_outcome``: the scorer's verdict of a sample's call (the one its run was
-  loaded with, ``tooldecode.runs.load_run``) and what the call does after an extra key.
+- ``sample_verdict`` / ``sample_outcome``: the scorer's verdict of a sample's call against the tools its
+  prompt showed (the run's, where the caller passes it) and what the call does after an extra key.
 - ``item_keys``: the keys an L1 call wrote inside its ``edits[]`` items that the item schema does not
   declare, each with its kind and its place in the item (``ItemKey``).
 - ``distinct_draws``: samples with copies removed (one draw per ``tooldecode.records.draw_key``).
 - ``sample_event`` / ``crate`` / ``l2_values``: a measure of a sample, its cluster-robust rate, its
   per-scenario values; ``row_measure`` / ``l3_values``: the same for probe rows.
 
-Measures (``measure`` strings): ``p_continue``, ``p_close`` (probe rows) or ``continue``, ``close``
-(samples); ``extra_key`` (repeat + wrong_level + schema_word + invented: a key the object must not
-get); ``kind:K[+K...]`` (continue kinds, or ``string_goes_on`` etc.); ``outcome:O[+O...]`` (L2 only:
-``tooldecode.classify.OUTCOMES``, e.g. ``outcome:source_shaped``); ``key:NAME`` (that key string).
+Measures are one table, ``MEASURES``: each is one function registered with ``@measure(name, levels)``
+(``known_measures(level)`` lists them; an unknown one is a ``MeasureError`` that names them). Measure
+strings: ``p_continue``, ``p_close`` (probe rows) or ``continue``, ``close`` (samples); ``extra_key``
+(repeat + wrong_level + schema_word + invented: a key the object must not get); ``kind:K[+K...]``
+(continue kinds, or ``string_goes_on`` etc.); ``outcome:O[+O...]`` (L2 only:
+``tooldecode.classify.OUTCOMES``, e.g. ``outcome:source_shaped``); ``key:NAME`` (that key string);
+``source_shaped`` at L1 (the call's verdict).
 
-Samples of a run whose manifest lacks per-scenario random streams are refused by every function that
-builds a cluster interval from samples (``require_scenario_streams``): their scenarios share one stream.
+Samples drawn without a per-scenario random stream (a run whose manifest lacks ``"streams":
+"scenario"``; such a sample has no ``stream``) are refused by every function that builds a cluster
+interval from samples (``require_scenario_streams``): their scenarios share one stream.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,12 +47,15 @@ from tooldecode.classify import (
     source_shaped,
 )
 from tooldecode.errors import ToolDecodeError
-from tooldecode.records import draw_key
+from tooldecode.records import Condition, ProbeRow, SampleRecord, VerdictRecord
 from tooldecode.stats import ClusterRate, cluster_rate
 
 __all__ = [
+    "MEASURES",
+    "MEASURE_ALIASES",
     "VARIANT_DEFAULTS",
     "ItemKey",
+    "Measure",
     "MeasureError",
     "SharedStreamsError",
     "arm_tools",
@@ -60,6 +67,10 @@ __all__ = [
     "kinds_of",
     "l2_values",
     "l3_values",
+    "expected_tool",
+    "known_measures",
+    "measure",
+    "measure_of",
     "require_scenario_streams",
     "row_measure",
     "sample_context",
@@ -78,7 +89,7 @@ class SharedStreamsError(MeasureError):
     """A cluster interval asked of samples drawn with one random stream shared by every scenario."""
 
 
-def distinct_draws(samples: Sequence[dict]) -> list[dict]:
+def distinct_draws(samples: Sequence[SampleRecord]) -> list[SampleRecord]:
     """``samples`` with copies removed, first occurrence kept.
 
     Two samples are one draw when the same model saw the same prompt bytes and prefill under the same
@@ -88,7 +99,7 @@ def distinct_draws(samples: Sequence[dict]) -> list[dict]:
     seen: set[tuple] = set()
     out = []
     for s in samples:
-        k = draw_key(s)
+        k = s.draw_key()
         if k in seen:
             continue
         seen.add(k)
@@ -96,22 +107,23 @@ def distinct_draws(samples: Sequence[dict]) -> list[dict]:
     return out
 
 
-def arm_tools(arm: dict) -> tuple[list[Any], str | None, frozenset[str]]:
-    """The tools an arm's prompt shows (an earlier turn's tools included: the prior episode's flat
-    Edit set), the tool it is expected to call, and schema keywords the arm adds to the view."""
+def arm_tools(arm: Condition) -> tuple[list[Any], str | None, frozenset[str]]:
+    """The catalog tools an arm's conversation shows (an earlier turn's tools included: the prior
+    episode's flat Edit set), the tool it is expected to call, and schema keywords the arm's view adds
+    (what classifies a key: ``sample_context``)."""
     from tooldecode.grammar import load_tool
     from tooldecode.prompts import EDIT_TOOL, TOOLSETS
 
-    toolset = arm.get("toolset", "nested")
+    toolset = arm.toolset or "nested"
     names = list(TOOLSETS.get(toolset, TOOLSETS["nested"]))
-    if arm.get("prior") and toolset != "flat-edit":
+    if arm.prior and toolset != "flat-edit":
         names += [n for n in TOOLSETS["flat-edit"] if n not in names]
     tools = [load_tool(n) for n in names]
     extra: set[str] = set()
-    if arm.get("schema_view") in ("closed", "strictified"):
+    if arm.schema_view in ("closed", "strictified"):
         extra.add("additionalProperties")
-    if isinstance(arm.get("schema_extra"), dict):
-        for kw in arm["schema_extra"].values():
+    if isinstance(arm.schema_extra, dict):
+        for kw in arm.schema_extra.values():
             if isinstance(kw, dict):
                 extra.update(kw)
     return tools, EDIT_TOOL.get(toolset), frozenset(extra)
@@ -120,19 +132,19 @@ def arm_tools(arm: dict) -> tuple[list[Any], str | None, frozenset[str]]:
 _CTX_CACHE: dict[tuple, KeyContext] = {}
 
 
-def sample_context(s: dict) -> KeyContext:
+def sample_context(s: SampleRecord) -> KeyContext:
     """The ``KeyContext`` at the end of a sample's prefill, with the tools its arm showed."""
-    arm = s["arm"]
+    arm = s.arm
     key = (
-        s.get("prefill"),
-        arm.get("toolset"),
-        bool(arm.get("prior")),
-        arm.get("schema_view"),
-        json.dumps(arm.get("schema_extra"), sort_keys=True),
+        s.prefill,
+        arm.toolset,
+        bool(arm.prior),
+        arm.schema_view,
+        json.dumps(arm.schema_extra, sort_keys=True),
     )
     if key not in _CTX_CACHE:
         tools, edit, extra = arm_tools(arm)
-        ctx = key_context(s.get("prefill") or "", tools, expected_tool=edit)
+        ctx = key_context(s.prefill, tools, expected_tool=edit)
         if extra:
             known = ctx.present | ctx.declared | ctx.elsewhere
             ctx = dataclasses.replace(ctx, schema_words=ctx.schema_words | (extra - known))
@@ -140,61 +152,57 @@ def sample_context(s: dict) -> KeyContext:
     return _CTX_CACHE[key]
 
 
-def sample_continuation(s: dict) -> Continuation:
+def sample_continuation(s: SampleRecord) -> Continuation:
     """Kind of what an L2 sample wrote after the forced content of the gold value (its closing quote
     is pending); the text is taken as complete."""
-    return classify_continuation(s.get("text") or "", context=sample_context(s), pending='"', final=True)
+    return classify_continuation(s.text, context=sample_context(s), pending='"', final=True)
 
 
-def sample_verdict(s: dict) -> dict:
-    """The scorer's verdict of an L2 sample's call (prefill + text): the stored one when the run was
-    loaded with its verdicts, else scored here (without a scenario: no payload check)."""
-    v = s.get("_verdict")
-    if v is not None:
-        return v
-    from dataclasses import asdict
-
-    from tooldecode.prompts import EDIT_TOOL
-    from tooldecode.scoring import score_text, toolset_tools
-
-    toolset = s["arm"].get("toolset") or "nested"
-    tools, edit = toolset_tools(toolset), s["arm"].get("expected_tool") or EDIT_TOOL.get(toolset)
-    text = (s.get("prefill") or "") + (s.get("text") or "")
-    v = asdict(
-        score_text(
-            text, tools, wire=s["arm"].get("wire"), expected_tool=edit, finish_reason=s.get("finish_reason")
-        )
-    )
-    s["_verdict"] = v
-    return v
+_VERDICTS: dict[tuple, VerdictRecord] = {}
 
 
-def sample_outcome(s: dict) -> str:
+def sample_verdict(s: SampleRecord, verdict: VerdictRecord | None = None) -> VerdictRecord:
+    """The scorer's verdict of a sample's call (prefill + text) against the tools its prompt showed:
+    ``verdict`` where the caller has it (a loaded run's), else scored here without a scenario (what the
+    measures read of it, the class, tool, flags and invented keys, needs none)."""
+    if verdict is not None:
+        return verdict
+    from tooldecode.scoring import score_record
+
+    key = (s.key, s.call_text, s.finish_reason, s.arm.label())
+    if key not in _VERDICTS:
+        _VERDICTS[key] = score_record(s, None)
+    return _VERDICTS[key]
+
+
+def expected_tool(s: SampleRecord) -> str | None:
+    """The tool a sample's turn is expected to call (its arm's, else its tool set's edit tool)."""
+    return s.arm.expected_tool or arm_tools(s.arm)[1]
+
+
+def sample_outcome(s: SampleRecord, verdict: VerdictRecord | None = None) -> str:
     """The outcome (``tooldecode.classify.OUTCOMES``) of an L2 sample: its kind, or for an extra key what
     the whole call does (source-shaped failure, duplicate key, derailment, other failure)."""
     c = sample_continuation(s)
     if c.kind not in EXTRA_KEY_KINDS:
         return c.kind
-    edit = arm_tools(s["arm"])[1] if not s["arm"].get("expected_tool") else s["arm"]["expected_tool"]
+    edit = expected_tool(s)
     return call_outcome(
-        c, sample_verdict(s), sample_context(s).present, tool=edit, parsed_here=_parsed_here(s, edit)
+        c,
+        sample_verdict(s, verdict).to_json(),
+        sample_context(s).present,
+        tool=edit,
+        parsed_here=_parsed_here(s, edit),
     )
 
 
-def _parsed_here(s: dict, edit: str) -> bool:
+def _parsed_here(s: SampleRecord, edit: str | None) -> bool:
     """Whether the call that holds an L2 sample's decision point (the end of its prefill) parsed: a
     verdict can describe a later call of the same tool that did (the scorer reads the best call)."""
-    from tooldecode.scoring import extract_calls, toolset_tools
+    from tooldecode.scoring import extract_calls, record_tools
 
-    toolset = s["arm"].get("toolset") or "nested"
-    prefill = s.get("prefill") or ""
-    calls = extract_calls(
-        prefill + (s.get("text") or ""),
-        wire=s["arm"].get("wire"),
-        tools=toolset_tools(toolset),
-        expected_tool=edit,
-    )
-    at = len(prefill)
+    calls = extract_calls(s.call_text, wire=s.arm.wire, tools=record_tools(s), expected_tool=edit)
+    at = len(s.prefill)
     return any(c.span[0] < at <= c.span[1] and c.error is None for c in calls)
 
 
@@ -237,7 +245,7 @@ def _ordered_edits(text: str, array_key: str) -> list[list[tuple[str, Any]]] | N
     return None
 
 
-def item_keys(s: dict) -> list[ItemKey]:
+def item_keys(s: SampleRecord) -> list[ItemKey]:
     """The undeclared keys of each ``edits[]`` item in an L1 sample's call (prefill + text), in order.
 
     The call is the first JSON object of the text holding the edit tool's array (envelope or bare
@@ -245,17 +253,17 @@ def item_keys(s: dict) -> list[ItemKey]:
     (``KeyContext.key_kind``), with the item's keys written before it as present (the item's other
     keys when it is the first), so a repeated or mangled item key is a ``repeat``, a tool word a
     ``schema_word``, and any other name ``invented``."""
-    from tooldecode.scoring import toolset_tools
+    from tooldecode.scoring import record_tools
     from tooldecode.scoring.checks import edit_keys
 
-    tools, edit, _ = arm_tools(s["arm"])
-    tool = next((t for t in toolset_tools(s["arm"].get("toolset") or "nested") if t.name == edit), None)
+    tools, edit, _ = arm_tools(s.arm)
+    tool = next((t for t in record_tools(s) if t.name == edit), None)
     if tool is None:
         return []
     array_key, old_key, _ = edit_keys(tool)
     if array_key is None or old_key is None:
         return []
-    items = _ordered_edits((s.get("prefill") or "") + (s.get("text") or ""), array_key)
+    items = _ordered_edits(s.call_text, array_key)
     # the item schema's words, resolved once from a key every item declares
     item_ctx = key_context(
         "{" + json.dumps(array_key) + ": [{" + json.dumps(old_key) + ": null", tools, expected_tool=edit
@@ -276,16 +284,16 @@ def item_keys(s: dict) -> list[ItemKey]:
     return out
 
 
-def require_scenario_streams(samples: Iterable[dict], what: str = "a cluster interval") -> None:
-    """Refuse (``SharedStreamsError``) samples of a run whose manifest lacks per-scenario streams."""
+def require_scenario_streams(samples: Iterable[SampleRecord], what: str = "a cluster interval") -> None:
+    """Refuse (``SharedStreamsError``) samples drawn without a per-scenario random stream (their run's
+    manifest has no ``"streams": "scenario"``: ``tooldecode.runs.Run.shared_streams``)."""
     for s in samples:
-        tag = s.get("_run_streams")
-        if tag:
-            name = tag.split(":", 1)[1]
+        if s.stream is None:
             raise SharedStreamsError(
-                f'{what} over run {name}: its manifest has no "streams": "scenario", so every scenario '
-                "drew from the same random stream and scenarios are not independent clusters; rerun it "
-                f"with per-scenario streams (tooldecode run SPEC --out runs/{name}-streams) or report counts only"
+                f'{what} over samples of {s.label} (e.g. {s.key}): its run\'s manifest has no "streams": '
+                '"scenario", so every scenario drew from the same random stream and scenarios are not '
+                "independent clusters; rerun it with per-scenario streams (the spec default) or report "
+                "counts only"
             )
 
 
@@ -302,10 +310,77 @@ def continuation_class(text: str) -> tuple[str, str | None]:
     return "continue", "<other>"
 
 
+# --------------------------------------------------------------------------------------------- registry
+
+
+@dataclasses.dataclass(frozen=True)
+class Measure:
+    """One measure: its name, the levels it is defined at, and the function that takes it.
+
+    A sample measure (L1, L2) maps ``(sample, argument)`` to a bool: whether the sample shows it; a
+    probe-row measure (L3) maps ``(row, argument)`` to a probability (None: the row lacks the fields).
+    ``argument`` is what follows ``name:`` in a measure string (``kind:repeat+invented``), None
+    without one; ``takes`` names it in the listing (None: the measure takes none)."""
+
+    name: str
+    levels: tuple[str, ...]
+    fn: Callable[..., Any]
+    takes: str | None = None
+
+    @property
+    def spelled(self) -> str:
+        return f"{self.name}:{self.takes}" if self.takes else self.name
+
+
+MEASURES: dict[tuple[str, str], Measure] = {}
+# short names of a measure string
 MEASURE_ALIASES = {"goes_on": "kind:string_goes_on", **{o: f"outcome:{o}" for o in EXTRA_OUTCOMES}}
 
 
+def measure(
+    name: str, levels: tuple[str, ...], takes: str | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the decorated function as measure ``name`` at ``levels`` (one entry per level)."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for level in levels:
+            if (name, level) in MEASURES:
+                raise ValueError(f"measure {name!r} at {level} is registered twice")
+            MEASURES[(name, level)] = Measure(name, levels, fn, takes)
+        return fn
+
+    return register
+
+
+def known_measures(level: str) -> list[str]:
+    """The measures defined at ``level``, as a measure string spells them."""
+    return [m.spelled for (_, lv), m in MEASURES.items() if lv == level]
+
+
+def measure_of(spelled: str, level: str) -> tuple[Measure, str | None]:
+    """The registered measure a measure string names at ``level``, and its argument.
+
+    Raises
+    ------
+    MeasureError
+        No such measure at ``level`` (the message lists the known ones).
+    """
+    if (spelled, level) not in MEASURES:
+        spelled = MEASURE_ALIASES.get(spelled, spelled)
+    if spelled == "outcome:source_shaped" and ("source_shaped", level) in MEASURES:
+        spelled = "source_shaped"  # at L1 the outcome is the call's verdict
+    name, sep, arg = spelled.partition(":")
+    m = MEASURES.get((name, level))
+    if m is None or bool(sep) != bool(m.takes):
+        raise MeasureError(
+            f"unknown {level} measure {spelled!r}; known at {level}: {', '.join(known_measures(level))}"
+        )
+    return m, (arg if sep else None)
+
+
 def kinds_of(measure: str) -> tuple[str, ...] | None:
+    """The continuation kinds a kind measure counts (``extra_key``, ``kind:K[+K...]``); None otherwise."""
+    measure = MEASURE_ALIASES.get(measure, measure)
     if measure == "extra_key":
         return EXTRA_KEY_KINDS
     if measure.startswith("kind:"):
@@ -313,49 +388,109 @@ def kinds_of(measure: str) -> tuple[str, ...] | None:
     return None
 
 
-def sample_event(s: dict, measure: str) -> bool:
-    """Whether L2 sample ``s`` shows ``measure`` (see the module docstring; ``source_shaped``,
-    ``duplicate``, ``derailment``, ``extra_other`` and ``goes_on`` are short for their outcome or kind).
-    At L1 (no forced newText) only ``source_shaped`` is defined: the scorer's verdict of the call."""
-    measure = MEASURE_ALIASES.get(measure, measure)
-    if s["arm"].get("level") == "L1":
-        if measure != "outcome:source_shaped":
-            raise MeasureError(f"L1 measure {measure!r} unknown; only source_shaped is defined at L1")
-        return source_shaped(sample_verdict(s))
+@measure("continue", ("L2",))
+def _continues(s: SampleRecord, _: None) -> bool:
+    return sample_continuation(s).group == CONTINUE
+
+
+@measure("close", ("L2",))
+def _closes(s: SampleRecord, _: None) -> bool:
+    return sample_continuation(s).group == "close"
+
+
+@measure("extra_key", ("L2",))
+def _extra_key(s: SampleRecord, _: None) -> bool:
+    return sample_continuation(s).kind in EXTRA_KEY_KINDS
+
+
+@measure("kind", ("L2",), takes="K[+K...]")
+def _kind(s: SampleRecord, kinds: str) -> bool:
+    return sample_continuation(s).kind in kinds.split("+")
+
+
+@measure("key", ("L2",), takes="NAME")
+def _key(s: SampleRecord, key: str) -> bool:
     c = sample_continuation(s)
-    if measure in ("continue", "close"):
-        return c.group == measure
-    if measure.startswith("key:"):
-        return c.group == CONTINUE and c.key == measure[4:]
-    if measure.startswith("outcome:"):
-        return sample_outcome(s) in measure[8:].split("+")
-    kinds = kinds_of(measure)
-    if kinds is None:
-        raise MeasureError(
-            f"unknown L2 measure {measure!r}; use continue, close, extra_key, kind:K, outcome:O or key:NAME"
-        )
-    return c.kind in kinds
+    return c.group == CONTINUE and c.key == key
 
 
-def crate(samples: Sequence[dict], pred) -> ClusterRate:
+@measure("outcome", ("L2",), takes="O[+O...]")
+def _outcome(s: SampleRecord, outcomes: str) -> bool:
+    return sample_outcome(s) in outcomes.split("+")
+
+
+@measure("source_shaped", ("L1",))
+def _source_shaped_call(s: SampleRecord, _: None) -> bool:
+    """At L1 (no forced newText): the scorer's verdict of the call is the source's failure."""
+    return source_shaped(sample_verdict(s).to_json())
+
+
+def sample_event(s: SampleRecord, measure: str) -> bool:
+    """Whether sample ``s`` shows ``measure`` at its arm's level (``MEASURES``; ``source_shaped``,
+    ``duplicate``, ``derailment``, ``extra_other`` and ``goes_on`` are short for their outcome or kind;
+    at L1 ``source_shaped`` is the call's verdict). ``MeasureError`` for a measure not defined there."""
+    m, arg = measure_of(measure, "L1" if s.arm.level == "L1" else "L2")
+    return bool(m.fn(s, arg))
+
+
+def crate(samples: Sequence[SampleRecord], pred: Callable[[SampleRecord], bool]) -> ClusterRate:
     """Cluster-robust rate of ``pred`` over the distinct draws of ``samples`` (clusters: scenarios);
-    refused (``SharedStreamsError``) for samples of a run with shared random streams."""
+    refused (``SharedStreamsError``) for samples drawn with shared random streams."""
     require_scenario_streams(samples)
     ss = distinct_draws(samples)
-    return cluster_rate([bool(pred(s)) for s in ss], [s["scenario"] for s in ss])
+    return cluster_rate([bool(pred(s)) for s in ss], [s.scenario for s in ss])
 
 
-def l2_values(samples: Sequence[dict], measure: str) -> tuple[dict[str, float], int, int, int]:
+def l2_values(samples: Sequence[SampleRecord], measure: str) -> tuple[dict[str, float], int, int, int]:
     """Per scenario: the share of distinct draws showing ``measure``; plus events, event scenarios, draws.
-    Refused (``SharedStreamsError``) for samples of a run with shared random streams."""
+    Refused (``SharedStreamsError``) for samples drawn with shared random streams."""
     require_scenario_streams(samples, "a paired comparison over scenarios")
     ss = distinct_draws(samples)
     by: dict[str, list[bool]] = defaultdict(list)
     for s in ss:
-        by[s["scenario"]].append(sample_event(s, measure))
+        by[s.scenario].append(sample_event(s, measure))
     vals = {k: float(np.mean(v)) for k, v in by.items()}
     events = sum(sum(v) for v in by.values())
     return vals, events, sum(1 for v in by.values() if any(v)), len(ss)
+
+
+# --- probe rows (L3)
+
+
+def _row_value(field: str) -> Callable[[ProbeRow, None], float]:
+    def value(row: ProbeRow, _: None) -> float:
+        return float(getattr(row, field))
+
+    return value
+
+
+for _field in ("p_continue", "p_close", "p_other", "decision_entropy"):  # a probability of the row as stored
+    measure(_field, ("L3",))(_row_value(_field))
+
+
+def _kind_mass(row: ProbeRow, kinds: tuple[str, ...]) -> float | None:
+    by = row.p_continue_by_kind
+    if not by:
+        return None
+    other = row.p_other_by_kind or {}
+    return float(sum(by.get(k, 0.0) + other.get(k, 0.0) for k in kinds))
+
+
+@measure("extra_key", ("L3",))
+def _p_extra_key(row: ProbeRow, _: None) -> float | None:
+    return _kind_mass(row, EXTRA_KEY_KINDS)
+
+
+@measure("kind", ("L3",), takes="K[+K...]")
+def _p_kind(row: ProbeRow, kinds: str) -> float | None:
+    return _kind_mass(row, tuple(kinds.split("+")))
+
+
+@measure("key", ("L3",), takes="NAME")
+def _p_key(row: ProbeRow, key: str) -> float | None:
+    if not row.p_continue_by_kind:
+        return None
+    return float((row.continue_keys or {}).get(key, 0.0))
 
 
 VARIANT_DEFAULTS = {
@@ -371,44 +506,37 @@ VARIANT_DEFAULTS = {
 }
 
 
-def full_variant(variant: dict | None) -> dict:
+def full_variant(variant: Mapping[str, Any] | None) -> dict[str, Any]:
     """A probe row's variant with every unstated field at its default."""
     return {**VARIANT_DEFAULTS, **(variant or {})}
 
 
-def row_measure(row: dict, measure: str) -> float | None:
-    """``measure`` of one probe row (None when the row lacks the key-resolved fields it needs)."""
-    if measure in ("p_continue", "p_close", "p_other"):
-        return float(row[measure])
-    if measure == "decision_entropy":
-        return float(row["decision_entropy"]) if "decision_entropy" in row else None
-    by = row.get("p_continue_by_kind")
-    if not by:
-        return None
-    if measure.startswith("key:"):
-        return float((row.get("continue_keys") or {}).get(measure[4:], 0.0))
-    kinds = kinds_of(measure)
-    if kinds is None:
-        raise MeasureError(
-            f"unknown L3 measure {measure!r}; use p_continue, p_close, extra_key, kind:K or key:NAME"
-        )
-    other = row.get("p_other_by_kind") or {}
-    return float(sum(by.get(k, 0.0) + other.get(k, 0.0) for k in kinds))
+def row_measure(row: ProbeRow, measure: str) -> float | None:
+    """``measure`` of one probe row (``MEASURES`` at L3; None when the row lacks the key-resolved fields
+    it needs)."""
+    m, arg = measure_of(measure, "L3")
+    value = m.fn(row, arg)
+    return None if value is None else float(value)
 
 
 def l3_values(
-    rows: Sequence[dict], measure: str, *, after: str = "newText", model: str | None = None, **variant: Any
+    rows: Sequence[ProbeRow],
+    measure: str,
+    *,
+    after: str = "newText",
+    model: str | None = None,
+    **variant: Any,
 ) -> dict[str, float]:
     """Per scenario: the mean of ``measure`` over the decision points after ``after`` whose variant
     matches ``variant`` (unstated fields at their defaults)."""
     want = full_variant(variant)
     out: dict[str, list[float]] = defaultdict(list)
     for r in rows:
-        if r.get("after") != after or (model and r.get("model") != model):
+        if r.after != after or (model and r.model != model):
             continue
-        if full_variant(r.get("variant")) != want:
+        if full_variant(r.variant) != want:
             continue
         v = row_measure(r, measure)
         if v is not None:
-            out[r["scenario"]].append(v)
+            out[r.scenario].append(v)
     return {k: float(np.mean(v)) for k, v in out.items()}

@@ -169,8 +169,9 @@ class _Record:
         return self._ordered(out)
 
     def _ordered(self, out: dict[str, Any]) -> dict[str, Any]:
-        """``out`` with its keys in the order the record was read in (new keys last)."""
-        rank = {k: i for i, k in enumerate(self.order)}
+        """``out`` with its keys in the order the record was read in (new keys last); a record made here,
+        not read, in field order (``_REQUIRED``, then ``_OPTIONAL``)."""
+        rank = {k: i for i, k in enumerate(self.order or (*self._REQUIRED, *self._OPTIONAL))}
         return dict(sorted(out.items(), key=lambda kv: rank.get(kv[0], len(rank))))
 
     @classmethod
@@ -250,6 +251,14 @@ class Condition(_Record):
     def strict(self) -> bool:
         """Whether a mask (or a server's grammar) constrains this arm's samples."""
         return self.mode in STRICT_MODES
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The arm's value of field ``name`` by name (a field it does not know: from ``extra``);
+        ``default`` where the arm does not set it. What a spec's ``field = value`` filter reads."""
+        value = getattr(self, name) if name in self._REQUIRED or name in self._OPTIONAL else None
+        if value is None:
+            value = self.extra.get(name)
+        return default if value is None else value
 
     def label(self) -> str:
         """The arm's part of a sample key: model (short), level and mode bare, then ``field=value`` for

@@ -132,7 +132,7 @@ class LlamaCppBackend(Backend):
     def _apply_adapter(self, model: ModelRef) -> None:
         """Load the organism's LoRA adapter (llama.cpp's adapter GGUF, written from the peft file on first
         use) and apply it to the context: the base weights stay as shipped."""
-        from tooldecode.organisms.adapter import llama_adapter_file
+        from tooldecode.backends.lora import llama_adapter_file
 
         adapter = model.adapter
         assert adapter is not None

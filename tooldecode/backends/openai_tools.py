@@ -36,8 +36,7 @@ from typing import Any
 
 from tooldecode.backends.openai_http import ServerError, check_chat
 from tooldecode.backends.openai_records import PARSED_CALL, ServerSample, draw_concurrently, request_seed
-
-TOOL_MODES = ("tools-strict", "tools-loose")
+from tooldecode.records import TOOL_MODES
 
 _TOKEN_FIELDS = ("token_ids", "logprobs", "top", "tokens")
 

@@ -54,13 +54,14 @@ def derived_name(disabled: list[str]) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tooldecode.runs import RunStore
+    from tooldecode.runs import RunStore, sample_of
 
     store = RunStore.open(args.run)
     manifest = store.manifest
     enabled = [k for k in REPAIRS if k not in args.disable]
     rows = []
-    for record in store.sample_records():
+    tools: dict = {}
+    for record in (sample_of(d, tools) for d in store.sample_records()):
         row = repair_record(record, manifest, enabled=enabled)
         if not args.no_json_repair and "skipped" not in row:
             row[JSON_REPAIR] = json_repair_row(record, manifest)

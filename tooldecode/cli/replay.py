@@ -2,8 +2,10 @@
 
 Each call of the session (an OpenAI chat, Anthropic messages, Claude Code or Pi session file) becomes a
 session scenario (``tooldecode.scenarios.importers``): the history before it and the call as the gold
-call. The history is rendered with the model's chat template and tool block, the call is teacher-forced
-in the model's wire, and every decision point after a value is probed (``tooldecode.probe``).
+call. The replay is a view over the trial (``tooldecode.trial.Trial``): the trial renders the history
+with the model's chat template and tool block (``tooldecode.prompts.session``), teacher-forces the call in
+the model's wire and probes every decision point after a value (``tooldecode.probe``), on a backend from
+the trial's ``ModelCache``.
 
 Loose is the model's own distribution. Strict is that distribution renormalised over what a closed
 (strict) grammar admits at the point: closing, a declared key not yet present, or a next array item; a
@@ -31,64 +33,6 @@ from tooldecode.cli.options import (
 MASKED_KINDS = ("repeat", "wrong_level", "schema_word", "invented", "other")
 
 
-def _lower(messages: Sequence[dict[str, Any]], wire: str, tool_role: bool) -> list[dict[str, Any]]:
-    """Session messages as chat-template messages: calls written into the assistant text in ``wire``,
-    tool results as ``tool`` turns (or, without ``tool_role``, ``<tool_response>`` user turns)."""
-    from tooldecode.prompts.wires import calls_text
-
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        role = m["role"]
-        if role == "assistant":
-            calls = [(c["name"], c["arguments"]) for c in m.get("tool_calls", [])]
-            text = calls_text(calls, wire, "compact") if calls else ""
-            out.append(
-                {"role": "assistant", "content": "\n".join(p for p in (m.get("content", ""), text) if p)}
-            )
-        elif role == "tool" and not tool_role:
-            body = f"<tool_response>\n{m.get('content', '')}\n</tool_response>"
-            if out and out[-1]["role"] == "user" and out[-1]["content"].startswith("<tool_response>"):
-                out[-1] = {"role": "user", "content": out[-1]["content"] + "\n" + body}
-            else:
-                out.append({"role": "user", "content": body})
-        elif role == "tool":
-            out.append({"role": "tool", "name": m.get("name", ""), "content": m.get("content", "")})
-        else:
-            out.append({"role": role, "content": m.get("content", "")})
-    return out
-
-
-def render_session(ref: Any, data: dict[str, Any]) -> tuple[str, str, str, list[Any]]:
-    """(prompt ending where the call starts, the call in the model's wire, the wire, the tools) of a
-    session scenario ``data`` for model ``ref``."""
-    from tooldecode.chat_templates import apply_template, template_info
-    from tooldecode.errors import PromptError
-    from tooldecode.grammar import load_tools
-    from tooldecode.prompts.conversation import SYSTEM_TEXT, qwen_tool_block, smollm2_tool_block
-    from tooldecode.prompts.wires import calls_text, wires_for
-
-    template, bos, eos = template_info(ref)
-    if not template:
-        raise PromptError(f"model '{ref.id}' has no chat template; replay needs a chat model")
-    tools = load_tools(data["tools"])
-    history_wire, wire = wires_for(ref.family, "native", template)
-    block = (smollm2_tool_block if ref.family == "smollm2" else qwen_tool_block)(tools, history_wire)
-    messages = _lower(data["history"], history_wire, tool_role=ref.family != "smollm2")
-    if messages and messages[0]["role"] == "system":
-        messages[0] = {"role": "system", "content": f"{messages[0]['content']}\n\n{block}"}
-    else:
-        messages.insert(0, {"role": "system", "content": f"{SYSTEM_TEXT}\n\n{block}"})
-    text = apply_template(template, messages, None, bos, eos, add_generation_prompt=True)
-    before = data.get("before_call") or {}
-    earlier = [(c["name"], c["arguments"]) for c in before.get("tool_calls", [])]
-    lead = "\n".join(
-        p for p in (before.get("content", ""), calls_text(earlier, wire, "compact") if earlier else "") if p
-    )
-    prompt = text + (lead + "\n" if lead else "")
-    call = calls_text([(data["call"]["name"], data["call"]["arguments"])], wire, "compact")
-    return prompt, call, wire, tools
-
-
 def strict_view(p: Any) -> tuple[float, float]:
     """(P(close), P(continue)) of a decision point renormalised over what a strict grammar admits."""
     k = p.p_continue_by_kind
@@ -103,11 +47,13 @@ def masked_continue(p: Any) -> float:
 
 
 def probe_scenario(backend: Any, ref: Any, data: dict[str, Any], config: Any = None) -> list[Any]:
-    """The probe's decision points of a session scenario's gold call."""
-    from tooldecode.probe import probe_call
+    """The probe's decision points of a session scenario's gold call: the trial of the loose condition on
+    it (``tooldecode.trial.Trial``, which renders the session's prompt) probed on ``backend``."""
+    from tooldecode.records import Condition
+    from tooldecode.trial import Trial
 
-    prompt, call, _, tools = render_session(ref, data)
-    points = probe_call(backend, prompt, call, config=config, tools=tools, expected_tool=data["call"]["name"])
+    arm = Condition(ref.id, getattr(backend, "name", "llamacpp"), "loose", 1.0)
+    points = Trial(arm, data, ref=ref).probe(backend, config=config)
     inside = [p for p in points if "arguments" in p.path]  # not the envelope's own name / arguments keys
     return inside or points
 
@@ -171,14 +117,13 @@ def _config(args: argparse.Namespace) -> Any:
 
 def probe_session_file(args: argparse.Namespace, data: dict[str, Any]) -> int:
     """`tooldecode probe --scenario FILE` for a session scenario file: the probe table of its gold call."""
-    from tooldecode.backends import load_backend
     from tooldecode.models import resolve
     from tooldecode.probe import summarize
-    from tooldecode.trial import backend_kwargs
+    from tooldecode.trial import ModelCache
 
     ref = resolve(args.model, fetch=True)
-    be = load_backend(args.backend, ref, **backend_kwargs(args.backend, branches=args.max_branches))
-    points = probe_scenario(be, ref, data, _config(args))
+    with ModelCache(branches=args.max_branches) as models:
+        points = probe_scenario(models.get(args.backend, args.model), ref, data, _config(args))
     if args.select:
         points = [p for p in points if p.after == args.select]
     if args.json:
@@ -197,29 +142,28 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     tool call at its decision points and print one row per call, with the first call at risk (see
     docs/scenarios.md).
     """
-    from tooldecode.backends import load_backend
+    from tooldecode.cli import Progress
     from tooldecode.models import resolve
     from tooldecode.scenarios.importers import load_session, session_scenario
-    from tooldecode.trial import backend_kwargs
+    from tooldecode.trial import ModelCache
 
     session = load_session(args.session, args.format, args.tools)
     calls = session.calls()
     wanted = [int(x) for x in args.calls.split(",")] if args.calls else list(range(1, len(calls) + 1))
     ref = resolve(args.model, fetch=True)
-    be = load_backend(args.backend, ref, **backend_kwargs(args.backend, branches=args.max_branches))
     cfg = _config(args)
-    from tooldecode.cli import Progress
-
     rows = []
     progress = Progress("replay", len(wanted), unit="call")
-    for n in wanted:
-        data = session_scenario(session, n)
-        points = probe_scenario(be, ref, data, cfg)
-        row = call_row(n, data["call"]["name"], points, args.threshold)
-        rows.append(row)
-        if args.json:
-            print(json.dumps({**row, "decision_points": [p.to_dict() for p in points]}))
-        progress.step(note=f"call {n} of {len(calls)} ({data['call']['name']}): {len(points)} points")
+    with ModelCache(branches=args.max_branches) as models:
+        be = models.get(args.backend, args.model)
+        for n in wanted:
+            data = session_scenario(session, n)
+            points = probe_scenario(be, ref, data, cfg)
+            row = call_row(n, data["call"]["name"], points, args.threshold)
+            rows.append(row)
+            if args.json:
+                print(json.dumps({**row, "decision_points": [p.to_dict() for p in points]}))
+            progress.step(note=f"call {n} of {len(calls)} ({data['call']['name']}): {len(points)} points")
     if not args.json:
         print(
             f"session {Path(args.session).name} ({session.format}), model {ref.id} ({args.backend}), {len(calls)} calls"

@@ -36,7 +36,7 @@ def cmd_rescore(args: argparse.Namespace) -> int:
     """
     for run_path in args.runs:
         run = load_run(run_path, rescore=True)
-        counts = Counter(str(v.get("verdict")) for v in run.verdicts.values())
+        counts = Counter(str(v.verdict) for v in run.verdicts.values())
         total = sum(counts.values())
         summary = ", ".join(f"{verdict} {n}" for verdict, n in counts.most_common()) or "no samples"
         print(run.verdict_file)

@@ -81,15 +81,14 @@ def _cmd_sample(args: argparse.Namespace) -> int:
     for s in out:
         v = trial.score(s)
         if args.json:
-            rec = s.to_record()
-            rec["prefill"] = prompt.prefill
+            rec = s.to_json()
             rec["verdict"] = v.verdict
             rec["invented_keys"] = v.invented_keys
             print(json.dumps(rec, ensure_ascii=False))
             continue
         inv = ", ".join(f"{k['key']} at {k['path']}" for k in v.invented_keys)
         extra = f" ({inv})" if inv else (f" ({s.error})" if s.error else "")
-        n_tok = len(s.token_ids) if s.token_ids is not None else len(getattr(s, "tokens", None) or [])
+        n_tok = len(s.token_ids) if s.token_ids is not None else len(s.extra.get("tokens") or [])
         print(f"\n--- sample {s.index}: {v.verdict}{extra}, {n_tok} tokens, {s.finish_reason}")
         print((prompt.prefill + s.text) if args.show_prefill else s.text)
     return 0

@@ -83,9 +83,10 @@ def analyse_run(
     if not isinstance(run, Run):
         run = load_run(run)
     path = run.path
-    outcomes = default_outcomes(run.verdicts)
+    # the weights read the stored per-token arrays: the samples and verdicts in their stored form
+    outcomes = default_outcomes({k: v.to_json() for k, v in run.verdicts.items()})
     arms: dict[str, tuple[dict, list[dict]]] = {}
-    for s in run.samples:
+    for s in (r.to_json() for r in run.samples):
         label = _arm_label(s["arm"])
         arms.setdefault(label, (s["arm"], []))[1].append(s)
     out = []

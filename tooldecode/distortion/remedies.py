@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tooldecode.records import Condition, SampleRecord
 from tooldecode.runs import Run, load_run
 from tooldecode.stats import cluster_rate
 
@@ -33,11 +34,11 @@ MEASURES = ("invented", "valid", "applies", "correct", "works", "wrong_but_valid
 MAX_RETRIES = 2
 
 
-def remedy_name(arm: dict) -> str | None:
+def remedy_name(arm: Condition) -> str | None:
     """The remedy a masked arm stands for (None for loose arms: they give three remedies)."""
-    mode = arm.get("mode")
+    mode = arm.mode
     if mode == "strict":
-        engine = arm.get("engine", "xgrammar")
+        engine = arm.engine or "xgrammar"
         return "strict" if engine == "xgrammar" else f"strict[{engine}]"
     if mode in ("strict-aligned", "strict-prefix", "strict-spec"):
         return str(mode)
@@ -53,21 +54,21 @@ def _row(outcome: dict, verdict: dict, tokens: int, wall: float) -> dict[str, An
     }
 
 
-def _tokens(record: dict) -> int:
-    parts = record.get("particles") or {}
+def _tokens(record: SampleRecord) -> int:
+    parts = record.particles or {}
     if parts.get("tokens"):
         return int(parts["tokens"])
-    return len(record.get("token_ids") or [])
+    return len(record.token_ids or [])
 
 
-def _repaired(record: dict, manifest: dict, scenario: Any) -> tuple[dict, dict]:
+def _repaired(record: SampleRecord, manifest: dict, scenario: Any) -> tuple[dict, dict]:
     """(outcome, verdict-like dict) of a loose record after the lenient harness's repairs."""
     from tooldecode.repair import repair_arguments, repair_text
     from tooldecode.repair.jsonrepair import json_repair_call
     from tooldecode.scoring import edit_outcome, record_context
 
     tools, wire, expected, _ = record_context(record, manifest)
-    text = (record.get("prefill") or "") + (record.get("text") or "")
+    text = record.call_text
     res = repair_text(text, tools, wire=wire, expected_tool=expected)
     args, valid, name = res.arguments, res.valid, res.tool or expected
     if args is None:  # the call does not parse: json-repair on the text, then the argument repairs
@@ -81,22 +82,22 @@ def _repaired(record: dict, manifest: dict, scenario: Any) -> tuple[dict, dict]:
             args, valid, name = again.arguments, again.valid, expected
     tool = next((t for t in tools if t.name == name), None)
     out = edit_outcome(args, tool, scenario, valid=bool(valid)).to_dict()
-    out["cut"] = record.get("finish_reason") == "length"
+    out["cut"] = record.finish_reason == "length"
     return out, {"invented_keys": []}
 
 
-def _wall(records: list[dict]) -> dict[str, float]:
+def _wall(records: list[SampleRecord]) -> dict[str, float]:
     """Seconds of decoding per sample: each sampling call's wall time (its last ``end_s``) shared among its
     samples (a call = the records of one arm, scenario and seed; copies of another arm's draws cost 0)."""
-    calls: dict[tuple, list[dict]] = defaultdict(list)
+    calls: dict[tuple, list[SampleRecord]] = defaultdict(list)
     for r in records:
-        if not r.get("copy_of"):
-            calls[(str(r.get("arm")), r.get("scenario"), r.get("seed"))].append(r)
+        if not r.copy_of:
+            calls[(r.arm.backend, r.label, r.scenario, r.seed)].append(r)
     out: dict[str, float] = {}
     for recs in calls.values():
-        end = max(float((r.get("timing") or {}).get("end_s") or 0.0) for r in recs)
+        end = max(float((r.timing or {}).get("end_s") or 0.0) for r in recs)
         for r in recs:
-            out[r["key"]] = end / len(recs)
+            out[r.key] = end / len(recs)
     return out
 
 
@@ -109,34 +110,35 @@ def remedy_rows(run: Run | str | Path, *, max_retries: int = MAX_RETRIES) -> lis
         run = load_run(run)
     wall = _wall(run.samples)
     rows: list[dict[str, Any]] = []
-    loose: dict[tuple, list[dict]] = defaultdict(list)
+    loose: dict[tuple, list[SampleRecord]] = defaultdict(list)
 
-    def outcome_of(r: dict) -> tuple[dict, dict]:
-        v = run.verdicts.get(r["key"]) or {}
+    def outcome_of(r: SampleRecord) -> tuple[dict, dict]:
+        verdict = run.verdict(r)
+        v = verdict.to_json() if verdict is not None else {}
         tools, _, _, scenario = record_context(r, run.manifest)
-        return stored_outcome(v, scenario, tools, r.get("finish_reason")), v
+        return stored_outcome(v, scenario, tools, r.finish_reason), v
 
     for r in run.samples:
-        if r.get("error") and not r.get("particles"):
+        if r.error and not r.particles:
             continue
-        arm = r.get("arm") or {}
-        head = {"model": arm.get("model"), "level": arm.get("level"), "scenario": r.get("scenario")}
-        if arm.get("mode") == "loose":
-            loose[(str(arm.get("model")), str(arm.get("level")), r.get("scenario"), r.get("seed"))].append(r)
+        arm = r.arm
+        head = {"model": arm.model, "level": arm.level, "scenario": r.scenario}
+        if arm.mode == "loose":
+            loose[(str(arm.model), str(arm.level), r.scenario, r.seed)].append(r)
             continue
         name = remedy_name(arm)
         if name is None:
             continue
         o, v = outcome_of(r)
-        rows.append({**head, "remedy": name, "retries": 0, **_row(o, v, _tokens(r), wall.get(r["key"], 0.0))})
+        rows.append({**head, "remedy": name, "retries": 0, **_row(o, v, _tokens(r), wall.get(r.key, 0.0))})
     for recs in loose.values():
-        recs.sort(key=lambda r: r.get("index", 0))
-        arm = recs[0].get("arm") or {}
-        head = {"model": arm.get("model"), "level": arm.get("level"), "scenario": recs[0].get("scenario")}
+        recs.sort(key=lambda r: r.index)
+        arm = recs[0].arm
+        head = {"model": arm.model, "level": arm.level, "scenario": recs[0].scenario}
         scored = [outcome_of(r) for r in recs]
         _, _, _, scenario = record_context(recs[0], run.manifest)
         for r, (o, v) in zip(recs, scored, strict=True):
-            t, w = _tokens(r), wall.get(r["key"], 0.0)
+            t, w = _tokens(r), wall.get(r.key, 0.0)
             rows.append({**head, "remedy": "loose", "retries": 0, **_row(o, v, t, w)})
             ro, rv = _repaired(r, run.manifest, scenario)
             rows.append({**head, "remedy": "loose+repair", "retries": 0, **_row(ro, rv, t, w)})
@@ -149,7 +151,7 @@ def remedy_rows(run: Run | str | Path, *, max_retries: int = MAX_RETRIES) -> lis
                 used.append(used[-1] + 1)
             o, v = scored[used[-1]]
             t = sum(_tokens(recs[j]) for j in used)
-            w = sum(wall.get(recs[j]["key"], 0.0) for j in used)
+            w = sum(wall.get(recs[j].key, 0.0) for j in used)
             rows.append({**head, "remedy": "loose+retry", "retries": len(used) - 1, **_row(o, v, t, w)})
             k = used[-1] + 1
     return rows

@@ -137,17 +137,16 @@ def closing_quote(text: str) -> int | None:
 
 
 def continuation(text: str) -> str:
-    """What an L2 sample does right after the forced ``newText`` content: close the item (``close``),
-    continue it after closing the string (``continue``: another key or item), or keep writing the
-    string (``string goes on``)."""
-    if not text.startswith('"'):
+    """What an L2 sample does right after the forced ``newText`` content, as the distortion outcomes name
+    it: close the item (``close``), continue it after closing the string (``continue``: another key or
+    item), keep writing the string (``string goes on``), or ``other``. The classifier is
+    ``tooldecode.classify.classify_continuation`` (the one home of continuation kinds); this is its group."""
+    from tooldecode.classify import CLOSE, CONTINUE, STRING_GOES_ON, classify_continuation
+
+    c = classify_continuation(text, pending='"', final=True)
+    if c.kind == STRING_GOES_ON:
         return "string goes on"
-    rest = text[1:].lstrip(" \t\r\n")
-    if rest.startswith(","):
-        return "continue"
-    if rest.startswith("}"):
-        return "close"
-    return "other"
+    return c.group if c.group in (CLOSE, CONTINUE) else "other"
 
 
 def default_outcomes(verdicts: dict[str, dict]) -> dict[str, Callable[[dict], float]]:

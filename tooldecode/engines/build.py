@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tooldecode.backends.state import PerBackend
 from tooldecode.engines.frames import closed_schema, prefix_gbnf_rules, tool_frames
 from tooldecode.engines.outlines import OutlinesSampler
 from tooldecode.engines.registry import check_engine
@@ -112,14 +113,12 @@ def build_strict(
     return OutlinesSampler(name, tools, wire, ws, backend)
 
 
-_BUILT: dict[tuple, Any] = {}
+_BUILT: PerBackend[Any] = PerBackend()
 
 
 def _cached(name: str, tools: list, wire: str, ws: str, backend: Any, build: Callable[[], Any]) -> Any:
-    key = (name, json.dumps([(t.name, t.parameters) for t in tools], sort_keys=True), wire, ws, id(backend))
-    if key not in _BUILT:
-        _BUILT[key] = build()
-    return _BUILT[key]
+    key = (name, json.dumps([(t.name, t.parameters) for t in tools], sort_keys=True), wire, ws)
+    return _BUILT.get(backend, key, build)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tooldecode.backends.state import PerBackend
 from tooldecode.engines.frames import tool_frames
 from tooldecode.engines.registry import SAMPLER_UNREPORTED, EngineError
 from tooldecode.errors import MaskError
@@ -206,16 +207,17 @@ def _cut_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
     return (text, False) if best is None else (text[:best], True)
 
 
-_OUTLINES_MODELS: dict[tuple[str, int], Any] = {}
-_OUTLINES_INDEX: dict[tuple[int, str], Any] = {}
+_OUTLINES_MODELS: PerBackend[Any] = PerBackend()  # outlines' model of a backend, by engine setting
+_OUTLINES_INDEX: PerBackend[Any] = PerBackend()  # an outlines model's index of a regex
 
 
 def _outlines_model(name: str, backend: Any) -> Any:
+    return _OUTLINES_MODELS.get(backend, name, lambda: _new_outlines_model(name, backend))
+
+
+def _new_outlines_model(name: str, backend: Any) -> Any:
     import outlines
 
-    key = (name, id(backend))
-    if key in _OUTLINES_MODELS:
-        return _OUTLINES_MODELS[key]
     if name == "outlines-llamacpp":
         import llama_cpp
 
@@ -256,7 +258,6 @@ def _outlines_model(name: str, backend: Any) -> Any:
             )
         adapter.has_chat_template = False
         model.hf_tokenizer = tok
-    _OUTLINES_MODELS[key] = model
     return model
 
 
@@ -264,11 +265,8 @@ def _outlines_index(model: Any, regex: str) -> Any:
     from outlines.backends.outlines_core import OutlinesCoreBackend
     from outlines_core import Index
 
-    key = (id(model), regex)
-    if key not in _OUTLINES_INDEX:
-        backend = OutlinesCoreBackend(model)  # outlines' own vocabulary conversion for this model
-        _OUTLINES_INDEX[key] = Index(regex, backend.vocabulary)
-    return _OUTLINES_INDEX[key]
+    # outlines' own vocabulary conversion for this model
+    return _OUTLINES_INDEX.get(model, regex, lambda: Index(regex, OutlinesCoreBackend(model).vocabulary))
 
 
 def _outlines_vocab_ids(model: Any) -> frozenset[int] | None:

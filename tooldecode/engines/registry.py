@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from tooldecode.errors import ToolDecodeError
 from tooldecode.grammar.check import FORMAT_OF
+from tooldecode.records import STRICT_MODES
 
 GRAMMAR_FORMATS = ("gbnf", "lark", "json-schema")
 
@@ -198,11 +199,7 @@ def check_engine(
     """``engine_info`` plus: the engine reads ``grammar_format``, runs on ``backend`` and can draw in each
     of ``modes`` (one-line ``EngineError``s naming the allowed values)."""
     info = engine_info(name)
-    allowed = (
-        ("strict",)
-        if info.reads == "json-schema"
-        else ("strict", "strict-spec", "strict-aligned", "strict-prefix")
-    )
+    allowed = ("strict",) if info.reads == "json-schema" else STRICT_MODES
     if info.kind == "sampler":
         allowed = ("strict",)
     for mode in modes:

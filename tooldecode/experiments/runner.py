@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shlex
 import signal
@@ -18,6 +19,7 @@ from tooldecode.experiments.arms import arm_label, select_scenarios
 from tooldecode.experiments.probes import probe_config, run_probe
 from tooldecode.experiments.rundir import RunStoreRefusal, check_models_match, discard_empty_run, is_run_dir
 from tooldecode.experiments.spec import Spec, SpecError, load_spec, validate_spec
+from tooldecode.records import Condition, SampleRecord
 from tooldecode.trial import ModelCache, TrialError, channel_of
 
 
@@ -103,7 +105,9 @@ def run_spec(
     # the write lock before anything is resolved, loaded or deleted: a second writer learns of it at once
     lock = RunLock(out) if out.is_dir() else None
     branches = probe_config(spec.probe).max_branches if spec.probe else 0
-    models = ModelCache(batch_size=spec.batch_size, branches=branches, server=server)
+    models = ModelCache(
+        batch_size=spec.batch_size, branches=branches, server=server, fill_slots=spec.fill_slots
+    )
     store = None
     try:
         manifest = _run_manifest(spec, out, arms, scenarios, fresh=fresh)
@@ -323,7 +327,7 @@ def _sample_jobs(
     advance: Callable[[int], None],
 ) -> None:
     """Every job's missing samples: job by job, or (``spec.fill_slots``) one queue per model."""
-    drawn: dict[tuple, dict[int, dict[str, Any]]] = {}  # this scenario's draws, by identity
+    drawn: dict[tuple, dict[int, SampleRecord]] = {}  # this scenario's draws, by identity
     queued: QueuePlan | None = QueuePlan() if spec.fill_slots else None
     for n_job, (arm, sc, seed) in enumerate(jobs):
         if n_job and sc is not jobs[n_job - 1][1] and queued is None:
@@ -349,7 +353,7 @@ class QueuePlan:
         self.requests: list[Any] = []
         self.backend: tuple[str, str] | None = None
         self.owned: dict[tuple, set[int]] = {}
-        self.followers: dict[tuple, list[tuple[list[str], dict[str, Any], set[int]]]] = {}
+        self.followers: dict[tuple, list[tuple[list[str], Condition, set[int]]]] = {}
 
     def draw(self, spec: Spec, models: ModelCache) -> None:
         from tooldecode.sampling import sample_queue
@@ -369,7 +373,7 @@ def _sample_job(
     job: tuple[dict[str, Any], Any, int],
     done: set[str],
     advance: Callable[[int], None],
-    drawn: dict[tuple, dict[int, dict[str, Any]]] | None = None,
+    drawn: dict[tuple, dict[int, SampleRecord]] | None = None,
     queued: QueuePlan | None = None,
 ) -> None:
     """The samples of one (arm, scenario, seed) that ``store`` does not have yet, appended as they come.
@@ -379,8 +383,6 @@ def _sample_job(
     sampled again: its records are copies of that arm's, marked ``copy_of`` (``drawn`` holds the
     scenario's records by draw identity; a copy whose original is not in it, on resume, is sampled).
     """
-    import hashlib
-
     from tooldecode.trial import Trial
 
     arm, sc, seed = job
@@ -391,7 +393,6 @@ def _sample_job(
         return
     be = models.get(arm["backend"], arm["model"])
     trial = Trial(arm, sc, ws=spec.ws, aligned=spec.aligned)
-    prompt = trial.prompt
     params = trial.params(
         top_p=spec.top_p,
         max_new_tokens=spec.max_new_tokens,
@@ -400,17 +401,17 @@ def _sample_job(
         top_logprobs=20,
         keep_top="all",
     )
-    arm_rec = dict(arm, wire=prompt.wire, expected_tool=prompt.expected_tool)
-    psha = hashlib.sha256(prompt.text.encode()).hexdigest()
-    ident = _draw_identity(spec, arm, prompt, psha, seed, params.stream)
+    ident = _draw_identity(spec, arm, trial, seed, params.stream)
     mine = drawn.setdefault(ident, {}) if drawn is not None else {}
     copies = [
-        dict(mine[i], key=keys[i], arm=arm_rec, copy_of=mine[i].get("copy_of", mine[i]["key"]), timing={})
+        dataclasses.replace(
+            mine[i], key=keys[i], arm=trial.arm, copy_of=mine[i].copy_of or mine[i].key, timing={}
+        )
         for i in todo
         if i in mine
     ]
     if copies:
-        store.append(copies)
+        store.append([c.to_json() for c in copies])
         advance(len(copies))
         todo = [i for i in todo if i not in mine]
         if not todo:
@@ -418,26 +419,23 @@ def _sample_job(
 
     if queued is not None and ident in queued.owned:  # an earlier arm's queued draws are these draws
         follow = [i for i in todo if i in queued.owned[ident]]
-        queued.followers.setdefault(ident, []).append((keys, arm_rec, set(follow)))
+        queued.followers.setdefault(ident, []).append((keys, trial.arm, set(follow)))
         todo = [i for i in todo if i not in queued.owned[ident]]
         if not todo:
             return
 
-    def write(batch: list) -> None:
-        recs = [
-            _record(s, arm_rec, label, sc.id, (seed, params.stream), psha, prompt.prefill, be) for s in batch
-        ]
-        store.append(recs)
-        mine.update((r["index"], r) for r in recs)
-        advance(len(recs))
+    def write(batch: list[SampleRecord]) -> None:
+        store.append([r.to_json() for r in batch])
+        mine.update((r.index, r) for r in batch)
+        advance(len(batch))
         for f_keys, f_arm, f_todo in queued.followers.get(ident, []) if queued is not None else []:
             copies = [
-                dict(r, key=f_keys[r["index"]], arm=f_arm, copy_of=r["key"], timing={})
-                for r in recs
-                if r["index"] in f_todo
+                dataclasses.replace(r, key=f_keys[r.index], arm=f_arm, copy_of=r.key, timing={})
+                for r in batch
+                if r.index in f_todo
             ]
             if copies:
-                store.append(copies)
+                store.append([c.to_json() for c in copies])
                 advance(len(copies))
 
     # contiguous runs of missing indices keep per-index seeds identical on resume; the constraint is
@@ -478,20 +476,16 @@ def rel_path(path: Path | None) -> str:
 
 def index_runs(indices: list[int]) -> Iterable[tuple[int, int]]:
     """(start, count) of each run of consecutive indices in ``indices`` (sorted)."""
-    start = prev = None
-    for i in indices:
-        if start is None:
-            start = prev = i
-        elif i == prev + 1:
+    if not indices:
+        return
+    start = prev = indices[0]
+    for i in indices[1:]:
+        if i == prev + 1:
             prev = i
         else:
             yield start, prev - start + 1
             start = prev = i
-    if start is not None:
-        yield start, prev - start + 1
-
-
-_STRUCT = set(',}]":')
+    yield start, prev - start + 1
 
 
 def scenario_stream(scenario_id: str) -> int:
@@ -501,15 +495,14 @@ def scenario_stream(scenario_id: str) -> int:
     return int.from_bytes(hashlib.sha256(scenario_id.encode("utf-8")).digest()[:4], "big") & 0x7FFFFFFF
 
 
-def _draw_identity(
-    spec: Spec, arm: dict[str, Any], prompt: Any, psha: str, seed: int, stream: int | None
-) -> tuple:
+def _draw_identity(spec: Spec, arm: dict[str, Any], trial: Any, seed: int, stream: int | None) -> tuple:
     """What decides an arm's draws in one scenario: two arms equal in all of it draw the same samples."""
-    tools = json.dumps([(t.name, t.parameters) for t in prompt.tools], sort_keys=True, default=str)
+    prompt = trial.prompt
+    tools = json.dumps([(t.name, t.parameters) for t in trial.tools], sort_keys=True, default=str)
     return (
         arm["model"],
         arm["backend"],
-        psha,
+        trial.prompt_sha256,
         prompt.prefill,
         tuple(prompt.stop),
         prompt.wire,
@@ -522,45 +515,6 @@ def _draw_identity(
         stream,
         spec.n_for(arm["mode"]),
     )
-
-
-def _record(
-    s: Any,
-    arm: dict,
-    label: str,
-    scenario: str,
-    seeds: tuple[int, int | None],
-    psha: str,
-    prefill: str,
-    be: Any,
-) -> dict:
-    seed, stream = seeds
-    rec = s.to_record()
-    # keep top-k only at structural decision points (tokens carrying , } ] " :) to bound run size;
-    # a server's sample may lack token ids, top-k, log-probabilities or entropies (None: absent)
-    if rec["top"] is not None and rec["token_ids"] is not None:
-        rec["top"] = [
-            t if t is not None and _STRUCT & set(be.token_bytes(tok).decode("utf-8", "ignore")) else None
-            for t, tok in zip(rec["top"], rec["token_ids"], strict=True)
-        ]
-    if rec["logprobs"] is not None:
-        rec["logprobs"] = [round(x, 5) for x in rec["logprobs"]]
-    if rec["entropy"] is not None:
-        rec["entropy"] = [round(x, 4) for x in rec["entropy"]]
-    for k in ("entropy_masked", "mask_removed"):
-        if rec[k] is not None:
-            rec[k] = [round(x, 5) for x in rec[k]]
-    return {
-        "key": f"{label}/{scenario}/{seed}/{s.index}",
-        "arm": arm,
-        "scenario": scenario,
-        "seed": seed,
-        **({"stream": stream} if stream is not None else {}),
-        "index": s.index,
-        "prompt_sha256": psha,
-        "prefill": prefill,
-        **{k: v for k, v in rec.items() if k not in ("index", "seed")},
-    }
 
 
 def run_demo(model: str) -> int:

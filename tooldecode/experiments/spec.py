@@ -12,28 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tooldecode.backends.openai_tools import TOOL_MODES
 from tooldecode.errors import ToolDecodeError
+from tooldecode.records import CONDITIONINGS, MODES, STRICT_MODES, TOOL_MODES, VARIANT_FIELDS
 
-# masked modes: "strict" (every object closed), "strict-spec" (the schema as written),
-# "strict-aligned" (strict, with masked particles resampled by importance weight: tooldecode.sampling) and
-# "strict-prefix" (strict, a masked token's mass moved to its longest allowed token prefix: tooldecode.masking)
-STRICT_MODES = ("strict", "strict-spec", "strict-aligned", "strict-prefix")
-# provider-style tool calling (--backend openai): chat completions with tools=[…], per-tool strict
-ARM_MODES = ("loose", *STRICT_MODES, *TOOL_MODES)
-LEVELS = {"free": "L0", "forced-tool": "L1", "gold-prefix": "L2"}
-VARIANT_FIELDS = (
-    "history",
-    "thinking",
-    "prior",
-    "toolset",
-    "schema_view",
-    "call_format",
-    "conditioning",
-    "gold_cut",
-    "call_style",
-    "schema_extra",
-)
+# the modes, conditionings and variant fields of an arm have one home: tooldecode.records
+ARM_MODES = MODES
+LEVELS = CONDITIONINGS  # conditioning -> level
 # bounds of the exact probe a [probe] table may set (tooldecode.probe.ProbeConfig's fields)
 PROBE_BOUNDS = ("depth", "key_depth", "min_mass", "max_branches", "tail")
 # the rule of OPTION_RULES each bound follows (the same for `tooldecode probe`'s flags)

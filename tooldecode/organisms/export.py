@@ -1,4 +1,4 @@
-"""A merged organism GGUF (for comparisons; organisms run as base + adapter, see ``adapter``): the base model's GGUF with each LoRA-adapted weight replaced by
+"""A merged organism GGUF (for comparisons; organisms run as base + adapter, see ``tooldecode.backends.lora``): the base model's GGUF with each LoRA-adapted weight replaced by
 W + ΔW (float32), every other tensor and all metadata (tokenizer, chat template) copied byte for byte.
 
 Both backends load the result: llama.cpp directly, transformers through its GGUF loader (which
@@ -10,42 +10,14 @@ and key projections of ``llama``-architecture models permuted (rotary halves int
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tooldecode.backends.lora import gguf_name, permute_rows
 from tooldecode.errors import ModelError
-
-_HF_TO_GGUF = {
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-}
-HF_NAMES = {v: k for k, v in _HF_TO_GGUF.items()}  # GGUF projection name → transformers module path
-_LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)\.weight$")
-
-
-def gguf_name(hf_name: str) -> str:
-    """``model.layers.3.self_attn.q_proj.weight`` → ``blk.3.attn_q.weight``."""
-    m = _LAYER_RE.match(hf_name)
-    if not m or m.group(2) not in _HF_TO_GGUF:
-        raise ModelError(
-            f"no GGUF tensor name for the adapted weight {hf_name}; only attention and MLP "
-            "projections of decoder layers can be exported"
-        )
-    return f"blk.{m.group(1)}.{_HF_TO_GGUF[m.group(2)]}.weight"
-
-
-def permute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
-    """llama.cpp's query/key permutation of a weight's rows (convert_hf_to_gguf's ``LlamaModel.permute``)."""
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 def _field(reader: Any, name: str) -> Any:
@@ -109,4 +81,4 @@ def export_gguf(
     return out
 
 
-__all__ = ["HF_NAMES", "export_gguf", "gguf_name", "permute_rows"]
+__all__ = ["export_gguf"]

@@ -2,7 +2,7 @@
 
 The folder holds the generated training data (``sessions.jsonl``, with its sha256), the resumable
 checkpoint, the adapter (``adapter/``: peft's format, float16; applied at run time on the base as
-shipped, see ``tooldecode.organisms.adapter``) and ``manifest.json`` (recipe, data sha256, base model
+shipped, see ``tooldecode.backends.lora``) and ``manifest.json`` (recipe, data sha256, base model
 sha256, hyper-parameters, commit, loss curve, wall time, tokens/s, the adapter's sha256).
 ``tooldecode organisms train RECIPE`` rebuilds it, and the data hash says whether it is the same data;
 ``tooldecode organisms commit`` copies the adapter and manifest of an organism that findings cite
@@ -148,7 +148,7 @@ def build(
     )
     from peft import get_peft_model_state_dict
 
-    from tooldecode.organisms.adapter import save_adapter
+    from tooldecode.backends.lora import save_adapter
 
     weights = save_adapter(
         get_peft_model_state_dict(peft_model), peft_model.peft_config["default"].to_dict(), folder / "adapter"

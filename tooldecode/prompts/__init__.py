@@ -39,7 +39,7 @@ from tooldecode.prompts.options import (
     parse_variant,
 )
 from tooldecode.prompts.render import render_prompt
-from tooldecode.prompts.tools import chat_template, gold_call_text
+from tooldecode.prompts.tools import chat_template, gold_call_text, offered_tools
 from tooldecode.prompts.wires import model_ref, native_wire
 from tooldecode.toolsets import EDIT_TOOL, TOOLSETS
 
@@ -59,6 +59,7 @@ __all__ = [
     "chat_template",
     "format_variant",
     "gold_call_text",
+    "offered_tools",
     "model_ref",
     "native_wire",
     "parse_variant",

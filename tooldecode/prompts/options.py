@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from tooldecode.errors import PromptError
+from tooldecode.records import CONDITIONINGS as CONDITIONING_LEVELS
 from tooldecode.toolsets import TOOLSETS
 
 HISTORIES = ("fresh", "agentic")
 SCHEMA_VIEWS = ("as-written", "closed", "strictified")
 CALL_FORMATS = ("native", "hermes", "antml", "harmony", "json")
-CONDITIONINGS = ("free", "forced-tool", "gold-prefix")
+CONDITIONINGS = tuple(CONDITIONING_LEVELS)  # the arms' conditionings (tooldecode.records)
 CALL_STYLES = ("compact", "tight", "pretty")
 FAMILIES = ("qwen2.5", "smollm2", "gemma3-base", "generic")
 CUT_RE = re.compile(r"^(?:(after-newtext|after-oldtext)(?::(\d+))?|before-edits)$")

@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from tooldecode.grammar import Tool, wire_format
+from tooldecode.records import SampleRecord
 from tooldecode.repair.arguments import harness_errors
 from tooldecode.repair.rescue import format_rate, rate_record
 from tooldecode.scoring import (
@@ -126,11 +127,10 @@ def json_repair_call(
     }
 
 
-def json_repair_row(record: dict, manifest: dict) -> dict:
-    """The json-repair stage of one raw sample (``json_repair_call`` plus payload check and version)."""
+def json_repair_row(record: SampleRecord, manifest: dict) -> dict:
+    """The json-repair stage of one sample (``json_repair_call`` plus payload check and version)."""
     tools, wire, expected, scenario = record_context(record, manifest)
-    text = (record.get("prefill") or "") + (record.get("text") or "")
-    out = json_repair_call(text, tools, wire=wire, expected_tool=expected)
+    out = json_repair_call(record.call_text, tools, wire=wire, expected_tool=expected)
     by_name = {t.name: t for t in tools}
     payload = None
     if out["valid"] and scenario is not None:

@@ -9,6 +9,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict
 from typing import Any
 
+from tooldecode.records import SampleRecord, VerdictRecord
 from tooldecode.repair.arguments import REPAIR_VERSION, REPAIRS
 from tooldecode.repair.text import repair_text
 from tooldecode.scoring import (
@@ -21,7 +22,11 @@ from tooldecode.stats import wilson
 
 
 def repair_record(
-    record: dict, manifest: dict, *, enabled: Collection[str] = REPAIRS, verdict: dict | None = None
+    record: SampleRecord,
+    manifest: dict,
+    *,
+    enabled: Collection[str] = REPAIRS,
+    verdict: VerdictRecord | None = None,
 ) -> dict:
     """One line of ``repaired-<REPAIR_VERSION>.jsonl``: the strict verdict of a raw sample and what a
     lenient harness makes of it.
@@ -29,28 +34,29 @@ def repair_record(
     Parameters
     ----------
     record, manifest
-        A raw sample record and its run's manifest.
+        A sample and its run's manifest.
     enabled
         The repairs to apply (:data:`REPAIRS` order).
     verdict
         The sample's ``score_record`` line when the caller already has it (a report scores each
         sample once); scored here otherwise.
     """
-    arm = record.get("arm") or {}
+    arm = record.arm.to_json()
     head = {
-        "key": record.get("key"),
+        "key": record.key,
         "repair": REPAIR_VERSION,
         "scorer": SCORER_VERSION,
         "arm": arm,
-        "scenario": record.get("scenario"),
-        "seed": record.get("seed"),
-        "index": record.get("index"),
+        "scenario": record.scenario,
+        "seed": record.seed,
+        "index": record.index,
     }
-    if record.get("error"):
-        return {**head, "skipped": str(record["error"])}
-    if verdict is None or verdict.get("scorer") != SCORER_VERSION:
-        verdict = score_record(record, manifest)
-    if verdict["verdict"] == "too_deep":  # nothing a harness could repair; never walk it
+    if record.error:
+        return {**head, "skipped": str(record.error)}
+    tools, wire, expected, scenario = record_context(record, manifest)
+    if verdict is None or verdict.scorer != SCORER_VERSION:
+        verdict = score_record(record, scenario)
+    if verdict.verdict == "too_deep":  # nothing a harness could repair; never walk it
         return {
             **head,
             "mode": arm.get("mode", "loose"),
@@ -60,17 +66,15 @@ def repair_record(
             "payload_ok": False,
             "retry_signal": False,
             "tool": None,
-            "wrapping": verdict.get("wrapping"),
+            "wrapping": verdict.wrapping,
             "kinds": [],
             "changes": [],
-            "errors": list(verdict.get("errors") or []),
+            "errors": list(verdict.errors or []),
             "payload": None,
             "arguments": None,
         }
-    tools, wire, expected, scenario = record_context(record, manifest)
-    text = (record.get("prefill") or "") + (record.get("text") or "")
-    result = repair_text(text, tools, wire=wire, expected_tool=expected, enabled=enabled)
-    strict_payload = verdict.get("payload") or {}
+    result = repair_text(record.call_text, tools, wire=wire, expected_tool=expected, enabled=enabled)
+    strict_payload = verdict.payload or {}
     payload = None
     by_name = {t.name: t for t in tools}
     if scenario is not None and result.tool in by_name and result.arguments is not None:
@@ -78,7 +82,7 @@ def repair_record(
     return {
         **head,
         "mode": arm.get("mode", "loose"),
-        "strict_verdict": verdict["verdict"],
+        "strict_verdict": verdict.verdict,
         "strict_payload_ok": bool(strict_payload.get("file_correct")),
         "valid": result.valid,
         "payload_ok": bool(payload and payload["file_correct"]),
@@ -215,7 +219,7 @@ def rescue_summary(rows: Iterable[dict]) -> dict:
 
 
 def rescue_accounting(
-    records: Iterable[dict], manifest: dict, *, verdicts: Mapping[str, dict] | None = None
+    records: Iterable[SampleRecord], manifest: dict, *, verdicts: Mapping[str, VerdictRecord] | None = None
 ) -> dict:
     """Over a run's raw samples: loose samples failing strict validation, how many repair makes valid, how
     many of those carry a byte-correct payload, counts per repair kind, and a table comparing strict
@@ -223,7 +227,7 @@ def rescue_accounting(
     rates with Wilson 95% intervals. ``verdicts`` (sample key → ``score_record`` line) spares scoring
     every sample a second time."""
     given = verdicts or {}
-    return rescue_summary(repair_record(r, manifest, verdict=given.get(r["key"])) for r in records)
+    return rescue_summary(repair_record(r, manifest, verdict=given.get(r.key)) for r in records)
 
 
 def format_rate(r: dict) -> str:

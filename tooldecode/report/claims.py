@@ -18,6 +18,7 @@ from tooldecode.measures import (
     row_measure,
     sample_event,
 )
+from tooldecode.records import Condition, SampleRecord
 from tooldecode.runs import Run, model_split_runs
 from tooldecode.stats import (
     EffectClaim,
@@ -107,16 +108,16 @@ def parse_claim(effect: dict, where: str) -> EffectClaim:
         raise ClaimError(f"{where}: {err}") from None
 
 
-def _matches(arm: dict, want: dict) -> bool:
+def _matches(arm: Condition, want: dict) -> bool:
     return all(arm.get(k, VARIANT_DEFAULTS.get(k)) == v for k, v in want.items())
 
 
-def _one_engine(samples: list[dict]) -> bool:
+def _one_engine(samples: list[SampleRecord]) -> bool:
     """Whether ``samples`` come from one strict channel: a run with several engine settings (an open and
     a closed grammar under the same mode word), or open grammars with and without repeated keys, is
     never pooled into one arm of an effect; name the engine (or ``duplicates``) in the effect's
     ``a``/``b``/``where`` to read such a run."""
-    return len({(s["arm"].get("engine"), s["arm"].get("duplicates", "forbid")) for s in samples}) <= 1
+    return len({(s.arm.engine, s.arm.duplicates or "forbid") for s in samples}) <= 1
 
 
 def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") -> EffectResult | None:
@@ -152,28 +153,28 @@ def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") 
             draws = sum(
                 1
                 for r in rows
-                if r.get("scenario") in shared
-                and r.get("after") == "newText"
-                and (not model or r.get("model") == model)
-                and full_variant(r.get("variant"))
+                if r.scenario in shared
+                and r.after == "newText"
+                and (not model or r.model == model)
+                and full_variant(r.variant)
                 in (full_variant({**common, **effect["a"]}), full_variant({**common, **effect["b"]}))
                 and row_measure(r, measure) is not None
             )
         elif level in ("L1", "L2"):
             if run.shared_streams:
                 continue  # its scenarios share one random stream: no cluster interval (counts only elsewhere)
-            base = [s for s in run.samples if not s.get("error") and s["arm"].get("level") == level]
+            base = [s for s in run.samples if not s.error and s.arm.level == level]
             if model:
-                base = [s for s in base if s["arm"].get("model") == model]
-            sa = [s for s in base if _matches(s["arm"], {**common, **effect["a"]})]
-            sb = [s for s in base if _matches(s["arm"], {**common, **effect["b"]})]
+                base = [s for s in base if s.arm.model == model]
+            sa = [s for s in base if _matches(s.arm, {**common, **effect["a"]})]
+            sb = [s for s in base if _matches(s.arm, {**common, **effect["b"]})]
             if not sa or not sb or not (_one_engine(sa) and _one_engine(sb)):
                 continue
             va, ea, ca, na = l2_values(sa, measure)
             vb, eb, cb, nb = l2_values(sb, measure)
             shared = set(va) & set(vb)
             events = ea + eb
-            ev_clusters = len({s["scenario"] for s in distinct_draws(sa + sb) if sample_event(s, measure)})
+            ev_clusters = len({s.scenario for s in distinct_draws(sa + sb) if sample_event(s, measure)})
             draws = na + nb
         else:
             raise ClaimError(f"{where}: level must be 'L1', 'L2' or 'L3', got {level!r}")

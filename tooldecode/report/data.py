@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tooldecode.errors import ToolDecodeError
+from tooldecode.records import SampleRecord, VerdictRecord
 from tooldecode.runs import Run, load_run
 
 # Fields of a record's arm dict that do not define the arm (they vary within it).
@@ -68,7 +69,7 @@ class RunData:
     samples: list[Sample]
     verdict_file: Path | None  # None: scored in memory (the run directory was not writable), or no samples
     verdicts_written: bool  # loading the run (re)wrote verdict_file
-    probe: list[dict] = field(default_factory=list)
+    probe: list[dict] = field(default_factory=list)  # the run's ProbeRows in their stored form (to_json)
     # tooldecode.repair's rescue accounting as Markdown, when the run has loose samples
     rescue: str | None = None
     run: Run | None = None
@@ -88,21 +89,15 @@ def verdict_order() -> tuple[str, ...]:
     return tuple(scoring.PRECEDENCE)
 
 
-def _sample(run: str, r: dict) -> Sample:
-    raw_arm = r.get("arm")
-    arm: dict[str, Any] = raw_arm if isinstance(raw_arm, dict) else {}
+def _sample(run: str, r: SampleRecord, verdict: VerdictRecord | None) -> Sample:
+    arm = r.arm.to_json()
+    kept = {f: getattr(r, f) for f in ("key", "seed", "index", "prefill", "text", "finish_reason", "error")}
     return Sample(
         run=run,
-        key=r["key"],
         arm={k: v for k, v in arm.items() if k not in NOT_ARM_FIELDS},
-        scenario=str(r.get("scenario") or "-"),
-        seed=r.get("seed", arm.get("seed")),
-        index=r.get("index", arm.get("index")),
-        prefill=r.get("prefill") or "",
-        text=r.get("text") or "",
-        finish_reason=r.get("finish_reason"),
-        error=r.get("error"),
-        verdict=r.get("_verdict", {}),
+        scenario=r.scenario or "-",
+        verdict=verdict.to_json() if verdict is not None else {},
+        **kept,
     )
 
 
@@ -110,7 +105,7 @@ def run_data(run: Run | str | os.PathLike[str]) -> RunData:
     """The report's view of ``run`` (a loaded run, or a run folder to load with ``tooldecode.runs.load_run``)."""
     if not isinstance(run, Run):
         run = load_run(run)
-    samples = [_sample(run.name, r) for r in run.samples]
+    samples = [_sample(run.name, r, run.verdict(r)) for r in run.samples]
     return RunData(
         run.path,
         run.name,
@@ -118,7 +113,7 @@ def run_data(run: Run | str | os.PathLike[str]) -> RunData:
         samples,
         run.verdict_file,
         run.verdicts_written,
-        run.probe,
+        [r.to_json() for r in run.probe],
         _rescue(run),
         run,
     )
@@ -141,7 +136,7 @@ def payload_correct(v: dict) -> bool:
     return isinstance(payload, dict) and bool(payload.get("file_correct"))
 
 
-def outcome(metric: str, verdict: dict) -> bool:
+def shows_metric(metric: str, verdict: dict) -> bool:
     """Whether a (scored) sample's verdict counts for ``metric``: a verdict class or a headline metric."""
     if metric == "payload_correct":
         return payload_correct(verdict)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tooldecode.records import SampleRecord
 from tooldecode.stats import cluster_rate
 
 # (label, outcomes) in the order the segments are stacked
@@ -40,17 +41,18 @@ class KindBar:
 
 
 def kind_bars(
-    samples: Sequence[dict], group: Callable[[dict], str | None], *, intervals: bool = True
+    samples: Sequence[SampleRecord], group: Callable[[SampleRecord], str | None], *, intervals: bool = True
 ) -> list[KindBar]:
-    """Bars of ``samples`` (L2 sample dicts; ``group`` names each one's bar, None leaves it out), in the
-    order the groups first appear."""
+    """Bars of ``samples`` (L2 samples; ``group`` names each one's bar, None leaves it out), in the
+    order the groups first appear. A bar with a sample drawn without a per-scenario stream (or with
+    ``intervals`` off) has no intervals."""
     from tooldecode.measures import sample_outcome
 
     by: dict[str, list[tuple[str, str, bool]]] = {}
     for s in samples:
         label = group(s)
         if label is not None:
-            by.setdefault(label, []).append((sample_outcome(s), s["scenario"], bool(s.get("_run_streams"))))
+            by.setdefault(label, []).append((sample_outcome(s), s.scenario, s.stream is None))
     bars = []
     for label, rows in by.items():
         clusters = [sc for _, sc, _ in rows]
@@ -110,16 +112,17 @@ def summary_kind_bars(runs: Sequence) -> list[KindBar]:
     no interval for a run without per-scenario streams."""
     out: list[KindBar] = []
     for run in runs:
+        if run.run is None:
+            continue
+        loaded = run.run
         l2 = [
-            {"key": s.key, "arm": s.arm, "scenario": s.scenario, "prefill": s.prefill, "text": s.text,
-             "finish_reason": s.finish_reason, "_verdict": s.verdict}
-            for s in run.samples
-            if s.arm.get("level") == "L2" and not s.error and s.verdict
-        ]  # fmt: skip
-        streams = run.manifest.get("config", {}).get("streams") == "scenario"
+            s
+            for s in loaded.samples
+            if s.arm.level == "L2" and not s.error and (v := loaded.verdict(s)) is not None and v.verdict
+        ]
         out += kind_bars(
             l2,
-            lambda s, r=run.name: f"{r}: {s['arm'].get('model')}, {s['arm'].get('mode')}",
-            intervals=streams,
+            lambda s, r=run.name: f"{r}: {s.arm.model}, {s.arm.mode}",
+            intervals=not loaded.shared_streams,
         )
     return out

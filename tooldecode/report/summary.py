@@ -16,7 +16,7 @@ from tooldecode.report.data import (
     NEW_TEXT_KEYS,
     RunData,
     Sample,
-    outcome,
+    shows_metric,
     verdict_order,
 )
 from tooldecode.stats import (
@@ -74,7 +74,7 @@ class Arm:
         return sorted({s.seed for s in self.samples}, key=str)
 
     def values(self, metric: str) -> list[bool]:
-        return [outcome(metric, s.verdict) for s in self.samples]
+        return [shows_metric(metric, s.verdict) for s in self.samples]
 
 
 @dataclass
@@ -187,7 +187,7 @@ def _group_arms(runs: Sequence[RunData], order: tuple[str, ...]) -> tuple[list[A
     arms = []
     for key, arm, label in zip(keys, arm_dicts, labels, strict=True):
         scored = [s for s in groups[key] if s.scored]
-        rates = {m: wilson(sum(outcome(m, s.verdict) for s in scored), len(scored)) for m in metrics}
+        rates = {m: wilson(sum(shows_metric(m, s.verdict) for s in scored), len(scored)) for m in metrics}
         arms.append(Arm(key[0], arm, label, scored, len(groups[key]) - len(scored), rates))
     return arms, columns, common
 
@@ -248,7 +248,7 @@ def _noise(arms: Sequence[Arm]) -> list[NoiseRow]:
         )
         for metric in COMPARED[:2]:
             rates = [
-                (name, wilson(sum(outcome(metric, s.verdict) for s in ss), len(ss)))
+                (name, wilson(sum(shows_metric(metric, s.verdict) for s in ss), len(ss)))
                 for name, ss in repeats.items()
             ]
             rows.append(NoiseRow(label, metric, rates, noise_floor([r.rate for _, r in rates])))

@@ -10,7 +10,7 @@ docs/runs.md describes the folder.
 from __future__ import annotations
 
 from tooldecode.runs.combine import model_split_runs
-from tooldecode.runs.load import PROBE_FILE, Run, load_run, load_runs
+from tooldecode.runs.load import PROBE_FILE, Run, load_run, load_runs, sample_of, score_stored
 from tooldecode.runs.manifest import FORMAT_VERSION, build_manifest
 from tooldecode.runs.store import (
     MANIFEST,
@@ -41,4 +41,6 @@ __all__ = [
     "load_runs",
     "model_split_runs",
     "rescore",
+    "sample_of",
+    "score_stored",
 ]

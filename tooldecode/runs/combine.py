@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from tooldecode.records import VerdictRecord
 from tooldecode.runs.load import Run
 
 __all__ = ["model_split_runs", "split_key"]
@@ -81,7 +82,7 @@ def _combine(parts: list[Run]) -> Run:
     manifest["created"] = max(str(r.manifest.get("created", "")) for r in parts)
     manifest["command"] = "; ".join(r.command() for r in parts)
     manifest["parts"] = [r.name for r in parts]
-    verdicts: dict[str, dict] = {}
+    verdicts: dict[str, VerdictRecord] = {}
     for r in parts:
         verdicts.update(r.verdicts)
     return Run(

@@ -5,25 +5,25 @@ exactly the run's samples; otherwise the run is scored again and that file is (r
 ``tooldecode rescore`` writes it (in memory only where the folder is read-only). A run without samples
 (a probe-only run) has no verdicts and gets no verdict file.
 
-Samples and verdicts are kept as the JSON objects the run stores (what the stages that count them read);
-``Run.records``, ``Run.verdict_records`` and ``Run.probe_rows`` give the same data as the typed records of
-``tooldecode.records``.
+Samples, verdicts and probe rows are handed on as the typed records of ``tooldecode.records``
+(``SampleRecord``, ``VerdictRecord``, ``ProbeRow``); a sample of a run written before samples carried the
+tools their prompt showed gets its arm's at load (the one fallback, ``tooldecode.scoring.shown_tools``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tooldecode.errors import RunError
-from tooldecode.records import ProbeRow, SampleRecord, VerdictRecord
+from tooldecode.records import OfferedTool, ProbeRow, SampleRecord, VerdictRecord
 from tooldecode.runs.store import MANIFEST, SAMPLE_FIELDS, DerivedWriteError, RunStore, rescore
 
-__all__ = ["PROBE_FILE", "Run", "load_run", "load_runs"]
+__all__ = ["PROBE_FILE", "Run", "load_run", "load_runs", "sample_of", "score_stored"]
 
 PROBE_FILE = "probe.jsonl"
 
@@ -35,36 +35,34 @@ _RETIRED_SUITE_SCRIPT = "python scripts/probe_suite.py"
 class Run:
     """One run folder as the stages after it read it.
 
-    ``samples``: the stored sample objects in file order (records lacking ``SAMPLE_FIELDS`` are
-    skipped by the store), each with its verdict under ``"_verdict"`` where scored; ``verdicts``: by
-    sample key; ``probe``: the rows of ``probe.jsonl``. ``verdict_file`` is None when nothing was read
-    or written (no samples, or scored in memory); ``verdicts_written``: this load (re)wrote it. A run
-    whose manifest lacks per-scenario streams tags each sample ``"_run_streams"`` (see
-    ``shared_streams``). ``parts``: for runs of one spec made model by model and read as one
-    (``tooldecode.runs.combine``), the runs it was made of; empty for a folder."""
+    ``samples``: the run's ``SampleRecord``s in file order (records lacking ``SAMPLE_FIELDS`` are
+    skipped by the store), each with the tools its prompt showed (``tooldecode.scoring.shown_tools``
+    for a run written before samples carried them); ``verdicts``: ``VerdictRecord``s by sample key;
+    ``probe``: the ``ProbeRow``s of ``probe.jsonl``. ``verdict_file`` is None when nothing was read or
+    written (no samples, or scored in memory); ``verdicts_written``: this load (re)wrote it.
+    ``parts``: for runs of one spec made model by model and read as one (``tooldecode.runs.combine``),
+    the runs it was made of; empty for a folder."""
 
     name: str
     path: Path
-    manifest: dict
-    samples: list[dict]
-    verdicts: dict[str, dict]
-    probe: list[dict]
+    manifest: dict[str, Any]
+    samples: list[SampleRecord]
+    verdicts: dict[str, VerdictRecord]
+    probe: list[ProbeRow]
     verdict_file: Path | None = None
     verdicts_written: bool = False
     parts: tuple[Run, ...] = ()
-    _typed: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.shared_streams:
-            for smp in self.samples:
-                smp["_run_streams"] = f"shared:{self.name}"
 
     @property
     def shared_streams(self) -> bool:
         """Whether the run sampled at all and its manifest lacks per-scenario streams (``"streams":
         "scenario"`` in its config): every scenario then drew from the same random stream, so its
-        scenarios are not independent clusters."""
+        scenarios are not independent clusters (its samples have no ``stream``)."""
         return bool(self.samples) and self.manifest.get("config", {}).get("streams") != "scenario"
+
+    def verdict(self, sample: SampleRecord) -> VerdictRecord | None:
+        """The verdict of one of the run's samples (None: not scored)."""
+        return self.verdicts.get(sample.key)
 
     def command(self) -> str:
         """The command that makes the run today: its manifest's, else the spec's ``tooldecode run``.
@@ -99,28 +97,40 @@ class Run:
         per_scenario = sum(int(per_mode.get(a.get("mode"), c.get("n") or 0)) for a in c.get("arms", []))
         return per_scenario * len(c.get("scenarios", [])) * len(c.get("seeds", [0]))
 
-    def records(self) -> list[SampleRecord]:
-        """The samples as ``SampleRecord``s, in file order (RecordError for one tooldecode did not write)."""
-        if "records" not in self._typed:
-            self._typed["records"] = [SampleRecord.from_json(s) for s in self.samples]
-        return list(self._typed["records"])
 
-    def verdict_records(self) -> dict[str, VerdictRecord]:
-        """The verdicts as ``VerdictRecord``s, by sample key."""
-        if "verdicts" not in self._typed:
-            self._typed["verdicts"] = {k: VerdictRecord.from_json(v) for k, v in self.verdicts.items()}
-        return dict(self._typed["verdicts"])
+def sample_of(
+    stored: dict[str, Any], tools: dict[str, tuple[OfferedTool, ...]] | None = None
+) -> SampleRecord:
+    """The ``SampleRecord`` of a stored sample, with the tools its prompt showed: a sample written before
+    records carried them gets its arm's (``tooldecode.scoring.shown_tools``; ``tools`` memoizes them by
+    arm label across the samples of one run).
 
-    def probe_rows(self) -> list[ProbeRow]:
-        """The probe rows as ``ProbeRow``s, in file order."""
-        return [ProbeRow.from_json(r) for r in self.probe]
+    Raises
+    ------
+    tooldecode.records.RecordError
+        A stored object that is no sample tooldecode wrote.
+    """
+    if tools is None:
+        tools = {}
+    from tooldecode.scoring import shown_tools
+
+    rec = SampleRecord.from_json(stored)
+    if rec.tools is not None:
+        return rec
+    if rec.label not in tools:
+        tools[rec.label] = shown_tools(rec.arm)
+    return dataclasses.replace(rec, tools=tools[rec.label])
 
 
-def _scorer() -> tuple[str, Callable[[dict, dict], dict]]:
-    """(version, ``score_record``) of the scorer, looked up when called."""
-    from tooldecode.scoring import SCORER_VERSION, score_record
+def score_stored(stored: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
+    """The verdict line of a stored sample of a run with ``manifest``: ``tooldecode.scoring.score_record``
+    of its record (``sample_of``) and its scenario, as ``verdicts-<SCORER_VERSION>.jsonl`` stores it
+    (what ``rescore`` writes)."""
+    from tooldecode.scoring import record_scenario, score_record
 
-    return SCORER_VERSION, score_record
+    rec = sample_of(stored, {})
+    scenario = record_scenario(rec.scenario, manifest) if rec.scenario else None
+    return score_record(rec, scenario).to_json()
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -147,13 +157,14 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 
 def _verdicts_of(
-    store: RunStore, samples: list[dict], *, again: bool
-) -> tuple[dict[str, dict], Path | None, bool]:
+    store: RunStore, samples: list[SampleRecord], *, again: bool
+) -> tuple[dict[str, VerdictRecord], Path | None, bool]:
     """Verdicts by key: from ``verdicts-<version>.jsonl`` if it covers exactly the samples' keys (and
     ``again`` is off), else scored now and written; in memory where the folder is read-only."""
-    version, score_record = _scorer()
-    path = store.derived_path(f"verdicts-{version}.jsonl")
-    keys = {s["key"] for s in samples}
+    from tooldecode.scoring import SCORER_VERSION, record_scenario, score_record
+
+    path = store.derived_path(f"verdicts-{SCORER_VERSION}.jsonl")
+    keys = {s.key for s in samples}
     if not again and path.is_file():
         try:
             records = _read_jsonl(path)
@@ -161,17 +172,20 @@ def _verdicts_of(
             records = []
         by_key = {str(r.get("key")): r for r in records}
         if len(by_key) == len(records) and set(by_key) == keys and all("key" in r for r in records):
-            return by_key, path, False
+            return {k: VerdictRecord.from_json(v) for k, v in by_key.items()}, path, False
     if not samples and not again:
         return {}, None, False
     try:
-        written = rescore(store, score_record, version, require=SAMPLE_FIELDS)
+        written = rescore(store, score_stored, SCORER_VERSION, require=SAMPLE_FIELDS)
     except (OSError, DerivedWriteError):
         if again:
             raise
-        scored = {s["key"]: {"key": s["key"], **score_record(s, store.manifest)} for s in samples}
+        scored = {
+            s.key: score_record(s, record_scenario(s.scenario, store.manifest) if s.scenario else None)
+            for s in samples
+        }
         return scored, None, False
-    return {r["key"]: r for r in _read_jsonl(written)}, written, True
+    return {r["key"]: VerdictRecord.from_json(r) for r in _read_jsonl(written)}, written, True
 
 
 def load_run(path: str | os.PathLike[str], *, rescore: bool = False) -> Run:
@@ -192,16 +206,14 @@ def load_run(path: str | os.PathLike[str], *, rescore: bool = False) -> Run:
         When the folder is not a run, or a derived file is damaged.
     """
     store = RunStore.open(path)
+    tools: dict[str, tuple[OfferedTool, ...]] = {}
     try:
-        samples = list(store.sample_records())
+        samples = [sample_of(s, tools) for s in store.sample_records()]
         verdicts, vpath, written = _verdicts_of(store, samples, again=rescore)
         probe_path = store.derived_path(PROBE_FILE)
-        probe = _read_jsonl(probe_path) if probe_path.is_file() else []
+        probe = [ProbeRow.from_json(r) for r in _read_jsonl(probe_path)] if probe_path.is_file() else []
     finally:
         store.close()
-    for smp in samples:
-        if smp["key"] in verdicts:
-            smp["_verdict"] = verdicts[smp["key"]]
     return Run(store.name, store.path, store.manifest, samples, verdicts, probe, vpath, written)
 
 

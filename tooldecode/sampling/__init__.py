@@ -18,12 +18,11 @@ from tooldecode.sampling.aligned import (
     ALIGNED_PARTICLES,
     ALIGNED_TARGETS,
     AlignedSample,
-    aligned_supported,
     log_weight,
     sample_aligned,
 )
 from tooldecode.sampling.draw import DrawRequest, sample, sample_queue
-from tooldecode.sampling.params import Sample, SamplingParams, stream_key
+from tooldecode.sampling.params import Sample, SamplingParams, aligned_supported, stream_key
 
 __all__ = [
     "ALIGNED_METHODS",

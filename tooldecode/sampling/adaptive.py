@@ -36,7 +36,7 @@ import numpy as np
 from tooldecode.backends.base import Backend
 from tooldecode.errors import MaskError
 from tooldecode.masking import MaskEngine, Matcher
-from tooldecode.sampling.params import Sample, SamplingParams, stream_key
+from tooldecode.sampling.params import Sample, SamplingParams, aligned_supported, stream_key
 
 ADAPTIVE_TARGETS = ("complete", "prefix")
 
@@ -169,8 +169,6 @@ def sample_adaptive(
     ``timing`` carries ``attempts`` (walks, the rejected ones included) and ``tokens`` (tokens decoded by all
     of them): the cost. Needs temperature 1 without truncation (the proposal is the model itself).
     """
-    from tooldecode.sampling.aligned import aligned_supported
-
     why = aligned_supported(params)
     if why:
         raise MaskError(

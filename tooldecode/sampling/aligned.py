@@ -15,7 +15,7 @@ from tooldecode.backends.base import Backend
 from tooldecode.errors import MaskError
 from tooldecode.masking import MaskEngine
 from tooldecode.sampling.draw import sample
-from tooldecode.sampling.params import Sample, SamplingParams, stream_key
+from tooldecode.sampling.params import Sample, SamplingParams, aligned_supported, stream_key
 
 #: particles drawn per aligned sample (``TOOLDECODE_ALIGNED_PARTICLES`` overrides it)
 ALIGNED_PARTICLES = 8
@@ -41,18 +41,6 @@ def log_weight(mask_removed: Sequence[float], floor: float = 0.0) -> float:
             return -math.inf
         total += math.log(z)
     return total
-
-
-def aligned_supported(params: SamplingParams) -> str | None:
-    """Why ``params`` cannot be corrected by importance weights (None when they can).
-
-    The weights come from the mask's removed mass under the plain distribution at temperature 1;
-    other temperatures and any truncation (top-k, top-p, min-p) change the proposal."""
-    if params.temperature != 1.0:
-        return f"temperature {params.temperature} (the weights need temperature 1.0)"
-    if params.top_k or params.top_p < 1.0 or params.min_p > 0.0:
-        return "top-k/top-p/min-p truncation (the weights need the untruncated distribution)"
-    return None
 
 
 @dataclass

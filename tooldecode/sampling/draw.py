@@ -418,6 +418,8 @@ def _queue_stream(  # noqa: C901 - the decode loop of the shared queue: refill, 
     backend.open_slots(n_slots)  # type: ignore[attr-defined]
     eog = backend.eog_ids
     finished: list[tuple[int, _Row]] = []
+    rows: dict[int, _Row] = {}
+    current: dict[int, np.ndarray] = {}
 
     def flush() -> None:
         by_req: dict[int, list[Sample]] = {}
@@ -431,8 +433,23 @@ def _queue_stream(  # noqa: C901 - the decode loop of the shared queue: refill, 
             if reqs[k].on_batch is not None:
                 reqs[k].on_batch(done)  # type: ignore[misc]
 
+    capacity = getattr(backend, "n_ctx", None)
+
+    def fits(k: int) -> bool:
+        """Whether the cache can hold request ``k``'s prompt beside the slots in use, each up to its token
+        cap, counting every distinct prompt whole (shared prefixes only make it roomier) and once more the
+        longest for sequence 0's cached prompt. Otherwise the draw waits for slots to end."""
+        if capacity is None or not rows:
+            return True
+        prompts = {tuple(reqs[owner[s]].prompt_ids) for s in rows} | {tuple(reqs[k].prompt_ids)}
+        need = sum(len(p) for p in prompts) + max(len(p) for p in prompts)
+        need += sum(reqs[owner[s]].params.max_new_tokens for s in rows) + reqs[k].params.max_new_tokens
+        return need <= int(capacity)
+
     def fill(slot: int) -> tuple[_Row, np.ndarray, int] | None:
         while waiting:
+            if not fits(waiting[-1][0]):
+                return None
             k, i = waiting.pop()
             r = reqs[k]
             if k not in prefill_ids:
@@ -455,8 +472,6 @@ def _queue_stream(  # noqa: C901 - the decode loop of the shared queue: refill, 
         return None
 
     pool = _pool() if n_slots > 1 else None
-    rows: dict[int, _Row] = {}
-    current: dict[int, np.ndarray] = {}
     try:
         for slot in range(n_slots):
             got = fill(slot)

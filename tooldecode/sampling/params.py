@@ -7,7 +7,7 @@ from typing import Any
 
 from tooldecode.streams import stream_key, stream_seed31
 
-__all__ = ["Sample", "SamplingParams", "stream_key", "stream_seed31"]
+__all__ = ["Sample", "SamplingParams", "aligned_supported", "stream_key", "stream_seed31"]
 
 
 @dataclass(frozen=True)
@@ -48,3 +48,15 @@ class Sample:
 
     def to_record(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def aligned_supported(params: SamplingParams) -> str | None:
+    """Why ``params`` cannot be corrected by importance weights (None when they can).
+
+    The weights come from the mask's removed mass under the plain distribution at temperature 1;
+    other temperatures and any truncation (top-k, top-p, min-p) change the proposal."""
+    if params.temperature != 1.0:
+        return f"temperature {params.temperature} (the weights need temperature 1.0)"
+    if params.top_k or params.top_p < 1.0 or params.min_p > 0.0:
+        return "top-k/top-p/min-p truncation (the weights need the untruncated distribution)"
+    return None

@@ -52,7 +52,15 @@ from tooldecode.scoring.schemas import (
     schema_types,
     toolset_tools,
 )
-from tooldecode.scoring.score import record_context, score_record, score_text
+from tooldecode.scoring.score import (
+    offered_tool,
+    record_context,
+    record_scenario,
+    record_tools,
+    score_record,
+    score_text,
+    shown_tools,
+)
 
 __all__ = [
     "EditError",
@@ -86,7 +94,11 @@ __all__ = [
     "is_edit_tool",
     "parse_json",
     "primary_call",
+    "offered_tool",
     "record_context",
+    "record_scenario",
+    "record_tools",
+    "shown_tools",
     "render_path",
     "resolve_schema",
     "schema_echo",

@@ -220,7 +220,7 @@ def _hermes_regions(text: str) -> list[tuple[tuple[int, int], tuple[int, int], b
     """(span, body span, closed) of each ``<tool_call>`` region. A region ends at ``</tool_call>``, or
     at the next ``<tool_call>`` when the closing tag is missing, unless that tag lies inside the
     region's balanced JSON (a string value may contain it): then the first tag after the JSON decides."""
-    out = []
+    out: list[tuple[tuple[int, int], tuple[int, int], bool]] = []
     pos = 0
     scanner = BalancedScanner(text)
     while True:

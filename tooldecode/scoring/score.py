@@ -1,14 +1,17 @@
-"""One verdict per sample: ``score_text`` for a text, ``score_record`` for a stored sample record."""
+"""One verdict per sample: ``score_text`` for a text, ``score_record`` for a ``SampleRecord`` (against the
+tools its prompt showed)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from tooldecode.grammar import Tool
 from tooldecode.grammar.schema import json_depth
+from tooldecode.records import VARIANT_FIELDS, Condition, OfferedTool, SampleRecord, VerdictRecord
 from tooldecode.scenarios import Scenario, get_scenario
 from tooldecode.scoring.calls import primary_call
 from tooldecode.scoring.checks import ArgumentCheck, check_arguments, check_payload, schema_echo
@@ -16,7 +19,7 @@ from tooldecode.scoring.extract import extract_calls, prose_outside
 from tooldecode.scoring.jsonparse import MAX_JSON_DEPTH, TOO_DEEP
 from tooldecode.scoring.outcome import verdict_outcome
 from tooldecode.scoring.records import EXPECTED_TOOL, FLAGS, SCORER_VERSION, ExtractedCall, Verdict
-from tooldecode.scoring.schemas import tool_by_name, tool_keys, toolset_tools
+from tooldecode.scoring.schemas import catalog_by_name, tool_keys
 
 
 def score_text(
@@ -59,7 +62,7 @@ def _score_text(
     call = primary_call(calls, expected_tool)
     if call is None:
         return Verdict("no_call", flags, None, None, [], [], None, None, None, 0)
-    base = dict(
+    base: dict[str, Any] = dict(
         flags=flags,
         wrapping=call.wrapping,
         shape=call.shape,
@@ -162,59 +165,100 @@ def _best_tool(arguments: Any, tools: Sequence[Tool]) -> str | None:
 
 # ---------------------------------------------------------------------------------------------- records
 
-_SCENARIOS: dict[tuple[str, tuple[str, ...]], Scenario] = {}
+
+def shown_tools(arm: Condition) -> tuple[OfferedTool, ...]:
+    """The tools an arm's prompt showed at the call, from its variant fields (tool set, schema view,
+    schema extra): what a run written before samples carried their tools is scored against (the one
+    fallback; ``tooldecode.runs.load_run`` applies it as it reads such a run)."""
+    from tooldecode.prompts import TranscriptOptions, offered_tools
+
+    options = TranscriptOptions(**{k: getattr(arm, k) for k in VARIANT_FIELDS if getattr(arm, k) is not None})
+    return tuple(OfferedTool(t.name, t.parameters) for t in offered_tools(options))
+
+
+def _schema(parameters: dict[str, Any] | bool) -> dict[str, Any]:
+    """A boolean arguments schema as its object form (``true``: anything, ``false``: nothing)."""
+    if isinstance(parameters, dict):
+        return parameters
+    return {} if parameters else {"not": {}}
+
+
+def offered_tool(tool: OfferedTool) -> Tool:
+    """The ``Tool`` of a tool as a prompt showed it: a catalog tool of that name keeps its family,
+    description and aliases, with the schema as shown."""
+    known = catalog_by_name().get(tool.name)
+    if known is None:
+        return Tool(tool.name, description=tool.description or "", parameters=_schema(tool.parameters))
+    return dataclasses.replace(known, parameters=_schema(tool.parameters))
+
+
+def record_tools(record: SampleRecord) -> list[Tool]:
+    """The tools a sample's prompt showed: the record's own, else its arm's (``shown_tools``)."""
+    shown = record.tools if record.tools is not None else shown_tools(record.arm)
+    return [offered_tool(t) for t in shown]
 
 
 def record_context(
-    record: dict, manifest: dict
-) -> tuple[list[Tool], str | None, str | None, Scenario | None]:
-    """(tools offered, wire, expected tool, scenario) of a raw sample record."""
-    arm = record.get("arm") or {}
-    toolset = arm.get("toolset") or "nested"
-    if arm.get("tools"):
-        tools = [tool_by_name(n) for n in arm["tools"]]
-    else:
-        tools = toolset_tools(toolset)
-    expected = arm.get("expected_tool") or EXPECTED_TOOL.get(toolset)
-    scenario = None
-    sid = record.get("scenario")
-    if sid:
-        config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
-        raw_dirs = manifest.get("scenario_dirs") or config.get("scenario_dirs")
-        dirs = [Path(d) for d in raw_dirs] if raw_dirs else None
-        key = (str(sid), tuple(str(d) for d in dirs or ()))
-        if key not in _SCENARIOS:
-            _SCENARIOS[key] = get_scenario(str(sid), dirs=dirs)
-        scenario = _SCENARIOS[key]
-    return tools, arm.get("wire"), expected, scenario
+    record: SampleRecord, manifest: Mapping[str, Any]
+) -> tuple[list[Tool], str | None, str | None, Scenario]:
+    """(tools shown, wire, expected tool, scenario) of a sample of a run with ``manifest``."""
+    arm = record.arm
+    expected = arm.expected_tool or EXPECTED_TOOL.get(arm.toolset or "nested")
+    return record_tools(record), arm.wire, expected, record_scenario(record.scenario, manifest)
 
 
-def score_record(record: dict, manifest: dict) -> dict:
-    """One line of ``verdicts-<SCORER_VERSION>.jsonl``: the verdict of a raw sample as a JSON-able dict."""
-    head = {
-        "key": record.get("key"),
+def score_record(record: SampleRecord, scenario: Scenario | None) -> VerdictRecord:
+    """The verdict of a raw sample, against the tools its prompt showed (``record_tools``).
+
+    Parameters
+    ----------
+    record
+        The sample (``tooldecode.records.SampleRecord``).
+    scenario
+        Its scenario (the payload check and the edit's outcome); None: no payload, no outcome.
+
+    Returns
+    -------
+    VerdictRecord
+        One line of ``verdicts-<SCORER_VERSION>.jsonl``; a failed sample's verdict is ``skipped``.
+    """
+    head: dict[str, Any] = {
+        "key": record.key,
         "scorer": SCORER_VERSION,
-        "arm": record.get("arm"),
-        "scenario": record.get("scenario"),
+        "arm": record.arm,
+        "scenario": record.scenario,
     }
-    if record.get("error"):
-        return {**head, "verdict": None, "skipped": str(record["error"])}
-    tools, wire, expected, scenario = record_context(record, manifest)
-    text = (record.get("prefill") or "") + (record.get("text") or "")
+    if record.error:
+        return VerdictRecord(**head, verdict=None, skipped=str(record.error))
+    arm = record.arm
+    expected = arm.expected_tool or EXPECTED_TOOL.get(arm.toolset or "nested")
     try:
         verdict = score_text(
-            text,
-            tools,
-            wire=wire,
+            record.call_text,
+            record_tools(record),
+            wire=arm.wire,
             expected_tool=expected,
             scenario=scenario,
-            finish_reason=record.get("finish_reason"),
+            finish_reason=record.finish_reason,
         )
         if json_depth(verdict.arguments) > MAX_JSON_DEPTH:
             raise RecursionError
-        return {**head, **asdict(verdict)}
     except RecursionError:  # pathological nesting that got past the parsers' own guards
-        deep = Verdict("too_deep", [], None, None, [], [TOO_DEEP], None, None, None, 0)
+        verdict = Verdict("too_deep", [], None, None, [], [TOO_DEEP], None, None, None, 0)
         if scenario is not None:
-            deep.outcome = verdict_outcome("too_deep", None, None, scenario).to_dict()
-        return {**head, **asdict(deep)}
+            verdict.outcome = verdict_outcome("too_deep", None, None, scenario).to_dict()
+    return VerdictRecord(**head, **asdict(verdict))
+
+
+_SCENARIOS: dict[tuple[str, tuple[str, ...]], Scenario] = {}
+
+
+def record_scenario(scenario_id: str, manifest: Mapping[str, Any]) -> Scenario:
+    """The scenario a run's sample names, read from the run's scenario folders (built-ins without)."""
+    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    raw_dirs = manifest.get("scenario_dirs") or (config or {}).get("scenario_dirs")
+    dirs = [Path(d) for d in raw_dirs] if raw_dirs else None
+    key = (scenario_id, tuple(str(d) for d in dirs or ()))
+    if key not in _SCENARIOS:
+        _SCENARIOS[key] = get_scenario(scenario_id, dirs=dirs)
+    return _SCENARIOS[key]

@@ -15,12 +15,13 @@ from typing import Any
 DRAW_SLOTS = 16
 # tokens of a context that evaluates prompts: the longest prompt of the corpus with its samples' tokens
 CONTEXT_TOKENS = 8192
+FILL_CONTEXT_TOKENS = 32768  # several scenarios' prompts at once, each slot up to its token cap
 # tokens of a context that only tokenizes and reads the vocabulary (a replay through a mask)
 VOCABULARY_TOKENS = 512
 
 
 def llamacpp_size(
-    *, batch_size: int | None = None, branches: int = 0, evaluates: bool = True
+    *, batch_size: int | None = None, branches: int = 0, evaluates: bool = True, fill_slots: bool = False
 ) -> dict[str, int]:
     """``n_ctx`` and ``max_seqs`` of a llama.cpp context from what it must hold.
 
@@ -33,6 +34,9 @@ def llamacpp_size(
         The most branches the probe expands at one level (``ProbeConfig.max_branches``; 0: no probe).
     evaluates
         False when the context is used only for its tokenizer and vocabulary: one sequence, a small cache.
+    fill_slots
+        The draws of many prompts share the context (``sample_queue``): a cache of ``FILL_CONTEXT_TOKENS``
+        (it is allocated, but only the cells in use cost attention time).
 
     Returns
     -------
@@ -42,7 +46,7 @@ def llamacpp_size(
     if not evaluates:
         return {"n_ctx": VOCABULARY_TOKENS, "max_seqs": 1}
     slots = max(batch_size or 0, DRAW_SLOTS, branches)
-    return {"n_ctx": CONTEXT_TOKENS, "max_seqs": slots + 1}
+    return {"n_ctx": FILL_CONTEXT_TOKENS if fill_slots else CONTEXT_TOKENS, "max_seqs": slots + 1}
 
 
 def backend_kwargs(
@@ -52,11 +56,14 @@ def backend_kwargs(
     branches: int = 0,
     evaluates: bool = True,
     server: dict[str, Any] | None = None,
+    fill_slots: bool = False,
 ) -> dict[str, Any]:
     """``load_backend(backend, …)``'s keyword arguments: the sizing rule for ``llamacpp``, the server's
     options (``base_url``, ``api_key_env``, ``kind``) for ``openai``, none for ``hf``."""
     if backend == "llamacpp":
-        return llamacpp_size(batch_size=batch_size, branches=branches, evaluates=evaluates)
+        return llamacpp_size(
+            batch_size=batch_size, branches=branches, evaluates=evaluates, fill_slots=fill_slots
+        )
     if backend == "openai":
         return dict(server or {})
     return {}
@@ -83,7 +90,9 @@ class ModelCache:
         evaluates: bool = True,
         server: dict[str, Any] | None = None,
         keep_all: bool = False,
+        fill_slots: bool = False,
     ) -> None:
+        self.fill_slots = fill_slots
         self.cache: dict[tuple[str, str], Any] = {}
         self.batch_size, self.branches, self.evaluates = batch_size, branches, evaluates
         self.server = server or {}
@@ -106,6 +115,7 @@ class ModelCache:
                 batch_size=self.batch_size,
                 branches=self.branches,
                 evaluates=self.evaluates,
+                fill_slots=self.fill_slots,
             )
             self.cache[key] = load_backend(backend, ref, **kw)
         return self.cache[key]

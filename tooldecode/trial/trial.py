@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from tooldecode.records import VARIANT_FIELDS, Condition
+from tooldecode.backends.state import PerBackend
+from tooldecode.records import VARIANT_FIELDS, Condition, OfferedTool, SampleRecord
 from tooldecode.trial.channel import TrialError, channel_of, constraint, drawer, strict_grammar
 from tooldecode.trial.views import apply_view, check_view
 
@@ -33,6 +36,16 @@ def replay_status(matcher: Any, token_ids: Sequence[int], eog: frozenset[int], f
     return "valid-prefix" if finish_reason == "length" else "stop-string"
 
 
+# the characters of a structural decision point: a token carrying one keeps its top-k in a record
+_STRUCT = set(',}]":')
+# a record's leading keys as runs store them (the rest in field order)
+_SAMPLE_ORDER = ("key", "arm", "scenario", "seed", "stream", "index", "prompt_sha256", "prefill")
+
+
+def _rounded(values: list[float] | None, digits: int) -> list[float] | None:
+    return None if values is None else [round(x, digits) for x in values]
+
+
 def condition_of(arm: Condition | Mapping[str, Any]) -> Condition:
     """The ``Condition`` of an arm (a stored arm dict is read with ``Condition.from_json``)."""
     return arm if isinstance(arm, Condition) else Condition.from_json(arm)
@@ -51,7 +64,9 @@ class Trial:
     condition
         The arm: a ``tooldecode.records.Condition`` or a stored arm dict.
     scenario
-        The ``tooldecode.scenarios.Scenario`` the prompt is rendered from.
+        The ``tooldecode.scenarios.Scenario`` the prompt is rendered from, or a session scenario (one call
+        of an imported session, ``tooldecode.scenarios.importers.session_scenario``: its history, tools and
+        call; ``tooldecode.prompts.session``).
     ref
         The resolved model (default: ``resolve(condition.model)``; the model must be fetched).
     ws
@@ -62,6 +77,11 @@ class Trial:
         ``strict-aligned``'s options (``particles``, ``method``, ``target``).
     tool_view
         How the prompt shows the offered tools (``tooldecode.trial.views.VIEWS``).
+    tools
+        The tools the prompt offers (``tooldecode.grammar.Tool``; a user's tool list, an imported
+        session's): by default the scenario's own where it carries them (a ``tools`` attribute), else
+        the tool set's catalog tools in the arm's schema view. The constraint, the records and the
+        verdicts all read the tools as the prompt shows them.
 
     Raises
     ------
@@ -80,9 +100,11 @@ class Trial:
         engine: str = "xgrammar",
         aligned: Mapping[str, Any] | None = None,
         tool_view: str = "as-written",
+        tools: Sequence[Any] | None = None,
     ) -> None:
         from tooldecode.models import resolve
         from tooldecode.prompts import TranscriptOptions, render_prompt
+        from tooldecode.prompts.session import is_session_scenario, render_session
 
         self.condition = cond = condition_of(condition)
         self.scenario = scenario
@@ -98,14 +120,23 @@ class Trial:
         )
         check_view(tool_view)
         self.ref = ref if ref is not None else resolve(cond.model)
-        self.prompt = render_prompt(scenario, self.ref, self.options)
+        self._call: str | None = None
+        if is_session_scenario(scenario):  # one call of an imported session: its history, tools and call
+            self.scenario_id = str(scenario.get("id", "session"))
+            self.prompt, self._call = render_session(self.ref, scenario)
+        else:
+            self.scenario_id = scenario.id
+            if tools is None:
+                tools = getattr(scenario, "tools", None) or None
+            self.prompt = render_prompt(scenario, self.ref, self.options, tools=tools)
         # the text the model sees and the tool forms that classify a key, as the view shows them
         self.text, self.key_tools = apply_view(
             self.prompt.text, self.prompt.tools, self.prompt.expected_tool, tool_view
         )
         self.tool_view = tool_view
-        self._constraints: dict[int, Any] = {}
+        self._constraints: PerBackend[Any] = PerBackend()
         self._grammars: dict[str, str] = {}
+        self._sha: str | None = None
 
     # --- drawing ------------------------------------------------------------------------------
     def params(self, **kw: Any) -> Any:
@@ -117,9 +148,10 @@ class Trial:
     def constraint(self, backend: Any) -> Any:
         """What constrains the samples on ``backend`` (``tooldecode.trial.channel.constraint``; built once
         per backend)."""
-        key = id(backend)
-        if key not in self._constraints:
-            self._constraints[key] = constraint(
+        return self._constraints.get(
+            backend,
+            "constraint",
+            lambda: constraint(
                 self.channel,
                 self.prompt,
                 backend,
@@ -127,8 +159,8 @@ class Trial:
                 engine=self.engine,
                 ws=self.ws,
                 duplicates=self.duplicates,
-            )
-        return self._constraints[key]
+            ),
+        )
 
     def sample(
         self,
@@ -138,20 +170,24 @@ class Trial:
         *,
         batch_size: int | None = None,
         start_index: int = 0,
-        on_batch: Callable[[list], None] | None = None,
-    ) -> list:
-        """Samples ``start_index`` … ``start_index + n - 1`` through the condition's channel.
+        on_batch: Callable[[list[SampleRecord]], None] | None = None,
+    ) -> list[SampleRecord]:
+        """Samples ``start_index`` … ``start_index + n - 1`` through the condition's channel, as records.
 
         ``params`` is a ``tooldecode.sampling.SamplingParams`` (``Trial.params``); ``on_batch`` receives
-        samples as they complete."""
-        draw = drawer(
-            self.channel,
-            self.prompt,
-            self.condition.mode,
-            conditioning=self.options.conditioning,
-            aligned=self.aligned,
-        )
-        return draw(
+        the records as their samples complete. Each record is built by ``Trial.record``."""
+        draw = self._drawer()
+        built: dict[int, SampleRecord] = {}
+
+        def records(batch: list) -> list[SampleRecord]:
+            out = []
+            for s in batch:
+                if s.index not in built:
+                    built[s.index] = self.record(s, params, backend)
+                out.append(built[s.index])
+            return out
+
+        drawn = draw(
             backend,
             self.text,
             n,
@@ -160,7 +196,89 @@ class Trial:
             prefill=self.prompt.prefill,
             batch_size=batch_size,
             start_index=start_index,
-            on_batch=on_batch,
+            on_batch=(lambda batch: on_batch(records(batch))) if on_batch is not None else None,
+        )
+        return records(drawn)
+
+    # --- the records --------------------------------------------------------------------------
+    @property
+    def arm(self) -> Condition:
+        """The condition as its samples record it: with the prompt's wire and the tool it expects."""
+        return dataclasses.replace(
+            self.condition, wire=self.prompt.wire, expected_tool=self.prompt.expected_tool
+        )
+
+    @property
+    def tools(self) -> tuple[OfferedTool, ...]:
+        """The tools the prompt shows at the call (name and arguments schema, as shown)."""
+        return tuple(OfferedTool(t.name, t.parameters) for t in self.prompt.tools)
+
+    @property
+    def prompt_sha256(self) -> str:
+        """sha256 of the prompt text the model sees (prefill included)."""
+        if self._sha is None:
+            self._sha = hashlib.sha256(self.text.encode()).hexdigest()
+        return self._sha
+
+    def key(self, seed: int, index: int) -> str:
+        """The key of sample ``index`` at ``seed``: ``"<arm label>/<scenario>/<seed>/<index>"``."""
+        return f"{self.condition.label()}/{self.scenario_id}/{seed}/{index}"
+
+    def _drawer(self) -> Callable[..., list]:
+        """The condition's draw function (``tooldecode.trial.channel.drawer``)."""
+        return drawer(
+            self.channel,
+            self.prompt,
+            self.condition.mode,
+            conditioning=self.options.conditioning,
+            aligned=self.aligned,
+        )
+
+    def _records(self, batch: Sequence[Any], params: Any, backend: Any) -> list[SampleRecord]:
+        return [self.record(s, params, backend) for s in batch]
+
+    def record(self, draw: Any, params: Any, backend: Any) -> SampleRecord:
+        """The ``SampleRecord`` of one drawn sample (a ``tooldecode.sampling.Sample`` or a server's).
+
+        Log-probabilities and entropies are rounded, and top-k lists kept only at structural decision
+        points (tokens carrying ``, } ] " :``) to bound a run's size; what a server could not report is
+        ``None``. Fields of the draw the record has no field for (a server's ``tokens``) are kept."""
+        d = dict(draw.to_record())
+        top, ids = d.pop("top"), d.pop("token_ids")
+        if top is not None and ids is not None:
+            top = [
+                t
+                if t is not None and _STRUCT & set(backend.token_bytes(tok).decode("utf-8", "ignore"))
+                else None
+                for t, tok in zip(top, ids, strict=True)
+            ]
+        logprobs, entropy = d.pop("logprobs"), d.pop("entropy")
+        masked, removed = d.pop("entropy_masked"), d.pop("mask_removed")
+        index = d.pop("index")
+        d.pop("seed", None)
+        return SampleRecord(
+            key=self.key(params.seed, index),
+            arm=self.arm,
+            scenario=self.scenario_id,
+            seed=params.seed,
+            stream=params.stream,
+            index=index,
+            prompt_sha256=self.prompt_sha256,
+            prefill=self.prompt.prefill,
+            text=d.pop("text"),
+            token_ids=ids,
+            logprobs=_rounded(logprobs, 5),
+            top=top,
+            entropy=_rounded(entropy, 4),
+            entropy_masked=_rounded(masked, 5),
+            mask_removed=_rounded(removed, 5),
+            finish_reason=d.pop("finish_reason"),
+            error=d.pop("error"),
+            timing=d.pop("timing"),
+            particles=d.pop("particles", None),
+            tools=self.tools,
+            extra=d,
+            order=_SAMPLE_ORDER,
         )
 
     def request(
@@ -170,21 +288,16 @@ class Trial:
         params: Any,
         *,
         start_index: int = 0,
-        on_batch: Callable[[list], None] | None = None,
+        on_batch: Callable[[list[SampleRecord]], None] | None = None,
     ) -> Any:
         """Samples ``start_index`` … ``start_index + n - 1`` as one item of a shared draw queue
         (``tooldecode.sampling.DrawRequest`` for ``sample_queue``), where the condition's channel draws
         with the plain sampler; ``None`` for every other channel (aligned, servers, engine samplers),
-        whose draws go through ``sample``."""
+        whose draws go through ``sample``. ``on_batch`` receives the records (``Trial.record``) as the
+        samples complete, as ``sample``'s does."""
         from tooldecode.sampling import DrawRequest, sample
 
-        draw = drawer(
-            self.channel,
-            self.prompt,
-            self.condition.mode,
-            conditioning=self.options.conditioning,
-            aligned=self.aligned,
-        )
+        draw = self._drawer()
         if draw is not sample:
             return None
         return DrawRequest(
@@ -194,15 +307,20 @@ class Trial:
             mask=self.constraint(backend),
             prefill=self.prompt.prefill,
             start_index=start_index,
-            on_batch=on_batch,
+            on_batch=(lambda batch: on_batch(self._records(batch, params, backend)))
+            if on_batch is not None
+            else None,
         )
 
     # --- the exact probe ----------------------------------------------------------------------
     @property
     def call(self) -> str:
-        """The scenario's gold call in the model's wire and the condition's call style."""
+        """The scenario's gold call in the model's wire and the condition's call style (a session
+        scenario's call as the session made it)."""
         from tooldecode.prompts import gold_call_text
 
+        if self._call is not None:
+            return self._call
         return gold_call_text(self.scenario, self.options, self.ref.family)
 
     def probe(
@@ -261,9 +379,14 @@ class Trial:
         return replay_status(mask.matcher(self.prompt.prefill), token_ids, backend.eog_ids, finish_reason)
 
     def score(self, sample: Any, finish_reason: str | None = None) -> Any:
-        """The verdict (``tooldecode.scoring.score_text``) of a drawn sample (or its text), prefill included."""
-        from tooldecode.scoring import score_text
+        """The verdict of a drawn sample, prefill included: a ``SampleRecord`` through
+        ``tooldecode.scoring.score_record`` against the tools it records (what ``run`` → ``rescore``
+        gives it), a text (or an object with ``text`` and ``finish_reason``) through ``score_text``
+        against the prompt's tools."""
+        from tooldecode.scoring import score_record, score_text
 
+        if isinstance(sample, SampleRecord):
+            return score_record(sample, None if self._call is not None else self.scenario)
         text = sample if isinstance(sample, str) else sample.text
         if not isinstance(sample, str) and finish_reason is None:
             finish_reason = sample.finish_reason
@@ -272,6 +395,6 @@ class Trial:
             list(self.prompt.tools),
             wire=self.prompt.wire,
             expected_tool=self.prompt.expected_tool,
-            scenario=self.scenario,
+            scenario=None if self._call is not None else self.scenario,  # a session has no gold file
             finish_reason=finish_reason,
         )

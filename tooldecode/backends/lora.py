@@ -30,6 +30,35 @@ import numpy as np
 
 from tooldecode.errors import ModelError
 
+_HF_TO_GGUF = {
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+HF_NAMES = {v: k for k, v in _HF_TO_GGUF.items()}  # GGUF projection name → transformers module path
+_LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)\.weight$")
+
+
+def gguf_name(hf_name: str) -> str:
+    """``model.layers.3.self_attn.q_proj.weight`` → ``blk.3.attn_q.weight``."""
+    m = _LAYER_RE.match(hf_name)
+    if not m or m.group(2) not in _HF_TO_GGUF:
+        raise ModelError(
+            f"no GGUF tensor name for the adapted weight {hf_name}; only attention and MLP "
+            "projections of decoder layers can be exported"
+        )
+    return f"blk.{m.group(1)}.{_HF_TO_GGUF[m.group(2)]}.weight"
+
+
+def permute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's query/key permutation of a weight's rows (convert_hf_to_gguf's ``LlamaModel.permute``)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
@@ -138,8 +167,6 @@ def write_lora_gguf(folder: Path, base: Path, out: Path) -> Path:
     """
     import gguf
 
-    from tooldecode.organisms.export import gguf_name, permute_rows
-
     cfg = read_adapter_config(folder)
     reader = gguf.GGUFReader(str(base))
     arch = str(_field(reader, "general.architecture"))
@@ -214,8 +241,6 @@ def synthetic_adapter(
     import gguf
     from safetensors.numpy import save_file
 
-    from tooldecode.organisms.export import HF_NAMES
-
     reader = gguf.GGUFReader(str(base))
     rng = np.random.default_rng(seed)
     tensors: dict[str, np.ndarray] = {}
@@ -258,6 +283,9 @@ def lora_deltas_from(folder: Path) -> dict[str, np.ndarray]:
 
 __all__ = [
     "ADAPTER_CONFIG",
+    "HF_NAMES",
+    "gguf_name",
+    "permute_rows",
     "ADAPTER_WEIGHTS",
     "llama_adapter_file",
     "lora_deltas_from",
