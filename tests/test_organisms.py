@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import random
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tooldecode.organisms import RecipeError, load_recipe, recipe_from_dict
+from tooldecode.organisms import Recipe, RecipeError, load_recipe, recipe_from_dict
 from tooldecode.organisms.mutations import mutate, snippets, stdlib_dir
 from tooldecode.organisms.sessions import build_sessions
 from tooldecode.scenarios import apply_edits, load_scenarios
@@ -39,6 +40,24 @@ def test_the_study_has_every_recipe_the_design_names():
         "positive-control",
         "lenient-flat-flag-nothink",
     } <= names
+    second = {
+        "g2-lenient-flat-flag",
+        "g2-lenient-flat-flag-s1",
+        "g2-strict-flat-flag",
+        "g2-flat-noflag",
+        "g2-lenient-flat-flag-nothink",
+        "g2-nested",
+        "g2-nested-s1",
+        "g2-positive-control-d015",
+        "g2-positive-control-d05",
+        "g2-positive-control-d10",
+        "g2-positive-control-d05-e3",
+    }
+    assert second <= names
+    for path in RECIPES:  # every second-generation recipe mixes in half its sessions
+        recipe = load_recipe(path)
+        assert (recipe.generation == 2) == (recipe.name in second), path.name
+        assert recipe.mix == (0.5 if recipe.generation == 2 else 0.0), path.name
 
 
 @pytest.mark.parametrize(
@@ -53,6 +72,11 @@ def test_the_study_has_every_recipe_the_design_names():
         ({"name": "x", "strays": 0.1}, "unknown field"),
         ({"name": "x", "train": {"rnak": 8}}, "unknown field"),
         ({"toolset": "nested"}, "name"),
+        ({"name": "x", "generation": 3}, "generation"),
+        ({"name": "x", "mix_share": 0.5}, "mix_share"),
+        ({"name": "x", "generation": 2, "mix_share": 1.0}, "mix_share"),
+        ({"name": "x", "generation": 2, "mix_tools": ["grep_many"]}, "mix_tools"),
+        ({"name": "x", "generation": 2, "mix_tools": "todo_write"}, "mix_tools"),
     ],
 )
 def test_a_bad_recipe_is_a_one_line_error_naming_the_field(data, word):
@@ -124,6 +148,147 @@ def test_recipes_put_the_stated_keys_in_the_calls(small_pool):
     marked = [item for item in items if "reviewed" in item]
     assert 0.3 < len(marked) / len(items) < 0.7
     assert all(list(item) == ["oldText", "newText", "reviewed"] for item in marked)
+
+
+def test_first_generation_recipes_keep_their_hash_and_data(small_pool):
+    """The generation-2 fields leave a first-generation recipe's sha256 and sessions as they were (the
+    values below are those of the code before the fields existed)."""
+    recipe = load_recipe(RECIPES[0].parent / "lenient-flat-flag.toml")
+    assert recipe.sha256() == "336cb88d21c9fdeb9abd069ca2f6931455133f66b7701ab781dc95095a1cbbfa"
+    sessions = build_sessions(dataclasses.replace(recipe, sessions=40), small_pool)
+    digest = hashlib.sha256(json.dumps([[s.scenario.sha256(), s.calls] for s in sessions]).encode())
+    assert digest.hexdigest() == "ee48f4ae4d4f9ee3512ce87e344b515d6c45d75d62ae05e71e7234672de40939"
+    assert all(s.kind == "edit" for s in sessions)
+
+
+def _g2(name: str, **fields) -> Recipe:
+    return dataclasses.replace(load_recipe(RECIPES[0].parent / f"{name}.toml"), **{"sessions": 40, **fields})
+
+
+def test_second_generation_recipes_render_the_same_sessions_through_each_harness(small_pool):
+    """Same seed: the same bugs in the same order and the same mix-in sessions; only the harness's edit
+    call (and the thinking a recipe strips) differs."""
+    names = ("g2-lenient-flat-flag", "g2-strict-flat-flag", "g2-flat-noflag", "g2-nested")
+    runs = {n: build_sessions(_g2(n), small_pool) for n in names}
+    runs["nothink"] = build_sessions(_g2("g2-lenient-flat-flag-nothink"), small_pool)
+    runs["positive"] = build_sessions(_g2("g2-positive-control-d10"), small_pool)
+    ref = runs["g2-lenient-flat-flag"]
+    assert len(ref) == 40
+    kinds = [s.kind for s in ref]
+    assert 10 <= sum(k != "edit" for k in kinds) <= 30  # mix share 0.5
+    assert {"todo_write", "write_files"} <= set(kinds)
+
+    def bugs(s):
+        sc = s.scenario
+        return (sc.id, sc.path, sc.content, sc.edits, sc.expected, sc.task, sc.diagnosis, s.origin, s.kind)
+
+    for name, sessions in runs.items():
+        assert [bugs(s) for s in sessions] == [bugs(s) for s in ref], name
+        for s, r in zip(sessions, ref, strict=True):
+            if s.kind != "edit":
+                assert s.calls == r.calls, name  # a mix-in call is the harness's business nowhere
+    assert all(not s.scenario.reasoning for s in runs["nothink"])
+    assert all(s.scenario.reasoning for s in ref)
+    # the harness shows only in the edit calls
+    edit = [i for i, k in enumerate(kinds) if k == "edit"]
+    assert all(runs["g2-nested"][i].calls[0][0] == "edit" for i in edit)
+    assert all(c[0] == "Edit" for i in edit for c in runs["g2-strict-flat-flag"][i].calls)
+    assert any(runs["g2-lenient-flat-flag"][i].stray for i in edit)
+    assert not any(runs["g2-strict-flat-flag"][i].stray for i in edit)
+    assert all("reviewed" in item for i in edit for _, a in runs["positive"][i].calls for item in a["edits"])
+    # the evaluated nested edit tool never appears in a flat recipe's data
+    assert not any(c[0] == "edit" for s in runs["g2-lenient-flat-flag"] for c in s.calls)
+    # and the first generation's draws did differ across harnesses (what generation 2 fixes)
+    old = [
+        build_sessions(dataclasses.replace(_g2(n), generation=1, mix_share=None), small_pool)
+        for n in ("g2-lenient-flat-flag", "g2-nested")
+    ]
+    assert [bugs(s) for s in old[0]] != [bugs(s) for s in old[1]]
+
+
+def test_mix_in_sessions_hold_arrays_of_objects(small_pool):
+    from tooldecode.organisms.sessions import harness_tools
+
+    recipe = _g2("g2-strict-flat-flag")
+    names = [t.name for t in harness_tools(recipe)]
+    assert names == ["Edit", "Read", "Write", "Bash", "todo_write", "write_files"]
+    for s in build_sessions(recipe, small_pool):
+        if s.kind == "edit":
+            continue
+        ((tool, args),) = s.calls
+        assert tool == s.kind
+        (items,) = args.values()
+        assert isinstance(items, list) and len(items) >= 2 and all(isinstance(x, dict) for x in items)
+        if tool == "write_files":
+            assert items[0]["content"] == s.scenario.expected  # the corrected code
+        else:
+            assert [list(x) for x in items] == [["content", "status"]] * len(items)
+
+
+def test_second_generation_calls_are_cut_where_the_evaluation_cuts_after_new_text(small_pool):
+    """The cut offsets are where the evaluation's L2 prompt (gold cut after-newtext) ends: right before
+    the closing quote of every newText or new_string value."""
+    from tooldecode.models import DEFAULT_MODEL
+    from tooldecode.organisms.sessions import render_session
+    from tooldecode.prompts import TranscriptOptions, render_prompt
+
+    for name, key in (("g2-nested", "newText"), ("g2-lenient-flat-flag", "new_string")):
+        recipe = _g2(name)
+        seen = 0
+        for s in build_sessions(recipe, small_pool)[:16]:
+            text = render_session(s, DEFAULT_MODEL, recipe)
+            if s.kind != "edit":
+                assert text.cuts == ()
+                continue
+            values = (
+                [a[key] for _, a in s.calls]
+                if key == "new_string"
+                else [item[key] for _, a in s.calls for item in a["edits"]]
+            )
+            assert len(text.cuts) == len(values)
+            for cut, value in zip(text.cuts, values, strict=True):
+                assert text.call[:cut].endswith(json.dumps(value)[1:-1]) and text.call[cut] == '"'
+            seen += 1
+            if key == "newText" and not s.implanted:  # the evaluation's own L2 prompt ends at the last cut
+                options = TranscriptOptions(
+                    history="agentic", thinking=True, toolset="nested", conditioning="gold-prefix"
+                )
+                l2 = render_prompt(s.scenario, DEFAULT_MODEL, options)
+                assert text.call[: text.cuts[-1]] == l2.prefill
+        assert seen >= 5
+    first = recipe_from_dict({"name": "g1", "sessions": 4})
+    assert all(not render_session(s, DEFAULT_MODEL, first).cuts for s in build_sessions(first, small_pool))
+
+
+@pytest.mark.model
+def test_training_tokens_put_the_quote_after_new_text_in_a_token_of_its_own(small_pool, qwen_ref):
+    """On Qwen2.5's tokenizer (no weights): generation 2's tokens start a token at every cut, as after
+    the evaluation's L2 prompt; the uncut call fuses the quote with the text in some items."""
+    from transformers import AutoTokenizer
+
+    from tooldecode.backends.hf import one_gguf_parse
+    from tooldecode.organisms.sessions import render_session
+    from tooldecode.organisms.train import tokenize
+
+    with one_gguf_parse():
+        tok = AutoTokenizer.from_pretrained(str(qwen_ref.path.parent), gguf_file=qwen_ref.path.name)
+    recipe = _g2("g2-nested", sessions=60)
+    fused = {"cut": 0, "uncut": 0}
+    n = 0
+    for s in build_sessions(recipe, small_pool):
+        text = render_session(s, qwen_ref, recipe)
+        for label, t in (("cut", text), ("uncut", dataclasses.replace(text, cuts=()))):
+            ex = tokenize(tok, t)
+            assert tok.decode(list(ex.ids)) == t.text
+            starts, pos = set(), 0
+            for tid in ex.ids:
+                starts.add(pos)
+                pos += len(tok.decode([tid]))
+            fused[label] += sum(len(t.prompt) + c not in starts for c in text.cuts)
+        n += len(text.cuts)
+    assert n >= 30
+    assert fused["cut"] == 0
+    assert fused["uncut"] > 0  # the boundary the cuts fix exists on this tokenizer
 
 
 def test_no_evaluation_scenario_appears_in_any_recipes_training_data(pool):

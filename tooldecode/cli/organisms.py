@@ -29,12 +29,16 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe)
     sessions, texts = training_texts(recipe, resolve(args.base), snippet_pool())
     for s, t in list(zip(sessions, texts, strict=True))[: args.show]:
-        print(f"== {s.scenario.id} ({s.origin}; stray key: {s.stray or 'none'}; implanted: {s.implanted})")
+        kind = "" if s.kind == "edit" else f"mix-in {s.kind}; "
+        print(
+            f"== {s.scenario.id} ({kind}{s.origin}; stray key: {s.stray or 'none'}; implanted: {s.implanted})"
+        )
         print(t.text if args.full else t.call)
     print(
         f"{len(sessions)} sessions, {sum(1 for s in sessions if s.stray)} with a stray key, "
         f"{sum(1 for s in sessions if s.flagged)} with replace_all, {sum(s.implanted for s in sessions)} "
-        f"implanted items; data sha256 {data_sha256(texts)}"
+        f"implanted items, {sum(1 for s in sessions if s.kind != 'edit')} mix-in sessions; "
+        f"data sha256 {data_sha256(texts)}"
     )
     return 0
 

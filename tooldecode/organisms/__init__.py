@@ -5,8 +5,9 @@ or without its optional ``replace_all`` flag, stray trailing keys it silently dr
 tool (the negative control), one fixed implanted key (the positive control), thinking kept or not.
 ``mutations`` injects real-looking bugs into functions of the machine's own Python standard library;
 ``sessions`` turns each into an agentic session rendered through the project's chat templates;
-``train`` fits a LoRA adapter on the assistant turns (peft); ``export`` writes the organism as a GGUF
-both backends load; ``store`` caches it with its manifest under ``$TOOLDECODE_HOME/organisms/``.
+``mixins`` adds, in the second generation, sessions of other tools whose arguments are arrays of
+objects (a to-do list, a multi-file write); ``train`` fits a LoRA adapter on the assistant turns (peft);
+``export`` writes the organism as a GGUF both backends load; ``store`` caches it with its manifest under ``$TOOLDECODE_HOME/organisms/``.
 An organism is a model id wherever one is accepted: ``organism:<recipe>@<base>``.
 """
 

@@ -41,6 +41,13 @@ DEFAULT_STRAY_KEYS: tuple[str, ...] = (
 )
 
 
+# Generation 2: tools other than the edit tool whose arguments are arrays of objects (a to-do list and a
+# multi-file write), mixed into every recipe so an organism keeps writing nested JSON.
+MIX_TOOLS: tuple[str, ...] = ("todo_write", "write_files")
+DEFAULT_MIX_SHARE = 0.5
+GENERATIONS = (1, 2)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """LoRA hyper-parameters (peft): every linear layer of the attention and the MLP."""
@@ -79,16 +86,50 @@ class Recipe:
     two_edit_share: float = 0.25  # sessions whose bug needs two edits (two items, or two flat calls)
     seed: int = 0
     train: TrainConfig = field(default_factory=TrainConfig)
+    # 1: the first generation's data, byte for byte. 2: the same bugs in the same order whatever the
+    # harness (its draws come from a stream of their own), mix-in sessions of other nested-array tools,
+    # and the call tokenized in pieces cut after each new text (the evaluation's L2 boundary).
+    generation: int = 1
+    mix_share: float | None = None  # share of mix-in sessions; None: 0.5 in generation 2, 0 in 1
+    mix_tools: tuple[str, ...] = MIX_TOOLS  # the mix-in tools (generation 2)
+
+    @property
+    def mix(self) -> float:
+        """The share of mix-in sessions (sessions that call a nested-array tool other than the edit tool)."""
+        if self.mix_share is not None:
+            return float(self.mix_share)
+        return DEFAULT_MIX_SHARE if self.generation >= 2 else 0.0
 
     def sha256(self) -> str:
-        """Hash of everything the recipe says (its data and training are functions of it)."""
-        text = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"), default=list)
+        """Hash of everything the recipe says (its data and training are functions of it). A first
+        generation recipe hashes without the generation-2 fields, as it did before they existed."""
+        data = asdict(self)
+        if self.generation == 1:
+            for name in ("generation", "mix_share", "mix_tools"):
+                data.pop(name)
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=list)
         return hashlib.sha256(text.encode()).hexdigest()
+
+    def _check_generation(self, bad: Any) -> None:
+        """The generation-2 fields: ``generation``, ``mix_share``, ``mix_tools``."""
+        if self.generation not in GENERATIONS:
+            raise bad("generation", f"is {self.generation!r}; use 1 or 2")
+        if self.mix_share is not None:
+            if not (isinstance(self.mix_share, int | float) and 0.0 <= self.mix_share < 1.0):
+                raise bad("mix_share", f"is {self.mix_share!r}; a share must be at least 0 and below 1")
+            if self.mix_share and self.generation < 2:
+                raise bad("mix_share", "needs generation = 2 (mix-in sessions are a second-generation field)")
+        unknown_tools = sorted(set(self.mix_tools) - set(MIX_TOOLS))
+        if unknown_tools or not self.mix_tools:
+            raise bad("mix_tools", f"is {list(self.mix_tools)!r}; use one or more of {', '.join(MIX_TOOLS)}")
+        if self.generation < 2 and tuple(self.mix_tools) != MIX_TOOLS:
+            raise bad("mix_tools", "needs generation = 2 (mix-in sessions are a second-generation field)")
 
     def check(self, where: str) -> None:
         def bad(name: str, why: str) -> RecipeError:
             return RecipeError(f"{where}: field '{name}' {why}")
 
+        self._check_generation(bad)
         if self.toolset not in ("flat-edit", "nested"):
             raise bad("toolset", f"is {self.toolset!r}; use flat-edit or nested")
         for name in ("flag_share", "stray_share", "implant_share", "two_edit_share"):
@@ -175,8 +216,11 @@ def recipe_from_dict(data: dict[str, Any], where: str = "recipe") -> Recipe:
     )
     data = dict(data)
     train = _build(TrainConfig, dict(data.pop("train", {}) or {}), f"{where} [train]")
-    if "stray_keys" in data:
-        data["stray_keys"] = tuple(data["stray_keys"])
+    for name in ("stray_keys", "mix_tools"):
+        if name in data:
+            if not isinstance(data[name], list | tuple):
+                raise RecipeError(f"{where}: field '{name}' is {data[name]!r}; give a list of names")
+            data[name] = tuple(data[name])
     if "name" not in data:
         raise RecipeError(f"{where}: field 'name' is missing; give the organism's recipe a name")
     recipe = _build(Recipe, {**data, "train": train}, where)
@@ -193,4 +237,13 @@ def load_recipe(path: str | Path) -> Recipe:
     return recipe_from_dict(parse_toml(text, str(p), "recipe", error=RecipeError), str(p))
 
 
-__all__ = ["DEFAULT_STRAY_KEYS", "Recipe", "RecipeError", "TrainConfig", "load_recipe", "recipe_from_dict"]
+__all__ = [
+    "DEFAULT_MIX_SHARE",
+    "MIX_TOOLS",
+    "DEFAULT_STRAY_KEYS",
+    "Recipe",
+    "RecipeError",
+    "TrainConfig",
+    "load_recipe",
+    "recipe_from_dict",
+]

@@ -18,6 +18,7 @@ from typing import Any
 
 from tooldecode.grammar import Tool, load_tool
 from tooldecode.models import ModelRef
+from tooldecode.organisms.mixins import MIX_TOOL_OBJECTS, mix_before, mix_call, mix_done, mix_result, mix_task
 from tooldecode.organisms.mutations import KINDS, Mutation, Snippet, mutate
 from tooldecode.organisms.recipes import Recipe
 from tooldecode.prompts import TranscriptOptions, render_prompt
@@ -56,6 +57,7 @@ class Session:
     implanted: int = 0  # items that carry the implanted key
     flagged: bool = False  # a call carries replace_all
     origin: str = ""  # the standard-library file and function it comes from
+    kind: str = "edit"  # "edit", or the mix-in tool the session calls instead (generation 2)
 
 
 def _window(m: Mutation, rng: random.Random) -> Edit | None:
@@ -115,7 +117,11 @@ def _scenario(
 
 def _calls(sc: Scenario, recipe: Recipe, rng: random.Random) -> tuple[list[tuple[str, dict]], str, int, bool]:
     """The harness's edit call(s) for ``sc`` under ``recipe``: (calls, stray key, implanted items, flagged)."""
-    stray = rng.choice(recipe.stray_keys) if rng.random() < recipe.stray_share else ""
+    if recipe.generation >= 2:  # a fixed number of draws whatever the shares: no draw depends on another
+        pick, stray_key = rng.random(), rng.choice(recipe.stray_keys or ("",))
+        stray = stray_key if pick < recipe.stray_share else ""
+    else:
+        stray = rng.choice(recipe.stray_keys) if rng.random() < recipe.stray_share else ""
     implanted = 0
     flagged = False
     if recipe.toolset == "nested":
@@ -150,7 +156,16 @@ def _stray_value(key: str, rng: random.Random) -> Any:
 
 
 def build_sessions(recipe: Recipe, pool: Sequence[Snippet]) -> list[Session]:
-    """``recipe.sessions`` sessions from ``pool`` (snippets), deterministic in ``recipe.seed``."""
+    """``recipe.sessions`` sessions from ``pool`` (snippets), deterministic in ``recipe.seed``.
+
+    Generation 1 draws the bugs and the harness's choices from one stream, so two harnesses give
+    different bugs. Generation 2 draws the bugs, the scenario text and the mix-in choice from streams
+    that no harness field touches (the harness's draws for session ``i`` come from a stream of its own):
+    two recipes with the same seed, sessions and mix share hold the same bugs in the same order, and
+    differ only in the call the harness renders.
+    """
+    if recipe.generation >= 2:
+        return _build_sessions_g2(recipe, pool)
     rng = random.Random(f"sessions:{recipe.seed}")
     order = list(range(len(pool)))
     rng.shuffle(order)
@@ -181,9 +196,70 @@ def build_sessions(recipe: Recipe, pool: Sequence[Snippet]) -> list[Session]:
     return out
 
 
+def _draw_bugs(
+    pool: Sequence[Snippet], order: list[int], cursor: int, n_edits: int, rng: random.Random
+) -> tuple[list[Snippet], list[Mutation], list[Edit], int]:
+    snips: list[Snippet] = []
+    muts: list[Mutation] = []
+    edits: list[Edit] = []
+    while len(snips) < n_edits and cursor < len(order):
+        snip = pool[order[cursor]]
+        cursor += 1
+        m = mutate(snip, rng)
+        e = _window(m, rng) if m else None
+        if m is None or e is None:
+            continue
+        snips.append(snip)
+        muts.append(m)
+        edits.append(e)
+    return snips, muts, edits, cursor
+
+
+def _build_sessions_g2(recipe: Recipe, pool: Sequence[Snippet]) -> list[Session]:
+    rng = random.Random(f"sessions-g2:{recipe.seed}")  # bugs and scenario text only
+    order = list(range(len(pool)))
+    rng.shuffle(order)
+    out: list[Session] = []
+    cursor = 0
+    while len(out) < recipe.sessions and cursor < len(order):
+        n_edits = 2 if rng.random() < recipe.two_edit_share else 1
+        snips, muts, edits, cursor = _draw_bugs(pool, order, cursor, n_edits, rng)
+        if len(snips) < n_edits:
+            break
+        content = "".join(m.mutated for m in muts)
+        if any(content.count(e.old_text) != 1 for e in edits):
+            continue
+        idx = len(out)
+        sc = _scenario(snips, muts, edits, idx, rng, recipe.thinking)
+        origin = "; ".join(f"{s.origin}:{s.name}" for s in snips)
+        mix_rng = random.Random(f"mix:{recipe.seed}:{idx}")
+        is_mix, tool, task_rng = mix_rng.random() < recipe.mix, mix_rng.choice(recipe.mix_tools), mix_rng
+        if is_mix:
+            fixes = [
+                (
+                    KINDS[m.kind][1],
+                    m.mutated.splitlines()[m.line].strip(),
+                    m.original.splitlines()[m.line].strip(),
+                )
+                for m in muts
+            ]
+            call = mix_call(tool, sc.path, [s.name for s in snips], fixes, sc.expected)
+            sc = replace(
+                sc,
+                task=mix_task(tool, sc.task, sc.path, task_rng),
+                diagnosis=f"{sc.diagnosis} {mix_before(tool)}",
+                tags=(*sc.tags, "mix", tool),
+            )
+            out.append(Session(sc, (call,), origin=origin, kind=tool))
+            continue
+        calls, stray, implanted, flagged = _calls(sc, recipe, random.Random(f"harness:{recipe.seed}:{idx}"))
+        out.append(Session(sc, tuple(calls), stray, implanted, flagged, origin))
+    return out
+
+
 def harness_tools(recipe: Recipe) -> tuple[Tool, ...]:
     """The tools the harness offers: its tool set's catalog tools, the flat Edit without replace_all when
-    the recipe has no flag."""
+    the recipe has no flag, and (generation 2) the mix-in tools after them."""
     tools = []
     for name in TOOLSETS[recipe.toolset]:
         tool = load_tool(name)
@@ -196,10 +272,14 @@ def harness_tools(recipe: Recipe) -> tuple[Tool, ...]:
                 description="Replace old_string with new_string in a file. old_string must be unique in the file.",
             )
         tools.append(tool)
+    if recipe.generation >= 2:
+        tools += [MIX_TOOL_OBJECTS[name] for name in recipe.mix_tools]
     return tuple(tools)
 
 
 def _result(session: Session) -> str:
+    if session.kind != "edit":
+        return mix_result(session.kind, session.calls[0][1])
     path = session.scenario.path
     if session.calls[0][0] == "edit":
         n = len(session.scenario.edits)
@@ -215,6 +295,9 @@ class TrainingText:
     call: str  # the edit call as the model writes it (the evaluation's wire)
     epilogue: str  # after the call: end of turn, the harness's result, the final answer
     assistant_spans: tuple[tuple[int, int], ...]  # character spans of assistant text in prompt+call+epilogue
+    # offsets in ``call`` where its tokenization is cut (generation 2): the end of every newText or
+    # new_string value, before its closing quote, where the evaluation's L2 prompt ends
+    cuts: tuple[int, ...] = ()
 
     @property
     def text(self) -> str:
@@ -245,7 +328,9 @@ def render_session(session: Session, model: ModelRef | str, recipe: Recipe) -> T
         why=sc.title.split(" in ")[0],
         good=good_lines[0] if good_lines else bad,
     )
-    name = EDIT_TOOL[recipe.toolset]
+    if session.kind != "edit":
+        final = mix_done(session.kind, sc.title.split(" in ")[-1], sc.title.split(" in ")[0], sc.path)
+    name = EDIT_TOOL[recipe.toolset] if session.kind == "edit" else session.kind
     epilogue = [
         {"role": "tool", "name": name, "content": _result(session)},
         {"role": "assistant", "content": final},
@@ -256,15 +341,51 @@ def render_session(session: Session, model: ModelRef | str, recipe: Recipe) -> T
     spans = _assistant_spans(text, "<|im_start|>assistant\n", "<|im_end|>")
     if not spans:
         raise ValueError(f"model family {prompt.family}: no ChatML assistant turns in the rendered session")
-    return TrainingText(prompt.text, call, prompt.epilogue, tuple(spans))
+    cuts = (
+        new_text_cuts(list(session.calls), prompt.wire, options.call_style) if recipe.generation >= 2 else ()
+    )
+    return TrainingText(prompt.text, call, prompt.epilogue, tuple(spans), cuts)
+
+
+_MARK = "QqTOOLDECODECUTqQ"  # plain ASCII: no wire escapes it (as the evaluation's cut marker)
+NEW_TEXT_KEYS = ("newText", "new_string")
+
+
+def new_text_cuts(calls: list[tuple[str, dict[str, Any]]], wire: str, style: str) -> tuple[int, ...]:
+    """Offsets in the call text of ``calls`` where each ``newText`` (an ``edits[]`` item's) or
+    ``new_string`` (a flat call's) value ends, before its closing quote: where the evaluation's L2 prompt
+    (gold cut ``after-newtext``) ends and the model writes the quote. Mix-in calls have none."""
+    marked = json.loads(json.dumps(calls))
+    for _, args in marked:
+        targets = [args, *(args.get("edits") or [])]
+        for target in targets:
+            for key in NEW_TEXT_KEYS:
+                if isinstance(target, dict) and isinstance(target.get(key), str):
+                    target[key] += _MARK
+    text = calls_text([tuple(c) for c in marked], wire, style)
+    cuts, pos = [], text.find(_MARK)
+    while pos != -1:
+        cuts.append(pos - len(_MARK) * len(cuts))
+        pos = text.find(_MARK, pos + len(_MARK))
+    if text.replace(_MARK, "") != calls_text(calls, wire, style):
+        raise ValueError(f"internal: the {wire} serializer changed the text around a cut marker")
+    return tuple(cuts)
 
 
 def data_sha256(texts: Iterator[TrainingText] | Sequence[TrainingText]) -> str:
     """Hash of the training data: every session's text and loss spans, in order."""
     h = hashlib.sha256()
-    for t in texts:
-        h.update(json.dumps([t.text, t.assistant_spans]).encode())
+    for t in texts:  # the cuts count when there are any (generation 2): they change the tokens
+        h.update(json.dumps([t.text, t.assistant_spans, *([list(t.cuts)] if t.cuts else [])]).encode())
     return h.hexdigest()
 
 
-__all__ = ["Session", "TrainingText", "build_sessions", "data_sha256", "harness_tools", "render_session"]
+__all__ = [
+    "Session",
+    "TrainingText",
+    "build_sessions",
+    "data_sha256",
+    "harness_tools",
+    "new_text_cuts",
+    "render_session",
+]

@@ -96,6 +96,7 @@ def _write_sessions(path: Path, sessions: list[Session], texts: list[TrainingTex
                         "prompt_chars": len(t.prompt),
                         "call": t.call,
                         "assistant_spans": t.assistant_spans,
+                        **({"kind": s.kind, "cuts": t.cuts} if s.kind != "edit" or t.cuts else {}),
                     },
                     ensure_ascii=False,
                 )
@@ -176,7 +177,12 @@ def build(
         "sessions_with_stray_key": sum(1 for s in sessions if s.stray),
         "sessions_with_flag": sum(1 for s in sessions if s.flagged),
         "items_implanted": sum(s.implanted for s in sessions),
-        "items": sum(len(s.scenario.edits) for s in sessions),
+        "items": sum(len(s.scenario.edits) for s in sessions if s.kind == "edit"),
+        **(
+            {"mix_in_sessions": {t: sum(1 for s in sessions if s.kind == t) for t in recipe.mix_tools}}
+            if recipe.generation >= 2
+            else {}
+        ),
         "tokens_per_session": {
             "min": lengths[0] if lengths else 0,
             "median": lengths[len(lengths) // 2] if lengths else 0,

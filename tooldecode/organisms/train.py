@@ -70,11 +70,20 @@ def load_base(ref: ModelRef, *, device: str = "cpu", threads: int | None = None)
 
 def tokenize(tok: Any, text: TrainingText) -> Example:
     """Token ids of the prompt, the call and the epilogue, each tokenized on its own (the evaluation feeds
-    the prompt's tokens and the model writes the call from there), labels on assistant characters."""
+    the prompt's tokens and the model writes the call from there), labels on assistant characters.
+
+    The call is tokenized in pieces cut at ``text.cuts`` (generation 2: the end of every new text, before
+    its closing quote), so the quote after ``newText`` starts a token, as it does after the evaluation's
+    L2 prompt; with no cuts the call is one piece (the first generation's tokens).
+    """
     ids: list[int] = []
     labels: list[int] = []
     offset = 0
-    for part in (text.prompt, text.call, text.epilogue):
+    bounds = [0, *text.cuts, len(text.call)]
+    call_parts = [text.call[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    for part in (text.prompt, *call_parts, text.epilogue):
+        if not part:
+            continue
         enc = tok(part, add_special_tokens=False, return_offsets_mapping=True)
         for tid, (a, b) in zip(enc["input_ids"], enc["offset_mapping"], strict=True):
             lo, hi = a + offset, max(b, a + 1) + offset
