@@ -49,8 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--specs",
         nargs="*",
-        default=[str(ROOT / "experiments" / "e16_organisms.toml")],
-        help="evaluation specs, run on the base and every organism (default: e16)",
+        default=None,
+        help="evaluation specs, each run on the base and every organism (default: e16 for the first "
+        "generation's recipes, e19 for the second's, each with the base)",
     )
     p.add_argument(
         "--device", choices=("cuda", "cpu"), default=None, help="default: cuda when torch sees one"
@@ -99,7 +100,11 @@ def _run(args: argparse.Namespace) -> int:
     resolve(args.base, fetch=True)
     log: dict = {"device": device, "precision": precision, "base": args.base, "train": {}, "runs": {}}
     t_all = time.perf_counter()
-    names = []
+    by_spec: dict[str, list[str]] = {}
+    default = {
+        1: str(ROOT / "experiments" / "e16_organisms.toml"),
+        2: str(ROOT / "experiments" / "e19_organisms_gen2.toml"),
+    }
     for path in recipes:
         recipe = load_recipe(path)
         if args.sessions:
@@ -115,11 +120,12 @@ def _run(args: argparse.Namespace) -> int:
             out_root=organisms,
             log=lambda line: print(line, file=sys.stderr, flush=True),
         )
-        names.append(f"organism:{folder.name}")
+        for spec_path in args.specs or [default.get(getattr(recipe, "generation", 1), default[1])]:
+            by_spec.setdefault(spec_path, [args.base]).append(f"organism:{folder.name}")
         log["train"][folder.name] = round(time.perf_counter() - t0, 1)
         print(f"gpu-queue: trained {folder.name} in {log['train'][folder.name]} s", flush=True)
-    for spec_path in args.specs:
-        for model in [args.base, *names]:
+    for spec_path, models in by_spec.items():
+        for model in models:
             spec = load_spec(spec_path, quick=args.quick)
             spec.models = [model]
             spec.fill_slots = True
