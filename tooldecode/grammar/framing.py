@@ -27,18 +27,23 @@ from tooldecode.grammar.wire import (
 )
 
 
+def _antml_params(name: str, low: Lowerer, sir: SchemaIR, hint: str) -> GExpr:
+    """The ``<parameter>`` elements of an antml call of tool ``name`` (an object schema's members)."""
+    alts = []
+    for a in sir.root.alts:
+        if not isinstance(a, ObjA):
+            raise GrammarError(f"the antml wire needs an object schema for the arguments of {name!r}")
+        members, empty_ok = low.members(a, hint, ctx="antml")
+        alts.append(galt(members, EMPTY) if empty_ok else members)
+    return galt(*alts) if alts else FAIL
+
+
 def frame(wire: str, name: str, low: Lowerer, sir: SchemaIR, hint: str) -> GExpr:
     """Grammar expression of one call of tool ``name`` in ``wire``."""
     w = wire_format(wire)
     p = low.p
     if wire == "antml":
-        alts = []
-        for a in sir.root.alts:
-            if not isinstance(a, ObjA):
-                raise GrammarError(f"the antml wire needs an object schema for the arguments of {name!r}")
-            members, empty_ok = low.members(a, hint, ctx="antml")
-            alts.append(galt(members, EMPTY) if empty_ok else members)
-        params = galt(*alts) if alts else FAIL
+        params = _antml_params(name, low, sir, hint)
         return gseq(
             GLit(w.open),
             p.gap,
@@ -54,17 +59,7 @@ def frame(wire: str, name: str, low: Lowerer, sir: SchemaIR, hint: str) -> GExpr
         return args
     if not w.envelope:  # harmony: the arguments after the head
         return gseq(GLit(w.open.format(name=name)), args, GLit(w.close))
-    call = [
-        p.lbrace,
-        GLit(json_str(ENVELOPE_KEYS[0])),
-        p.colon,
-        GLit(json_str(name)),
-        p.comma,
-        GLit(json_str(ENVELOPE_KEYS[1])),
-        p.colon,
-        args,
-        p.rbrace,
-    ]
+    call = _envelope(p, name, args)
     if wire == "call-list":
         call = [p.lbrack, *call, p.rbrack]
     return gseq(GLit(w.open + w.pad), *call, GLit(w.pad + w.close))
@@ -75,18 +70,16 @@ def call_body(wire: str, name: str, low: Lowerer, sir: SchemaIR, hint: str) -> G
     hermes, call-list), the ``<invoke>`` block (antml); harmony's and json's calls are whole."""
     p = low.p
     if wire == "antml":
-        alts = []
-        for a in sir.root.alts:
-            if not isinstance(a, ObjA):
-                raise GrammarError(f"the antml wire needs an object schema for the arguments of {name!r}")
-            members, empty_ok = low.members(a, hint, ctx="antml")
-            alts.append(galt(members, EMPTY) if empty_ok else members)
-        params = galt(*alts) if alts else FAIL
+        params = _antml_params(name, low, sir, hint)
         return gseq(GLit(ANTML_INVOKE.format(name=name)), params, p.gap, GLit(ANTML_INVOKE_CLOSE))
     if wire in ("json", "harmony"):
         return frame(wire, name, low, sir, hint)
-    args = low.value(sir.root, hint, inline=False)
-    return gseq(
+    return gseq(*_envelope(p, name, low.value(sir.root, hint, inline=False)))
+
+
+def _envelope(p: Any, name: str, args: GExpr) -> list[GExpr]:
+    """The call envelope ``{"name": <name>, "arguments": <args>}`` as a sequence of parts."""
+    return [
         p.lbrace,
         GLit(json_str(ENVELOPE_KEYS[0])),
         p.colon,
@@ -96,7 +89,7 @@ def call_body(wire: str, name: str, low: Lowerer, sir: SchemaIR, hint: str) -> G
         p.colon,
         args,
         p.rbrace,
-    )
+    ]
 
 
 def calls_frame(wire: str, bodies: list[GExpr], low: Lowerer, parallel: int) -> GExpr:

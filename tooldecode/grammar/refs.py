@@ -12,20 +12,8 @@ from tooldecode.grammar.errors import pointer_join
 
 # keywords an alias may carry besides its $ref (annotations: they change no value's validity)
 ALIAS_EXTRAS = frozenset(
-    {
-        "$ref",
-        "title",
-        "description",
-        "default",
-        "examples",
-        "deprecated",
-        "readOnly",
-        "writeOnly",
-        "$comment",
-        "$defs",
-        "definitions",
-        "$anchor",
-    }
+    {"$ref", "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly"}
+    | {"$comment", "$defs", "definitions", "$anchor"}
 )
 
 

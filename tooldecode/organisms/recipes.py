@@ -192,6 +192,9 @@ RECIPE_RULES: dict[str, Any] = {
     "sessions": "count",
     "two_edit_share": "share",
     "seed": "seed",
+    "generation": "count",
+    "mix_share": "share",
+    "mix_tools": "texts",
     "train": TRAIN_RULES,
 }
 

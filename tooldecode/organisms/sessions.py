@@ -173,17 +173,7 @@ def build_sessions(recipe: Recipe, pool: Sequence[Snippet]) -> list[Session]:
     cursor = 0
     while len(out) < recipe.sessions and cursor < len(order):
         n_edits = 2 if rng.random() < recipe.two_edit_share else 1
-        snips, muts, edits = [], [], []
-        while len(snips) < n_edits and cursor < len(order):
-            snip = pool[order[cursor]]
-            cursor += 1
-            m = mutate(snip, rng)
-            e = _window(m, rng) if m else None
-            if m is None or e is None:
-                continue
-            snips.append(snip)
-            muts.append(m)
-            edits.append(e)
+        snips, muts, edits, cursor = _draw_bugs(pool, order, cursor, n_edits, rng)
         if len(snips) < n_edits:
             break
         content = "".join(m.mutated for m in muts)
