@@ -82,7 +82,7 @@ gpu-queue: setup
 
 # the CPU queue of long jobs (experiments/queue.toml)
 queue:
-	@python3 -m scripts.queue status
+	@python3 -m scripts.jobqueue status
 
 findings: setup
 	$(PY) -m scripts.findings

@@ -1,9 +1,9 @@
 """The study's queue of long jobs (``experiments/queue.toml``): print it, resume it, mark a job.
 
-    python -m scripts.queue status                      # jobs, order, estimated minutes, state
-    python -m scripts.queue run --worktree DIR [--only ID ...]
+    python -m scripts.jobqueue status                      # jobs, order, estimated minutes, state
+    python -m scripts.jobqueue run --worktree DIR [--only ID ...]
                                                         # resume the pending jobs in order, in DIR
-    python -m scripts.queue mark ID done                # after the job's output is committed
+    python -m scripts.jobqueue mark ID done                # after the job's output is committed
 
 ``run`` needs ``DIR`` to be a clean checkout (``git status --porcelain`` empty, untracked files aside) and
 runs each job there with its ``.venv``; a job's log goes to ``DIR/queue-logs/<id>.log`` (appended) and
@@ -66,7 +66,7 @@ def mark(path: Path, job_id: str, state: str) -> None:
     pattern = re.compile(rf'(id = "{re.escape(job_id)}"\n(?:(?!\[\[job\]\]).*\n)*?state = )"[a-z]+"')
     new, n = pattern.subn(rf'\g<1>"{state}"', text)
     if n != 1:
-        raise SystemExit(f"queue: {path}: no job {job_id!r}; `python -m scripts.queue status` lists them")
+        raise SystemExit(f"queue: {path}: no job {job_id!r}; `python -m scripts.jobqueue status` lists them")
     path.write_text(new, encoding="utf-8")
 
 
@@ -113,7 +113,7 @@ def run(data: dict, worktree: Path, only: list[str] | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m scripts.queue", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m scripts.jobqueue", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("status")
     r = sub.add_parser("run")
