@@ -366,7 +366,11 @@ def test_a_tiny_organism_trains_and_loads_through_both_backends(tiny_organism, s
     assert manifest["items_implanted"] == manifest["items"]
     ref = resolve(f"organism:{recipe.name}@{smol_ref.id}")
     # the base as shipped, with the 16-bit adapter applied at run time: no merged copy is written
-    assert ref.path.resolve() == smol_ref.path.resolve() and ref.family == "smollm2" and not (folder / "organism.gguf").exists()
+    assert (
+        ref.path.resolve() == smol_ref.path.resolve()
+        and ref.family == "smollm2"
+        and not (folder / "organism.gguf").exists()
+    )
     assert ref.adapter is not None and ref.adapter.folder == (folder / "adapter").resolve()
     assert manifest["adapter"]["dtype"] == "float16" and ref.sha256 != smol_ref.sha256
 
