@@ -167,11 +167,24 @@ def build_sessions(recipe: Recipe, pool: Sequence[Snippet]) -> list[Session]:
     if recipe.generation >= 2:
         return _build_sessions_g2(recipe, pool)
     rng = random.Random(f"sessions:{recipe.seed}")
+    out: list[Session] = []
+    for _, _snips, _, sc, origin in _bug_scenarios(recipe, pool, rng):
+        calls, stray, implanted, flagged = _calls(sc, recipe, rng)  # the same stream: generation 1
+        out.append(Session(sc, tuple(calls), stray, implanted, flagged, origin))
+    return out
+
+
+def _bug_scenarios(
+    recipe: Recipe, pool: Sequence[Snippet], rng: random.Random
+) -> Iterator[tuple[int, list[Snippet], list[Mutation], Scenario, str]]:
+    """(index, snippets, mutations, scenario, origin) of each session's bugs, drawn from ``rng`` in pool
+    order until ``recipe.sessions`` are made; the caller makes one session of each before the next is
+    drawn (generation 1 draws the harness's choices from ``rng`` in between)."""
     order = list(range(len(pool)))
     rng.shuffle(order)
-    out: list[Session] = []
     cursor = 0
-    while len(out) < recipe.sessions and cursor < len(order):
+    idx = 0
+    while idx < recipe.sessions and cursor < len(order):
         n_edits = 2 if rng.random() < recipe.two_edit_share else 1
         snips, muts, edits, cursor = _draw_bugs(pool, order, cursor, n_edits, rng)
         if len(snips) < n_edits:
@@ -179,11 +192,9 @@ def build_sessions(recipe: Recipe, pool: Sequence[Snippet]) -> list[Session]:
         content = "".join(m.mutated for m in muts)
         if any(content.count(e.old_text) != 1 for e in edits):
             continue
-        sc = _scenario(snips, muts, edits, len(out), rng, recipe.thinking)
-        calls, stray, implanted, flagged = _calls(sc, recipe, rng)
-        origin = "; ".join(f"{s.origin}:{s.name}" for s in snips)
-        out.append(Session(sc, tuple(calls), stray, implanted, flagged, origin))
-    return out
+        sc = _scenario(snips, muts, edits, idx, rng, recipe.thinking)
+        yield idx, snips, muts, sc, "; ".join(f"{s.origin}:{s.name}" for s in snips)
+        idx += 1
 
 
 def _draw_bugs(
@@ -207,21 +218,8 @@ def _draw_bugs(
 
 def _build_sessions_g2(recipe: Recipe, pool: Sequence[Snippet]) -> list[Session]:
     rng = random.Random(f"sessions-g2:{recipe.seed}")  # bugs and scenario text only
-    order = list(range(len(pool)))
-    rng.shuffle(order)
     out: list[Session] = []
-    cursor = 0
-    while len(out) < recipe.sessions and cursor < len(order):
-        n_edits = 2 if rng.random() < recipe.two_edit_share else 1
-        snips, muts, edits, cursor = _draw_bugs(pool, order, cursor, n_edits, rng)
-        if len(snips) < n_edits:
-            break
-        content = "".join(m.mutated for m in muts)
-        if any(content.count(e.old_text) != 1 for e in edits):
-            continue
-        idx = len(out)
-        sc = _scenario(snips, muts, edits, idx, rng, recipe.thinking)
-        origin = "; ".join(f"{s.origin}:{s.name}" for s in snips)
+    for idx, snips, muts, sc, origin in _bug_scenarios(recipe, pool, rng):
         mix_rng = random.Random(f"mix:{recipe.seed}:{idx}")
         is_mix, tool, task_rng = mix_rng.random() < recipe.mix, mix_rng.choice(recipe.mix_tools), mix_rng
         if is_mix:
