@@ -88,6 +88,10 @@ def run(data: dict, worktree: Path, only: list[str] | None) -> int:
     state_file = logs / "state.json"
     state = json.loads(state_file.read_text()) if state_file.exists() else {}
     py = worktree / ".venv" / "bin" / "python"
+    commit = subprocess.run(
+        ["git", "-C", str(worktree), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # progress lines reach the log as they are written
     for job in data.get("job", []):
         if job["state"] in ("done", "blocked") or (only and job["id"] not in only):
             continue
@@ -98,13 +102,20 @@ def run(data: dict, worktree: Path, only: list[str] | None) -> int:
             cmd = [str(py), "-m", "tooldecode", *cmd[1:]]
         t0 = time.time()
         with open(logs / f"{job['id']}.log", "a", encoding="utf-8") as log:
-            log.write(f"== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
+            log.write(
+                f"== {time.strftime('%Y-%m-%d %H:%M:%S')} at {commit} (load {os.getloadavg()[0]:.2f}): {' '.join(cmd)}\n"
+            )
             log.flush()
             rc = subprocess.run(
-                cmd, cwd=worktree, stdout=log, stderr=subprocess.STDOUT, check=False
+                cmd, cwd=worktree, stdout=log, stderr=subprocess.STDOUT, check=False, env=env
             ).returncode
         load_avg = os.getloadavg()[0]
-        state[job["id"]] = {"rc": rc, "wall_s": round(time.time() - t0, 1), "load_at_end": round(load_avg, 2)}
+        state[job["id"]] = {
+            "rc": rc,
+            "commit": commit,
+            "wall_s": round(time.time() - t0, 1),
+            "load_at_end": round(load_avg, 2),
+        }
         state_file.write_text(json.dumps(state, indent=1) + "\n")
         print(f"queue: {job['id']}: rc {rc} in {time.time() - t0:.0f} s (load {load_avg:.2f})", flush=True)
         if rc != 0:

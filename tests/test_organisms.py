@@ -206,6 +206,43 @@ def test_second_generation_recipes_render_the_same_sessions_through_each_harness
     assert [bugs(s) for s in old[0]] != [bugs(s) for s in old[1]]
 
 
+def test_held_out_scenarios_come_from_the_generator_and_never_from_training(small_pool):
+    from tooldecode.organisms.sessions import heldout_scenarios
+    from tooldecode.scenarios import check_scenario
+
+    recipe = _g2("g2-positive-control-d05", sessions=30)
+    used = {s.scenario.content for s in build_sessions(recipe, small_pool)}
+    got = heldout_scenarios(recipe, small_pool, 6)
+    assert len(got) == 6 and [sc.id for sc in got] == [f"heldout-{i:05d}" for i in range(6)]
+    assert all(check_scenario(sc) == [] and sc.tags[0] == "heldout" for sc in got)
+    assert not {sc.content for sc in got} & used  # no function of a training session is held out
+    train_funcs = {
+        part.rsplit(":", 1)[1] for s in build_sessions(recipe, small_pool) for part in s.origin.split("; ")
+    }
+    assert not any(sc.title.rsplit(" in ", 1)[1] in train_funcs for sc in got)
+    assert heldout_scenarios(recipe, small_pool, 6) == got  # deterministic
+    assert heldout_scenarios(recipe, small_pool, 6, seed=1) != got
+
+
+def test_the_heldout_command_writes_scenarios_that_load_and_keeps_foreign_files(tmp_path, monkeypatch):
+    from tooldecode.cli import main
+    from tooldecode.organisms import store
+    from tooldecode.scenarios import load_scenarios
+
+    monkeypatch.setattr(store, "snippet_pool", lambda root=None: list(snippets(SMALL_ROOT)))
+    text = (RECIPES[0].parent / "g2-positive-control-d05.toml").read_text()
+    recipe = tmp_path / "small.toml"  # 20 sessions leave functions of the small pool unused
+    recipe.write_text(text.replace("sessions = 200", "sessions = 20"))
+    out = tmp_path / "held"
+    assert main(["organisms", "heldout", str(recipe), "-n", "3", "-o", str(out)]) == 0
+    loaded = load_scenarios([out])
+    assert [sc.id for sc in loaded] == ["heldout-00000", "heldout-00001", "heldout-00002"]
+    assert main(["organisms", "heldout", str(recipe), "-n", "3", "-o", str(out)]) == 0  # its own: replaced
+    (out / "heldout-00000.json").write_text("my notes\n")
+    assert main(["organisms", "heldout", str(recipe), "-n", "3", "-o", str(out)]) == 2
+    assert (out / "heldout-00000.json").read_text() == "my notes\n"  # never overwritten
+
+
 def test_mix_in_sessions_hold_arrays_of_objects(small_pool):
     from tooldecode.organisms.sessions import harness_tools
 

@@ -43,6 +43,43 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_heldout(args: argparse.Namespace) -> int:
+    import json
+
+    from tooldecode.guard import check_output
+    from tooldecode.organisms import load_recipe
+    from tooldecode.organisms.sessions import heldout_scenarios, scenario_record
+    from tooldecode.organisms.store import snippet_pool
+    from tooldecode.scenarios import check_scenario, load_scenario
+
+    recipe = load_recipe(args.recipe)
+    scenarios = heldout_scenarios(recipe, snippet_pool(), args.n, seed=args.seed)
+    if len(scenarios) < args.n:
+        print(
+            f"organisms heldout: {args.recipe}: only {len(scenarios)} of {args.n} held-out scenarios: the "
+            "standard library has no more unused functions; ask for fewer",
+            file=sys.stderr,
+        )
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    def ours(path: Path) -> bool:  # a held-out scenario this command wrote before
+        return path.name.startswith("heldout-") and '"heldout"' in path.read_text(encoding="utf-8")
+
+    for sc in scenarios:
+        path = check_output(args.out / f"{sc.id}.json", [args.recipe], ours=ours, what="held-out scenario")
+        tmp = path.with_name(path.name + ".partial")
+        tmp.write_text(json.dumps(scenario_record(sc), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        tmp.replace(path)
+        problems = check_scenario(load_scenario(path))  # what is written reads back as a valid scenario
+        if problems:
+            path.unlink()
+            print(f"organisms heldout: {path}: {problems[0]}; not written", file=sys.stderr)
+            return 2
+    print(f"{len(scenarios)} held-out scenarios of {recipe.name} (seed {args.seed}) in {args.out}")
+    return 0
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from tooldecode.organisms import load_recipe
     from tooldecode.organisms.store import build
@@ -145,6 +182,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     q.add_argument("--show", type=int, default=2, help="sessions to print (default 2)")
     add_switch(q, "--full", "print the whole session, not only the edit call")
+    q = _recipe_command(
+        actions,
+        "heldout",
+        _cmd_heldout,
+        "write scenarios from the recipe's generator that its training never saw (in distribution, held "
+        "out), for `--dir` / a spec's scenario_dirs",
+    )
+    q.add_argument("-n", type=_positive, default=36, help="how many (default 36)")
+    q.add_argument("--seed", type=int, default=0, help="the held-out stream (default 0)")
+    q.add_argument("-o", "--out", type=Path, required=True, help="folder to write the scenario files to")
     q = _recipe_command(
         actions,
         "train",

@@ -245,6 +245,43 @@ def _build_sessions_g2(recipe: Recipe, pool: Sequence[Snippet]) -> list[Session]
     return out
 
 
+def heldout_scenarios(recipe: Recipe, pool: Sequence[Snippet], n: int, seed: int = 0) -> list[Scenario]:
+    """``n`` scenarios from ``recipe``'s generator that its training never saw (in distribution, held out).
+
+    The bugs come from the functions of ``pool`` that none of the recipe's sessions uses (a function of
+    a two-bug session counts as used), drawn from a stream of their own (``heldout:<seed>``), with the
+    recipe's share of two-bug scenarios and its thinking. They are plain edit scenarios (ids
+    ``heldout-00000``…, tag ``heldout``): the evaluation renders them through its own tool set, so the
+    positive control's implanted key is measured at the same decision after the gold ``newText`` as on
+    the evaluation corpus, on text from the training distribution. Deterministic in the recipe, ``seed``
+    and the pool (the interpreter's standard library).
+    """
+    used = {part for s in build_sessions(recipe, pool) for part in s.origin.split("; ")}
+    rest = [snip for snip in pool if f"{snip.origin}:{snip.name}" not in used]
+    gen = replace(recipe, sessions=n)
+    out = []
+    for _, _snips, _, sc, _origin in _bug_scenarios(gen, rest, random.Random(f"heldout:{seed}")):
+        out.append(replace(sc, id=sc.id.replace("train-", "heldout-"), tags=("heldout", *sc.tags[1:])))
+    return out
+
+
+def scenario_record(sc: Scenario) -> dict[str, Any]:
+    """``sc`` as the fields of a scenario file (``tooldecode.scenarios.load_scenario`` reads it back)."""
+    return {
+        "id": sc.id,
+        "language": sc.language,
+        "title": sc.title,
+        "path": sc.path,
+        "content": sc.content,
+        "task": sc.task,
+        "diagnosis": sc.diagnosis,
+        **({"reasoning": dict(sc.reasoning)} if sc.reasoning else {}),
+        "edits": [{"oldText": e.old_text, "newText": e.new_text} for e in sc.edits],
+        "expected": sc.expected,
+        "tags": list(sc.tags),
+    }
+
+
 def harness_tools(recipe: Recipe) -> tuple[Tool, ...]:
     """The tools the harness offers: its tool set's catalog tools, the flat Edit without replace_all when
     the recipe has no flag, and (generation 2) the mix-in tools after them."""
@@ -374,6 +411,8 @@ __all__ = [
     "build_sessions",
     "data_sha256",
     "harness_tools",
+    "heldout_scenarios",
     "new_text_cuts",
     "render_session",
+    "scenario_record",
 ]
