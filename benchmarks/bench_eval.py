@@ -16,7 +16,7 @@ Prints `name: value` lines (ratios last):
 - ratios: `lora_vs_base`, `merged_vs_base`, `lora_vs_merged`, `filled_vs_jobs`, `train_bf16_vs_f32`.
 
 Usage: python benchmarks/bench_eval.py [--model qwen2.5-coder-0.5b-instruct] [--scenarios 3] [--n 4]
-       [--max-new-tokens 128] [--train-steps 2] [--skip-train]
+       [--max-new-tokens 128] [--train-steps 2] [--skip-train | --train-only]
 
 Measure on an idle machine: every arm shares the cores. The load average at the start is printed.
 """
@@ -121,11 +121,20 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--train-steps", type=int, default=2)
     ap.add_argument("--skip-train", action="store_true")
+    ap.add_argument("--train-only", action="store_true", help="only the training part (float32 vs bfloat16)")
     args = ap.parse_args()
 
+    print(f"load_average_at_start: {os.getloadavg()[0]:.2f}")
+    if not args.train_only:
+        _eval_part(args)
+    if not args.skip_train:
+        _train_part(args)
+    print(f"load_average_at_end: {os.getloadavg()[0]:.2f}")
+
+
+def _eval_part(args: argparse.Namespace) -> None:
     from tooldecode.models import ORGANISMS_PATH_ENV, resolve
 
-    print(f"load_average_at_start: {os.getloadavg()[0]:.2f}")
     base = resolve(args.model, fetch=True)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -152,19 +161,20 @@ def main() -> None:
     print(f"merged_vs_base: {res['merged_f32']['tokens_per_s'] / b:.2f}")
     print(f"lora_vs_merged: {res['lora']['draws_per_s'] / res['merged_f32']['draws_per_s']:.2f}")
     print(f"filled_vs_jobs: {res['lora_filled']['draws_per_s'] / res['lora']['draws_per_s']:.2f}")
-    if not args.skip_train:
-        t = _train(args.model, args.train_steps)
-        f32, bf = t["float32"], t["bfloat16"]
-        r32, rbf = f32.tokens / f32.wall_s, bf.tokens / bf.wall_s
-        print(f"train_tokens_per_s_float32: {r32:.1f}")
-        print(f"train_tokens_per_s_bfloat16: {rbf:.1f}")
-        print(f"train_loss_float32: {', '.join(f'{x:.4f}' for x in f32.losses)}")
-        print(f"train_loss_bfloat16: {', '.join(f'{x:.4f}' for x in bf.losses)}")
-        print(
-            f"train_loss_max_abs_diff: {max(abs(a - b) for a, b in zip(f32.losses, bf.losses, strict=True)):.4f}"
-        )
-        print(f"train_bf16_vs_f32: {rbf / r32:.2f}")
-    print(f"load_average_at_end: {os.getloadavg()[0]:.2f}")
+
+
+def _train_part(args: argparse.Namespace) -> None:
+    t = _train(args.model, args.train_steps)
+    f32, bf = t["float32"], t["bfloat16"]
+    r32, rbf = f32.tokens / f32.wall_s, bf.tokens / bf.wall_s
+    print(f"train_tokens_per_s_float32: {r32:.1f}")
+    print(f"train_tokens_per_s_bfloat16: {rbf:.1f}")
+    print(f"train_loss_float32: {', '.join(f'{x:.4f}' for x in f32.losses)}")
+    print(f"train_loss_bfloat16: {', '.join(f'{x:.4f}' for x in bf.losses)}")
+    print(
+        f"train_loss_max_abs_diff: {max(abs(a - b) for a, b in zip(f32.losses, bf.losses, strict=True)):.4f}"
+    )
+    print(f"train_bf16_vs_f32: {rbf / r32:.2f}")
 
 
 if __name__ == "__main__":
