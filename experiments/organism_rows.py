@@ -1,5 +1,6 @@
 """FINDINGS rows of the model organisms (docs/organisms.md): the positive control's implanted key, and
-the pre-registered predictions that are no comparison of two arms (``row_predictions``).
+the pre-registered predictions that are no comparison of two arms (``row_predictions``). Each row's
+figure has the competence of its models beside it (``experiments.construct_rows.competence_note``).
 
 ``row_implant`` reads a spec's ``[findings.implant]`` table (``key``, ``share``, ``organism``, ``base``)
 and the spec's runs: for the organism and its base, the share of distinct L2 loose draws whose next key
@@ -17,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from experiments.construct_rows import competence_note, pred_competence
 from tooldecode.classify import INVENTED
 from tooldecode.measures import distinct_draws, item_keys, l2_values, sample_continuation
 from tooldecode.records import SampleRecord
@@ -116,7 +118,8 @@ def row_implant(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
             {
                 "observation": f"{spec['name']}: positive control, {key!r} after the gold newText (L2, loose)",
                 "claim": claim + (prediction_note(stem, spec, run) if stem else ""),
-                "measured": f"{organism}: {org}; {base}: {ref}. Interval: {CR}.",
+                "measured": f"{organism}: {org}; {base}: {ref}. Interval: {CR}."
+                + competence_note(run, [organism, base]),
                 "verdict": verdict,
                 "source": run.name,
                 "summary": f"positive control ({organism}): {key!r} after newText in {org}, base {ref.k}/{ref.n}: "
@@ -249,7 +252,21 @@ PREDICTION_JUDGES = {
     "invented_names": _pred_names,
     "invented_place": _pred_place,
     "not_above": _pred_not_above,
+    "competence": pred_competence,
 }
+
+
+def judge_of(p: dict) -> str | None:
+    """A prediction's judge: its ``judge``, else ``competence`` for the competence precondition (a
+    prediction committed with its thresholds, ``min_ratio_to_goal`` among them, before the parse-rate
+    measure existed)."""
+    return p.get("judge") or ("competence" if "min_ratio_to_goal" in p else None)
+
+
+def _models_of(p: dict) -> list[str]:
+    """The models a prediction reads."""
+    out = [str(p[k]) for k in ("model", "a", "b", "base", "goal") if k in p]
+    return [*out, *(str(m) for m in p.get("models", []))]
 
 
 def row_predictions(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
@@ -259,14 +276,14 @@ def row_predictions(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
     stem = _stem_of(spec)
     out = []
     for p in spec["findings"].get("predictions", []):
-        judge = p.get("judge")
+        judge = judge_of(p)
         if judge is None:
             continue
         if judge not in PREDICTION_JUDGES:
             raise KeyError(
                 f"experiments/{stem}.toml: prediction judge {judge!r} unknown; known: {', '.join(PREDICTION_JUDGES)}"
             )
-        models = [str(p[k]) for k in ("model", "a", "b") if k in p]
+        models = _models_of(p)
         levels = list(p.get("levels", [p.get("level", "L1" if judge == "invented_place" else "L2")]))
         run = _best_run(rs, [(m, lv) for m in models for lv in levels])
         claim = f"{spec.get('claim', '')} Prediction: {p['label']}: {p['prediction']}."
@@ -283,6 +300,8 @@ def row_predictions(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
             )
             continue
         measured, verdict = PREDICTION_JUDGES[judge](p, run)
+        if judge != "competence":
+            measured += competence_note(run, models)
         out.append(
             {
                 "observation": f"{spec['name']}: {p['label']}",
@@ -296,4 +315,11 @@ def row_predictions(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
     return out
 
 
-__all__ = ["PREDICTION_JUDGES", "implant_rate", "prediction_note", "row_implant", "row_predictions"]
+__all__ = [
+    "PREDICTION_JUDGES",
+    "implant_rate",
+    "judge_of",
+    "prediction_note",
+    "row_implant",
+    "row_predictions",
+]

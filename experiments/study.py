@@ -4,9 +4,11 @@ Driven by the specs: every ``experiments/*.toml`` with a ``[findings]`` table co
 row per ``[[findings.effects]]`` (judged by ``tooldecode.report.claims.evaluate_effect`` against the run
 that pairs the most scenarios) and the descriptive rows named in ``findings.rows`` (``ROWS``: builders in
 ``sampled_rows``, ``probe_rows`` and ``organism_rows``, fed with the runs whose manifest names that spec).
-Corpus rows (``corpus_rows``: what the key after newText is, which arms are copies) read every run. No
-run directory name appears here; the study's fixed names are in ``common``. ``write_findings`` writes
-the table.
+Corpus rows (``corpus_rows``: what the key after newText is, which arms are copies) read every run.
+Every run of a spec whose models include an organism gets the construct rows (``construct_rows``: the
+competence and undeclared item keys of each model, after the corpus rows), and every other row of such a
+spec has its models' competence beside its figure. No run directory name appears here; the study's
+fixed names are in ``common``. ``write_findings`` writes the table.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from experiments import probe_rows, sampled_rows
 from experiments.common import ENGINES_SPEC_PREFIX, runs_of, shared_streams_line, short, source
+from experiments.construct_rows import competence_note, construct_rows, organism_spec
 from experiments.corpus_rows import row_duplicates, row_repair, row_zoo
 from experiments.organism_rows import prediction_note, row_implant, row_predictions
 from tooldecode.experiments.spec import as_list
@@ -117,6 +120,9 @@ def effect_rows(stem: str, spec: dict, runs: dict[str, Run]) -> list[dict]:
                 }
             )
             continue
+        models = [
+            str({**eff.get("where", {}), **eff[k]}.get("model") or eff.get("model") or "") for k in "ab"
+        ]
         out.append(
             {
                 "observation": f"{spec['name']}: {eff.get('label')}",
@@ -124,6 +130,7 @@ def effect_rows(stem: str, spec: dict, runs: dict[str, Run]) -> list[dict]:
                 "source": source([res.run]),
                 "_result": res,
                 "_check": instrument_check(eff, res),
+                "_beside": competence_note(res.run, [m for m in models if m]) if organism_spec(spec) else "",
             }
         )
     return out
@@ -175,7 +182,11 @@ def finish_effect_rows(rows: list[dict]) -> int:
         check = r.pop("_check")
         if check is not None and res.verdict.verdict != PREMISE_ABSENT:
             res = dataclasses.replace(res, verdict=by_construction(res.verdict, check))
-        r["measured"] = res.measured() + f". Interval: {res.cmp.kind}; ratio: cluster-robust delta method."
+        r["measured"] = (
+            res.measured()
+            + f". Interval: {res.cmp.kind}; ratio: cluster-robust delta method."
+            + r.pop("_beside", "")
+        )
         r["verdict"] = str(res.verdict)
         r["summary"] = f"{res.label}: {res.short()}"
         r["result"] = res
@@ -206,6 +217,7 @@ def build_rows(runs: dict[str, Run], root: Path = ROOT) -> list[dict]:
     if repair:
         rows.append(repair)
     rows.append(row_duplicates(runs))
+    rows += construct_rows(load_specs(root), runs)
     FAMILY[0] = finish_effect_rows(rows)
     return rows
 

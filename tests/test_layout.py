@@ -34,6 +34,7 @@ LAYERS = (
     {"repair"},
     {"runs"},  # run folders: the store, and the loader that scores verdicts once
     {"measures"},  # verdicts + continuations → what each stored sample shows
+    {"construct"},  # a draw's undeclared item keys as records: item, chain, value, where the name comes from
     {"distortion", "report"},  # statistics → report
     {"experiments"},  # orchestration
     {"cli", "__main__"},  # command line

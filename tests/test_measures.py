@@ -30,8 +30,10 @@ def test_every_measure_is_one_registered_function():
         "extra_key",
         "kind:K[+K...]",
         "outcome:O[+O...]",
+        "parses",
+        "flat_closer",
     }
-    assert known_measures("L1") == ["source_shaped"]
+    assert known_measures("L1") == ["parses", "source_shaped"]
     assert set(known_measures("L3")) >= {"p_continue", "p_close", "extra_key", "key:NAME"}
     for (name, level), m in MEASURES.items():
         assert m.name == name and level in m.levels and callable(m.fn)
@@ -55,7 +57,7 @@ def test_samples_and_rows_are_measured_through_the_table():
     assert sample_event(extra, "extra_key") and sample_event(extra, "kind:invented")
     assert sample_event(extra, "key:matchCase") and not sample_event(extra, "close")
     assert sample_event(_l2('"}]}}'), "close")
-    with pytest.raises(MeasureError, match="known at L1: source_shaped"):
+    with pytest.raises(MeasureError, match="known at L1: parses, source_shaped"):
         sample_event(make_record("{}", arm={**L2, "level": "L1"}), "extra_key")
     row = make_probe_row(p_continue=0.4, p_continue_by_kind={"invented": 0.1, "declared": 0.3})
     assert row_measure(row, "p_continue") == 0.4 and row_measure(row, "extra_key") == pytest.approx(0.1)

@@ -8,6 +8,9 @@ what its call did, and one value per scenario for the paired statistics of ``too
   prompt showed (the run's, where the caller passes it) and what the call does after an extra key.
 - ``item_keys``: the keys an L1 call wrote inside its ``edits[]`` items that the item schema does not
   declare, each with its kind and its place in the item (``ItemKey``).
+- ``call_parses`` / ``flat_closer``: the competence an extra key's outcome presupposes: whether the call
+  a sample's prefill opens parses, and whether an L2 sample closes the forced newText with the flat
+  call's ``"}}`` (measures ``parses`` at L1 and L2, ``flat_closer`` at L2).
 - ``distinct_draws``: samples with copies removed (one draw per ``tooldecode.records.draw_key``).
 - ``sample_event`` / ``crate`` / ``l2_values``: a measure of a sample, its cluster-robust rate, its
   per-scenario values; ``row_measure`` / ``l3_values``: the same for probe rows.
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -58,7 +62,9 @@ __all__ = [
     "Measure",
     "MeasureError",
     "SharedStreamsError",
+    "FLAT_CLOSER",
     "arm_tools",
+    "call_parses",
     "continuation_class",
     "crate",
     "distinct_draws",
@@ -68,6 +74,7 @@ __all__ = [
     "l2_values",
     "l3_values",
     "expected_tool",
+    "flat_closer",
     "known_measures",
     "measure",
     "measure_of",
@@ -194,6 +201,29 @@ def sample_outcome(s: SampleRecord, verdict: VerdictRecord | None = None) -> str
         tool=edit,
         parsed_here=_parsed_here(s, edit),
     )
+
+
+FLAT_CLOSER = re.compile(r'"\s*\}\s*\}')
+
+
+def flat_closer(after: str) -> bool:
+    """Whether ``after`` (what follows a newText value's content, its closing quote first) closes the
+    string with ``"}}``, whitespace between allowed: the flat edit call's closer (its arguments, then its
+    envelope), where the nested item wants ``"}`` then ``]`` or ``,``."""
+    return FLAT_CLOSER.match(after) is not None
+
+
+def call_parses(s: SampleRecord) -> bool:
+    """Whether the call a sample's prefill opens parses under its wire format: at L2 the call that holds
+    the decision point, at L1 the call the forced opening starts; without a prefill, the first call of
+    the text (a later call that parses does not count)."""
+    edit = expected_tool(s)
+    if s.prefill:
+        return _parsed_here(s, edit)
+    from tooldecode.scoring import extract_calls, record_tools
+
+    calls = extract_calls(s.call_text, wire=s.arm.wire, tools=record_tools(s), expected_tool=edit)
+    return bool(calls) and calls[0].error is None
 
 
 def _parsed_here(s: SampleRecord, edit: str | None) -> bool:
@@ -417,6 +447,18 @@ def _key(s: SampleRecord, key: str) -> bool:
 @measure("outcome", ("L2",), takes="O[+O...]")
 def _outcome(s: SampleRecord, outcomes: str) -> bool:
     return sample_outcome(s) in outcomes.split("+")
+
+
+@measure("parses", ("L1", "L2"))
+def _parses(s: SampleRecord, _: None) -> bool:
+    """The call parses (``call_parses``): the competence an extra key's outcome presupposes."""
+    return call_parses(s)
+
+
+@measure("flat_closer", ("L2",))
+def _flat_closer(s: SampleRecord, _: None) -> bool:
+    """The draw closes the forced newText with the flat call's ``"}}`` (``flat_closer``)."""
+    return flat_closer(s.text)
 
 
 @measure("source_shaped", ("L1",))

@@ -341,9 +341,8 @@ def _assistant_spans(text: str, start_marker: str, end_marker: str) -> list[tupl
     return spans
 
 
-def render_session(session: Session, model: ModelRef | str, recipe: Recipe) -> TrainingText:
-    """``session`` as the model sees and writes it (a ChatML family: Qwen2.5 or SmolLM2)."""
-    options = TranscriptOptions(history="agentic", thinking=recipe.thinking, toolset=recipe.toolset)
+def session_epilogue(session: Session, recipe: Recipe) -> list[dict[str, Any]]:
+    """The messages after a session's edit call: the harness's result and the one-line final answer."""
     sc = session.scenario
     done = random.Random(sc.id).choice(_DONE)
     bad = sc.edits[0].old_text.strip().splitlines()[0] if sc.edits[0].old_text.strip() else ""
@@ -356,10 +355,22 @@ def render_session(session: Session, model: ModelRef | str, recipe: Recipe) -> T
     if session.kind != "edit":
         final = mix_done(session.kind, sc.title.split(" in ")[-1], sc.title.split(" in ")[0], sc.path)
     name = EDIT_TOOL[recipe.toolset] if session.kind == "edit" else session.kind
-    epilogue = [
+    return [
         {"role": "tool", "name": name, "content": _result(session)},
         {"role": "assistant", "content": final},
     ]
+
+
+def session_options(recipe: Recipe) -> TranscriptOptions:
+    """The transcript variant every session of ``recipe`` is rendered in."""
+    return TranscriptOptions(history="agentic", thinking=recipe.thinking, toolset=recipe.toolset)
+
+
+def render_session(session: Session, model: ModelRef | str, recipe: Recipe) -> TrainingText:
+    """``session`` as the model sees and writes it (a ChatML family: Qwen2.5 or SmolLM2)."""
+    options = session_options(recipe)
+    sc = session.scenario
+    epilogue = session_epilogue(session, recipe)
     prompt = render_prompt(sc, model, options, tools=harness_tools(recipe), epilogue=epilogue)
     call = calls_text(list(session.calls), prompt.wire, options.call_style)
     text = prompt.text + call + prompt.epilogue
@@ -415,4 +426,6 @@ __all__ = [
     "new_text_cuts",
     "render_session",
     "scenario_record",
+    "session_epilogue",
+    "session_options",
 ]
