@@ -197,26 +197,31 @@ def sampled_decisions(run: Any) -> list[dict[str, Any]]:
 def compare_sampled(rows: Iterable[DecisionRow], runs: Sequence[Any]) -> list[dict[str, Any]]:
     """Per (model, policy, measure of ``COMPARED``): the exact mean over the scenarios the runs sampled
     (``exact``: a ``ClusterRate`` of the per-scenario probabilities) and the sampled rate of the matching
-    remedy over the same scenarios (``sampled``: a ``ClusterRate`` of the draws)."""
+    remedy over the same scenarios (``sampled``: a ``ClusterRate`` of the draws). A remedy several runs
+    draw on the same streams (E17's and E18's loose) is read from the run with the most draws of it."""
     from tooldecode.distortion.remedies import remedy_rows
     from tooldecode.runs import Run, load_run
 
-    draws: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    draws: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for given in runs:
         run = given if isinstance(given, Run) else load_run(given)
+        mine: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
         for d in sampled_decisions(run):
-            draws[(d["model"], d["remedy"])].append(d)
+            mine[(d["model"], d["remedy"])].append(d)
         for w in remedy_rows(run):
             if str(w["level"]) == "L2":
-                draws[(str(w["model"]), w["remedy"])].append(
+                mine[(str(w["model"]), w["remedy"])].append(
                     {"scenario": w["scenario"], "works": bool(w["works"])}
                 )
+        for key, found in mine.items():  # a remedy in several runs: from the one with the most draws of it
+            if len(found) > len(draws.get(key, [])):
+                draws[key] = found
     out = []
     for (model, name), by_sc in sorted(rows_by(rows).items(), key=lambda kv: (kv[0][0], _order(kv[0][1]))):
         remedy = SAMPLED_REMEDY.get(name, name)
-        mine = draws.get((model, remedy), [])
+        drawn = draws.get((model, remedy), [])
         for measure, sampled in COMPARED.items():
-            got = [d for d in mine if sampled in d and d["scenario"] in by_sc]
+            got = [d for d in drawn if sampled in d and d["scenario"] in by_sc]
             if not got:
                 continue
             scen = sorted({d["scenario"] for d in got})
