@@ -17,7 +17,8 @@ undetermined (``p_undetermined``, and ``p_continue_undetermined`` for a continue
 resolved), never guessed.
 
 All positions share one forward pass over the forced call; expansions branch from the cached
-prefix as parallel sequences.
+prefix as parallel sequences (``tooldecode.sampling.expand.expand_decision``, which also carries the
+masked policies of ``tooldecode.distortion.decision``). ``force_points`` is the forcing itself.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from tooldecode.classify import (
     classify_continuation,
     key_context,
 )
+from tooldecode.sampling.expand import expand_decision
 
 WS = b" \t\r\n"
 
@@ -276,78 +278,65 @@ def _decide(
     other_kinds = dict.fromkeys(OTHER_KINDS, 0.0)
     keys: Counter[str] = Counter()
     cont_undet = 0.0
-    frontier: list[tuple[list[int], bytes, float, str, np.ndarray]] = [([], b"", 1.0, UNDETERMINED, logits)]
-    entropy = float("nan")
-    top: list[tuple[str, float, str]] = []
     max_levels = cfg.depth + cfg.key_depth
 
-    def unresolved(group: str, m: float) -> None:
+    def classify(written: bytes) -> tuple[Any, int | None]:
+        c = classify_continuation(
+            written, context=context, pending=pending, container=container, in_string=in_string
+        )
+        if c.determined:
+            return c, None
+        return c.group, (cfg.depth if c.group == UNDETERMINED else max_levels)
+
+    def leaf(c: Any, m: dict[str, float]) -> None:
+        totals[c.group] += m["p"]
+        if c.group == CONTINUE:
+            kinds[c.kind] += m["p"]
+            if c.key is not None:
+                keys[c.key] += m["p"]
+        elif c.group == OTHER:
+            other_kinds[c.kind] += m["p"]
+
+    def unresolved(group: Any, m: dict[str, float]) -> None:
         nonlocal cont_undet
         if group == CONTINUE:
-            totals[CONTINUE] += m
-            cont_undet += m
+            totals[CONTINUE] += m["p"]
+            cont_undet += m["p"]
         else:
-            totals[UNDETERMINED] += m
+            totals[UNDETERMINED] += m["p"]
 
+    p, order = _level(logits)
+    nz = p[p > 0]
+    entropy = float(-(nz * np.log(nz)).sum())
+    top: list[tuple[str, float, str]] = []
+    cum = 0.0
     vocab = backend.vocab_bytes
-    for level in range(max_levels):
-        expand: list[tuple[list[int], bytes, float, str]] = []
-        for path, written, mass, group, lg in frontier:
-            p, order = _level(lg)
-            if level == 0:
-                nz = p[p > 0]
-                entropy = float(-(nz * np.log(nz)).sum())
-            cum = 0.0
-            for t in order.tolist():
-                pt = float(p[t])
-                if cum >= 1.0 - cfg.tail:
-                    break
-                cum += pt
-                tb = vocab[t] if t not in backend.eog_ids else b"\x00<eog>"
-                c = classify_continuation(
-                    written + tb, context=context, pending=pending, container=container, in_string=in_string
-                )
-                if level == 0 and len(top) < cfg.top:
-                    top.append(
-                        (
-                            tb.decode("utf-8", "replace"),
-                            round(pt, 6),
-                            "more" if c.group == UNDETERMINED else c.group,
-                        )
-                    )
-                m = mass * pt
-                if c.determined:
-                    totals[c.group] += m
-                    if c.group == CONTINUE:
-                        kinds[c.kind] += m
-                        if c.key is not None:
-                            keys[c.key] += m
-                    elif c.group == OTHER:
-                        other_kinds[c.kind] += m
-                else:
-                    expand.append((path + [int(t)], written + tb, m, c.group))
-            unresolved(group, mass * max(0.0, 1.0 - cum))
-        if not expand:
-            frontier = []
+    for t in order[: cfg.top].tolist():
+        if cum >= 1.0 - cfg.tail:
             break
-        expand.sort(key=lambda e: -e[2])
-        room = [
-            e
-            for e in expand
-            if e[2] >= cfg.min_mass and level + 1 < (cfg.depth if e[3] == UNDETERMINED else max_levels)
-        ]
-        keep = room[: cfg.max_branches]
-        kept = {id(e) for e in keep}
-        for e in expand:
-            if id(e) not in kept:
-                unresolved(e[3], e[2])
-        if not keep:
-            frontier = []
-            break
-        branch = backend.branch_logits(prefix, [e[0] for e in keep])
-        frontier = [(e[0], e[1], e[2], e[3], branch[k]) for k, e in enumerate(keep)]
-    for _path, _written, mass, group, _lg in frontier:
-        unresolved(group, mass)
+        cum += float(p[t])
+        tb = vocab[t] if t not in backend.eog_ids else b"\x00<eog>"
+        c = classify_continuation(
+            tb, context=context, pending=pending, container=container, in_string=in_string
+        )
+        top.append(
+            (
+                tb.decode("utf-8", "replace"),
+                round(float(p[t]), 6),
+                "more" if c.group == UNDETERMINED else c.group,
+            )
+        )
+    expand_decision(
+        backend,
+        prefix,
+        logits,
+        classify=classify,
+        leaf=leaf,
+        unresolved=unresolved,
+        config=cfg,
+        levels=max_levels,
+        root=UNDETERMINED,
+    )
     return _Decision(totals, kinds, other_kinds, cont_undet, dict(keys.most_common(12)), entropy, top)
 
 
@@ -363,6 +352,70 @@ def decision_entropy(p_close: float, p_continue: float, p_other: float) -> float
 
 def _escapes(raw: bytes) -> int:
     return len(re.findall(rb"\\.", raw))
+
+
+@dataclass(frozen=True)
+class Forced:
+    """The call teacher-forced up to a decision point, in the model's natural tokenization.
+
+    ``prefix`` holds the prompt's tokens and the call's up to ``boundary`` (a byte offset in the call:
+    the last token boundary at or before the value's final byte, for a string before its closing
+    quote); ``pending`` are the call bytes from there to the value's end, which the model still has to
+    write before its structural choice (at least the closing quote of a string).
+    """
+
+    value: ValueEnd
+    prefix: list[int]
+    boundary: int
+    pending: bytes
+
+
+def force_points(
+    backend: Backend, prompt: str, call: str, points: Sequence[ValueEnd]
+) -> tuple[list[int], list[Forced]]:
+    """The prompt and call tokens (the call tokenized on its own, as the model writes it) and, for each
+    of ``points``, the ``Forced`` prefix that stops at its decision point.
+
+    Raises
+    ------
+    ValueError
+        When the call's tokens do not give back its bytes (no token boundaries to place).
+    """
+    prompt_ids = backend.tokenize(prompt)
+    call_ids = backend.tokenize(call, special=True)
+    data = call.encode("utf-8")
+    bounds = [0]
+    for t in call_ids:
+        bounds.append(bounds[-1] + len(backend.token_bytes(t)))
+    if bounds[-1] != len(data):
+        raise ValueError("call tokenization does not round-trip; cannot place token boundaries")
+    full = prompt_ids + call_ids
+    out = []
+    for v in points:
+        limit = v.end - 1 if v.is_string else v.end
+        k = max(j for j, b in enumerate(bounds) if b <= limit)
+        out.append(Forced(v, full[: len(prompt_ids) + k], bounds[k], data[bounds[k] : v.end]))
+    return full, out
+
+
+def outer_value_end(call: str, offset: int) -> int:
+    """The byte offset just after the outermost JSON object or array of ``call`` that holds byte
+    ``offset`` (wrappers such as ``<tool_call>`` skipped); ``ValueError`` when none does."""
+    data = call.encode("utf-8")
+    i = 0
+    while i < len(data):
+        if data[i : i + 1] in (b"{", b"["):
+            try:
+                end = _Scan(data).value(i, "")
+            except (ValueError, IndexError, AssertionError):
+                i += 1
+                continue
+            if i <= offset < end:
+                return end
+            i = end
+        else:
+            i += 1
+    raise ValueError(f"no JSON value of the call holds byte {offset}")
 
 
 def probe_call(
@@ -390,26 +443,13 @@ def probe_call(
     kind (``kind`` or ``kind:key``).
     """
     cfg = config or ProbeConfig()
-    prompt_ids = backend.tokenize(prompt)
-    call_ids = backend.tokenize(call, special=True)
     data = call.encode("utf-8")
-    bounds = [0]
-    for t in call_ids:
-        bounds.append(bounds[-1] + len(backend.token_bytes(t)))
-    if bounds[-1] != len(data):
-        raise ValueError("call tokenization does not round-trip; cannot place token boundaries")
     vals = list(points) if points is not None else find_value_ends(call)
     if select is not None:
         keys = {select} if isinstance(select, str) else set(select)
         vals = [v for v in vals if v.key in keys]
-    # boundary: last token boundary at or before the value's final byte (strings: before the closing quote)
-    chosen: list[tuple[ValueEnd, int]] = []
-    for v in vals:
-        limit = v.end - 1 if v.is_string else v.end
-        k = max(j for j, b in enumerate(bounds) if b <= limit)
-        chosen.append((v, k))
-    positions = sorted({len(prompt_ids) + k - 1 for _, k in chosen})
-    full = prompt_ids + call_ids
+    full, chosen = force_points(backend, prompt, call, vals)
+    positions = sorted({len(f.prefix) - 1 for f in chosen})
     logging.getLogger("tooldecode.progress").info(
         "probe: evaluating %d prompt and call tokens, then %d decision points", len(full), len(chosen)
     )
@@ -417,10 +457,9 @@ def probe_call(
     row_of = {p: i for i, p in enumerate(positions)}
     out: list[DecisionPoint] = []
     progress = logging.getLogger("tooldecode.progress")
-    for n, (v, k) in enumerate(chosen):
+    for n, f in enumerate(chosen):
+        v, prefix, pending = f.value, f.prefix, f.pending
         progress.info("probe: decision point %d of %d (%s after %s)", n + 1, len(chosen), v.path, v.key)
-        prefix = full[: len(prompt_ids) + k]
-        pending = data[bounds[k] : v.end]
         ctx = key_context(data[: v.start], tools, expected_tool=expected_tool)
         dec = _decide(
             backend, prefix, logits[row_of[len(prefix) - 1]], pending, v.container, v.is_string, ctx, cfg
@@ -438,7 +477,7 @@ def probe_call(
             p_other=t[OTHER],
             p_undetermined=t[UNDETERMINED],
             entropy=dec.entropy,
-            boundary=bounds[k],
+            boundary=f.boundary,
             pending=pending.decode("utf-8", "replace"),
             top=dec.top,
             value_chars=len(raw.decode("utf-8", "replace")),

@@ -1,6 +1,7 @@
 """`tooldecode distortion RUN_DIR`: how far each strict arm's masked samples are from the model
 conditioned on validity (importance weights from the stored mask data), against the loose arm's
-grammar-valid samples as the exact reference."""
+grammar-valid samples as the exact reference. `tooldecode decision RUN...`: the exact decision table
+after the gold newText (a run of a spec with a ``[decision]`` table), set against sampled runs."""
 
 from __future__ import annotations
 
@@ -76,7 +77,75 @@ def format_arm(r) -> str:  # noqa: ANN001 - ArmDistortion
     return "\n".join(lines)
 
 
+def _cmd_decision(args: argparse.Namespace) -> int:
+    """the decision table at L2: per model and policy, the exact outcome probabilities after the gold
+    newText
+
+    Reads the decision.jsonl of each run (a spec with a [decision] table, e.g.
+    experiments/e20_decision_l2.toml) and prints, per model, one row per policy: P(correct), P(close),
+    P(the string goes on), P(an invented key), P(other) and the undetermined mass, each the mean over
+    scenarios with a 95% t interval over scenarios, and P(correct) against loose's, paired over
+    scenarios. With --sampled, the exact probabilities next to the rates sampled in E17/E18 runs (L2).
+    """
+    from tooldecode.distortion.decision import DecisionRow, read_decision_rows
+    from tooldecode.distortion.decision_table import (
+        compare_sampled,
+        decision_table,
+        format_comparison,
+        format_decision_table,
+        plot_comparison,
+        with_goes_on_validity,
+    )
+    from tooldecode.validate import check_options
+
+    check_options({"--goes-on-valid": (args.goes_on_valid, "share")}, "decision: ")
+    rows: list[DecisionRow] = []
+    for run in args.runs:
+        path = Path(run)
+        if not (path / "decision.jsonl").is_file():
+            from tooldecode.distortion import DistortionError
+
+            raise DistortionError(
+                f"{path} has no decision.jsonl; run a spec with a [decision] table into it first "
+                "(tooldecode run experiments/e20_decision_l2.toml --out runs/<name>)"
+            )
+        rows += read_decision_rows(path)
+    if args.goes_on_valid is not None:
+        rows = [
+            with_goes_on_validity(r, args.goes_on_valid) if r.policy == "strict-aligned" else r for r in rows
+        ]
+    if args.json:
+        for r in rows:
+            print(json.dumps(r.to_json(), ensure_ascii=False))
+        return 0
+    print(format_decision_table(decision_table(rows)))
+    if args.sampled:
+        comparison = compare_sampled(rows, [Path(r) for r in args.sampled])
+        print(format_comparison(comparison))
+        if args.figure:
+            saved = plot_comparison(comparison, args.figure)
+            print(f"figure: {saved}" if saved else "figure: matplotlib is not installed; the table above")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
+    d = add_command(sub, "decision", _cmd_decision)
+    d.add_argument("runs", nargs="+", metavar="RUN", help="run folders holding decision.jsonl")
+    d.add_argument(
+        "--sampled",
+        nargs="*",
+        default=[],
+        metavar="RUN",
+        help="E17/E18 runs to set the sampled L2 rates against",
+    )
+    d.add_argument("--figure", type=Path, help="with --sampled: save exact against sampled as this image")
+    d.add_argument(
+        "--goes-on-valid",
+        type=float,
+        default=None,
+        help="strict-aligned: the share of goes-on continuations taken to complete validly (default: as computed)",
+    )
+    add_switch(d, "--json", "the rows as JSON lines")
     p = add_command(sub, "distortion", _cmd_distortion)
     p.add_argument(
         "run_dir", help="a run directory (runs/<name>) with a strict arm (and a loose arm as reference)"

@@ -101,14 +101,18 @@ def _wall(records: list[SampleRecord]) -> dict[str, float]:
     return out
 
 
-def remedy_rows(run: Run | str | Path, *, max_retries: int = MAX_RETRIES) -> list[dict[str, Any]]:
+def remedy_rows(
+    run: Run | str | Path, *, max_retries: int = MAX_RETRIES, remedies: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
     """One row per call of every remedy of a run (a loaded run or its folder): ``{model, level, remedy,
-    scenario, retries, <MEASURES>, tokens, wall}``."""
+    scenario, retries, <MEASURES>, tokens, wall}``; only those named in ``remedies`` where given (two
+    runs that share arms on the same streams, E17 and E18, each give the remedies the other lacks)."""
     from tooldecode.scoring import record_context, stored_outcome
 
     if not isinstance(run, Run):
         run = load_run(run)
     wall = _wall(run.samples)
+    want_loose = remedies is None or bool({"loose", "loose+repair", "loose+retry"} & set(remedies))
     rows: list[dict[str, Any]] = []
     loose: dict[tuple, list[SampleRecord]] = defaultdict(list)
 
@@ -124,7 +128,8 @@ def remedy_rows(run: Run | str | Path, *, max_retries: int = MAX_RETRIES) -> lis
         arm = r.arm
         head = {"model": arm.model, "level": arm.level, "scenario": r.scenario}
         if arm.mode == "loose":
-            loose[(str(arm.model), str(arm.level), r.scenario, r.seed)].append(r)
+            if want_loose:
+                loose[(str(arm.model), str(arm.level), r.scenario, r.seed)].append(r)
             continue
         name = remedy_name(arm)
         if name is None:
@@ -154,7 +159,7 @@ def remedy_rows(run: Run | str | Path, *, max_retries: int = MAX_RETRIES) -> lis
             w = sum(wall.get(recs[j].key, 0.0) for j in used)
             rows.append({**head, "remedy": "loose+retry", "retries": len(used) - 1, **_row(o, v, t, w)})
             k = used[-1] + 1
-    return rows
+    return rows if remedies is None else [r for r in rows if r["remedy"] in remedies]
 
 
 def remedy_table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from tooldecode.errors import ToolDecodeError
 from tooldecode.experiments.arms import arm_label, select_scenarios
+from tooldecode.experiments.decisions import decision_config, run_decision
 from tooldecode.experiments.probes import probe_config, run_probe
 from tooldecode.experiments.rundir import (
     RunStoreRefusal,
@@ -110,7 +111,10 @@ def run_spec(
     check_arms(spec, arms)
     # the write lock before anything is resolved, loaded or deleted: a second writer learns of it at once
     lock = RunLock(out) if out.is_dir() else None
-    branches = probe_config(spec.probe).max_branches if spec.probe else 0
+    branches = max(
+        probe_config(spec.probe).max_branches if spec.probe else 0,
+        decision_config(spec.decision).max_branches if spec.decision else 0,
+    )
     models = ModelCache(
         batch_size=spec.batch_size, branches=branches, server=server, fill_slots=spec.fill_slots
     )
@@ -145,20 +149,26 @@ def run_spec(
         for arm in arms
         if arm["model"] == model
     ]
-    total = sum(spec.n_for(arm["mode"]) for arm, _, _ in jobs) if not spec.probe.get("only") else 0
+    total = sum(spec.n_for(arm["mode"]) for arm, _, _ in jobs) if not spec.samples_nothing else 0
     t_start = time.perf_counter()
     try:
         with _progress(progress) as bar, _sigterm_interrupts():
             task = bar.add_task(spec.name, total=total)
             bar.advance(task, sum(1 for k in done if not k.startswith("probe/")))
-            if not spec.probe.get("only"):
+            if not spec.samples_nothing:
                 _sample_jobs(spec, store, models, jobs, done, lambda k: bar.advance(task, k))
             if spec.probe:
                 run_probe(spec, store, scenarios, models, done, bar)
+            if spec.decision:
+                run_decision(spec, store, scenarios, models, bar)
     except BaseException:
         models.close()
         store.close()
-        if new_run and len(store) == 0 and not store.derived_path("probe.jsonl").exists():
+        if (
+            new_run
+            and len(store) == 0
+            and not any(store.derived_path(f).exists() for f in ("probe.jsonl", "decision.jsonl"))
+        ):
             discard_empty_run(out, remove_dir=new_dir)
         raise
     finally:
@@ -206,6 +216,8 @@ def _run_manifest(
         "batch_size": spec.batch_size,
         "probe": spec.probe,
     }
+    if spec.decision:  # runs made before the [decision] table have no such field
+        config["decision"] = spec.decision
     if spec.n_by_mode:
         config["n_by_mode"] = spec.n_by_mode
     if spec.streams != "shared":  # runs made before per-scenario streams have no such field

@@ -93,6 +93,9 @@ class Spec:
     fill_slots: bool = False
     variant: dict[str, list[Any]] = field(default_factory=dict)
     probe: dict[str, Any] = field(default_factory=dict)
+    # the exact decision after the gold newText under each policy (tooldecode.distortion.decision):
+    # engines, bounds, variant, goes_on_valid; ``only = true`` samples nothing
+    decision: dict[str, Any] = field(default_factory=dict)
     # strict-aligned options: particles (masked draws per sample), method ('sir' or 'rejection') and
     # target ('complete' or 'prefix'; see tooldecode.sampling.sample_aligned)
     aligned: dict[str, Any] = field(default_factory=dict)
@@ -102,6 +105,11 @@ class Spec:
     findings: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
     quick: bool = False
+
+    @property
+    def samples_nothing(self) -> bool:
+        """The spec only computes exactly (``[probe]`` or ``[decision]`` with ``only = true``)."""
+        return bool(self.probe.get("only")) or bool(self.decision.get("only"))
 
     def n_for(self, mode: str) -> int:
         """Samples per (arm, scenario, seed) for an arm of ``mode``."""
@@ -246,7 +254,7 @@ def _check_types(raw: dict[str, Any], p: Path) -> None:
         and all(isinstance(x, str) for x in raw["scenarios"])
     ):
         raise SpecError(f"{p}: field 'scenarios' must be \"all\" or a list of scenario ids")
-    for key in ("probe", "aligned", "n_by_mode"):
+    for key in ("probe", "decision", "aligned", "n_by_mode"):
         if key in raw and not isinstance(raw[key], dict):
             raise SpecError(f"{p}: [{key}] must be a table")
 
@@ -292,6 +300,8 @@ def validate_spec(spec: Spec) -> None:
     _check_variant(spec, fail)
     if spec.probe:
         _check_probe(spec.probe, fail)
+    if spec.decision:
+        _check_decision(spec.decision, fail)
 
 
 def _duplicate(values: list[Any]) -> Any:
@@ -310,9 +320,9 @@ def _check_n_by_mode(spec: Spec, fail: Callable[[str], None]) -> None:
 
 def _check_sizes(spec: Spec, fail: Callable[[str], None]) -> None:
     """Counts, ranges, empty and duplicated lists (the rules of ``OPTION_RULES``)."""
-    probe_only = bool(spec.probe.get("only"))
+    probe_only = spec.samples_nothing
     if option_problem(spec.n, "count0" if probe_only else "count"):
-        fail(f"'n' must be ≥ 1 (0 only with [probe] only = true), got {spec.n!r}")
+        fail(f"'n' must be ≥ 1 (0 only with [probe] or [decision] only = true), got {spec.n!r}")
     _check_n_by_mode(spec, fail)
     if spec.streams not in ("scenario", "shared"):
         fail(f"'streams' must be 'scenario' or 'shared', got {spec.streams!r}")
@@ -451,3 +461,38 @@ def _check_probe(probe: dict[str, Any], fail: Callable[[str], None]) -> None:
             fail(f"[probe] fields: {f!r} is not a variant field ({', '.join(VARIANT_FIELDS)})")
         if f not in probe:
             fail(f"[probe] fields names {f!r} but gives no values for it")
+
+
+# the fields of a [decision] table besides the bounds (tooldecode.distortion.decision.DecisionConfig's)
+DECISION_BOUNDS = ("depth", "key_depth", "tail_depth", "min_mass", "max_branches", "tail")
+DECISION_RULES = {**PROBE_RULES, "tail_depth": "count0"}
+
+
+def _check_decision(decision: dict[str, Any], fail: Callable[[str], None]) -> None:
+    """The [decision] table: known fields, bounds by the probe's rules, engines a list of names,
+    goes_on_valid in [0, 1], variant a table of transcript fields."""
+    known = {"only", "engines", "variant", "goes_on_valid", *DECISION_BOUNDS}
+    unknown = set(decision) - known
+    if unknown:
+        fail(f"unknown [decision] field(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+    for b in DECISION_BOUNDS:
+        v = decision.get(b)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+            fail(f"[decision] {b} = {v!r}: give a number ≥ 0")
+        if v is not None and option_problem(v, DECISION_RULES[b]):
+            fail(f"[decision] {b} = {v!r}: {option_problem(v, DECISION_RULES[b])}")
+    engines = decision.get("engines", ["xgrammar"])
+    if not (isinstance(engines, list) and engines and all(isinstance(e, str) for e in engines)):
+        fail(
+            f'[decision] engines = {engines!r}: give a list of mask engines (e.g. ["xgrammar", "llguidance"])'
+        )
+    if len(set(engines)) < len(engines):
+        fail(f"[decision] engines lists {_duplicate(engines)!r} twice; each value once")
+    g = decision.get("goes_on_valid", 1.0)
+    if option_problem(g, "share"):
+        fail(f"[decision] goes_on_valid = {g!r}: {option_problem(g, 'share')}")
+    variant = decision.get("variant", {})
+    if not isinstance(variant, dict) or set(variant) - set(VARIANT_FIELDS):
+        fail(
+            f"[decision] variant = {variant!r}: give a table of variant fields ({', '.join(VARIANT_FIELDS)})"
+        )

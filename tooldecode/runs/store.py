@@ -60,7 +60,16 @@ SAMPLE_FIELDS = ("key", "arm", "scenario", "text")
 
 # Files the run store and tooldecode's stages write into a run folder (``--fresh`` deletes only these).
 _STORE_NAMES = frozenset(
-    {MANIFEST, SAMPLES, "timing.json", "probe.jsonl", "summary.md", "report.html", "reference-validity.json"}
+    {
+        MANIFEST,
+        SAMPLES,
+        "timing.json",
+        "probe.jsonl",
+        "decision.jsonl",
+        "summary.md",
+        "report.html",
+        "reference-validity.json",
+    }
 )
 _STORE_PATTERNS = (
     re.compile(r"verdicts-[A-Za-z0-9._+-]+\.jsonl"),

@@ -1,0 +1,294 @@
+"""The decision table at L2 from the exact rows (``tooldecode.distortion.decision``), and the exact
+probabilities set against the rates sampled in E17/E18 runs.
+
+``decision_table`` averages each policy's probabilities over scenarios (one value per scenario, so the
+cluster-robust interval of ``stats.cluster_rate`` is a t interval over scenarios), per model, and pairs
+each policy's P(correct) with loose's over the same scenarios (``stats.paired_clusters``);
+``format_decision_table`` writes it as Markdown.
+
+``compare_sampled`` puts, per model and policy, the exact mean next to the sampled rate of the matching
+remedy in a run (the L2 draws): ``correct`` against the sampled ``works`` (valid and the file edited as
+expected: ``tooldecode.distortion.remedies``), ``close``, ``goes on`` and ``invented`` against the
+sampled draw's first decision, classified by the same rules (``decision.bucket_of``). Only scenarios
+that both have are used. ``plot_comparison`` draws it (exact on x, sampled on y) when matplotlib is
+installed; ``format_comparison`` is the table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tooldecode.distortion.decision import BUCKETS, POLICIES, DecisionRow, aligned_row, bucket_of
+from tooldecode.stats import cluster_rate, paired_clusters
+
+__all__ = [
+    "COMPARED",
+    "MEASURES",
+    "SAMPLED_REMEDY",
+    "compare_sampled",
+    "decision_table",
+    "format_comparison",
+    "format_decision_table",
+    "plot_comparison",
+    "rows_by",
+    "sampled_decisions",
+    "with_goes_on_validity",
+]
+
+# the row's probabilities a table column shows, in order
+MEASURES = ("p_correct", "p_close", "p_goes_on", "p_invented", "p_other", "p_undetermined")
+_LABELS = {
+    "p_correct": "correct",
+    "p_close": "close",
+    "p_goes_on": "goes on",
+    "p_invented": "invented key",
+    "p_other": "other",
+    "p_undetermined": "undetermined",
+}
+# the remedy of a sampled run (tooldecode.distortion.remedies) a policy is compared with: dropping
+# unknown keys is one of the lenient repairs (loose+repair also maps aliases, coerces types and repairs
+# JSON), so that pair compares a bound with a broader remedy
+SAMPLED_REMEDY = {"loose+drop-unknown-keys": "loose+repair"}
+# measure of the exact rows -> measure of the sampled draws
+COMPARED = {"p_correct": "works", "p_close": "close", "p_goes_on": "goes_on", "p_invented": "invented"}
+
+
+def with_goes_on_validity(row: DecisionRow, goes_on_valid: float) -> DecisionRow:
+    """A strict-aligned row recomputed for another g (its live masses are kept in ``kinds``)."""
+    live = {k: row.kinds.get(f"live_{k}", 0.0) for k in BUCKETS}
+    common = {
+        k: getattr(row, k)
+        for k in (
+            "model",
+            "model_sha256",
+            "scenario",
+            "boundary",
+            "pending",
+            "prefix_as_sampled",
+            "variant_label",
+            "prompt_sha256",
+            "seconds",
+        )
+    }
+    return aligned_row(live, row.engine, common, goes_on_valid=goes_on_valid)
+
+
+def rows_by(rows: Iterable[DecisionRow]) -> dict[tuple[str, str], dict[str, DecisionRow]]:
+    """(model, policy name) → scenario → row."""
+    out: dict[tuple[str, str], dict[str, DecisionRow]] = defaultdict(dict)
+    for r in rows:
+        out[(r.model, r.name)][r.scenario] = r
+    return out
+
+
+def _order(name: str) -> tuple[int, str]:
+    base = name.split("[")[0]
+    return (POLICIES.index(base) if base in POLICIES else len(POLICIES), name)
+
+
+def decision_table(rows: Iterable[DecisionRow]) -> list[dict[str, Any]]:
+    """Per (model, policy): the scenarios, each measure's mean with its interval over scenarios
+    (``ClusterRate``), the mean of ``p_correct_lo`` / ``p_correct_hi``, and P(correct) paired with
+    loose's over the same scenarios (``PairedClusters``; None for loose itself)."""
+    groups = rows_by(rows)
+    out = []
+    for model, name in sorted(groups, key=lambda k: (k[0], _order(k[1]))):
+        by_sc = groups[(model, name)]
+        scen = sorted(by_sc)
+        loose = groups.get((model, "loose"), {})
+        paired = None
+        if name != "loose" and loose:
+            paired = paired_clusters(
+                {s: by_sc[s].p_correct for s in scen},
+                {s: r.p_correct for s, r in loose.items()},
+            )
+        out.append(
+            {
+                "model": model,
+                "policy": name,
+                "method": by_sc[scen[0]].method,
+                "n": len(scen),
+                **{m: cluster_rate([getattr(by_sc[s], m) for s in scen], scen) for m in MEASURES},
+                "correct_lo": sum(by_sc[s].p_correct_lo for s in scen) / len(scen),
+                "correct_hi": sum(by_sc[s].p_correct_hi for s in scen) / len(scen),
+                "vs_loose": paired,
+            }
+        )
+    return out
+
+
+def _pct(c: Any) -> str:
+    if c is None or not c.n or math.isnan(c.rate):
+        return "n/a"
+    return f"{100 * c.rate:.1f} [{100 * c.lo:.1f}, {100 * c.hi:.1f}]"
+
+
+def _diff(d: Any) -> str:
+    if d is None or math.isnan(d.diff):
+        return "—"
+    if math.isnan(d.lo):
+        return f"{100 * d.diff:+.1f}"
+    return f"{100 * d.diff:+.1f} [{100 * d.lo:+.1f}, {100 * d.hi:+.1f}]"
+
+
+def format_decision_table(table: Sequence[dict[str, Any]]) -> str:
+    """The table as Markdown, one block per model: rows the policies, columns the outcome probabilities
+    (percent, mean over scenarios [95% t interval over scenarios]), P(correct)'s range over the open
+    mass, and its difference from loose (paired over scenarios)."""
+    out: list[str] = []
+    for model in sorted({t["model"] for t in table}):
+        mine = [t for t in table if t["model"] == model]
+        out.append(f"**{model}** ({mine[0]['n']} scenarios, L2 after the gold newText; % over scenarios)\n")
+        head = ["policy", *(_LABELS[m] for m in MEASURES), "correct range", "correct − loose", "method"]
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|" + "---|" * len(head))
+        for t in mine:
+            cells = [t["policy"], *(_pct(t[m]) for m in MEASURES)]
+            cells += [
+                f"{100 * t['correct_lo']:.1f}–{100 * t['correct_hi']:.1f}",
+                _diff(t["vs_loose"]),
+                t["method"],
+            ]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# exact against sampled
+
+
+def sampled_decisions(run: Any) -> list[dict[str, Any]]:
+    """One row per L2 draw of a run's loose and masked arms: ``{model, scenario, remedy, close, goes_on,
+    invented, other}`` (the draw's first decision after the prefill, classified as the exact rows are;
+    ``run`` a loaded ``tooldecode.runs.Run`` or its folder)."""
+    from tooldecode.classify import CLOSE, classify_continuation, key_context
+    from tooldecode.distortion.remedies import remedy_name
+    from tooldecode.runs import Run, load_run
+
+    if not isinstance(run, Run):
+        run = load_run(run)
+    out = []
+    for r in run.samples:
+        arm = r.arm
+        if arm.level != "L2" or (r.error and not r.text) or not r.prefill:
+            continue
+        remedy = "loose" if arm.mode == "loose" else remedy_name(arm)
+        if remedy is None:
+            continue
+        ctx = key_context(r.prefill, list(r.tools or ()), expected_tool=arm.expected_tool)
+        c = classify_continuation(r.text, context=ctx, pending='"', final=True)
+        bucket = "close" if c.group == CLOSE else bucket_of(c, ctx)[0]
+        out.append(
+            {
+                "model": str(arm.model),
+                "scenario": r.scenario,
+                "remedy": remedy,
+                **{b: bucket == b for b in ("close", "goes_on", "invented", "other")},
+            }
+        )
+    return out
+
+
+def compare_sampled(rows: Iterable[DecisionRow], runs: Sequence[Any]) -> list[dict[str, Any]]:
+    """Per (model, policy, measure of ``COMPARED``): the exact mean over the scenarios the runs sampled
+    (``exact``: a ``ClusterRate`` of the per-scenario probabilities) and the sampled rate of the matching
+    remedy over the same scenarios (``sampled``: a ``ClusterRate`` of the draws). A remedy several runs
+    draw on the same streams (E17's and E18's loose) is read from the run with the most draws of it."""
+    from tooldecode.distortion.remedies import remedy_rows
+    from tooldecode.runs import Run, load_run
+
+    draws: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for given in runs:
+        run = given if isinstance(given, Run) else load_run(given)
+        mine: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        for d in sampled_decisions(run):
+            mine[(d["model"], d["remedy"])].append(d)
+        for w in remedy_rows(run):
+            if str(w["level"]) == "L2":
+                mine[(str(w["model"]), w["remedy"])].append(
+                    {"scenario": w["scenario"], "works": bool(w["works"])}
+                )
+        for key, found in mine.items():  # a remedy in several runs: from the one with the most draws of it
+            if len(found) > len(draws.get(key, [])):
+                draws[key] = found
+    out = []
+    for (model, name), by_sc in sorted(rows_by(rows).items(), key=lambda kv: (kv[0][0], _order(kv[0][1]))):
+        remedy = SAMPLED_REMEDY.get(name, name)
+        drawn = draws.get((model, remedy), [])
+        for measure, sampled in COMPARED.items():
+            got = [d for d in drawn if sampled in d and d["scenario"] in by_sc]
+            if not got:
+                continue
+            scen = sorted({d["scenario"] for d in got})
+            out.append(
+                {
+                    "model": model,
+                    "policy": name,
+                    "remedy": remedy,
+                    "measure": measure,
+                    "exact": cluster_rate([getattr(by_sc[s], measure) for s in scen], scen),
+                    "sampled": cluster_rate([d[sampled] for d in got], [d["scenario"] for d in got]),
+                }
+            )
+    return out
+
+
+def format_comparison(comparison: Sequence[dict[str, Any]]) -> str:
+    """The comparison as Markdown: exact and sampled side by side (percent [95% interval over scenarios])."""
+    lines = [
+        "| model | policy | sampled remedy | measure | exact | sampled | draws |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in comparison:
+        lines.append(
+            f"| {c['model']} | {c['policy']} | {c['remedy']} | {_LABELS[c['measure']]} | "
+            f"{_pct(c['exact'])} | {_pct(c['sampled'])} | {c['sampled'].n} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_comparison(comparison: Sequence[dict[str, Any]], path: str | Path) -> Path | None:
+    """Exact (x) against sampled (y), one point per (model, policy, measure) with both intervals, and the
+    diagonal; saved to ``path``. None when matplotlib is not installed (use ``format_comparison``)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    measures = list(COMPARED)
+    fig, axes = plt.subplots(1, len(measures), figsize=(4 * len(measures), 4), squeeze=False)
+    for ax, measure in zip(axes[0], measures, strict=True):
+        pts = [c for c in comparison if c["measure"] == measure]
+        for c in pts:
+            e, s = c["exact"], c["sampled"]
+            ax.errorbar(
+                e.rate,
+                s.rate,
+                xerr=[[e.rate - e.lo], [e.hi - e.rate]],
+                yerr=[[s.rate - s.lo], [s.hi - s.rate]],
+                fmt="o",
+                capsize=2,
+                label=f"{c['policy']} ({c['model'][:18]})",
+            )
+        ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("exact (mean over scenarios)")
+        ax.set_ylabel("sampled (L2 draws)")
+        ax.set_title(_LABELS[measure])
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7)
+        fig.subplots_adjust(bottom=0.3)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
