@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tooldecode.grammar.automata import RNode, ast_literal, ast_nullable, cat, is_nothing, lit
 
@@ -28,15 +28,54 @@ class GTok(GExpr):
     ast: RNode
     hint: str = "tok"
 
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((GTok, self.ast, self.hint)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type, tuple]:  # the cached hash is per process
+        return (
+            GTok,
+            (
+                self.ast,
+                self.hint,
+            ),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class GSeq(GExpr):
     items: tuple[GExpr, ...]
 
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((GSeq, self.items)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type, tuple]:  # the cached hash is per process
+        return (GSeq, (self.items,))
+
 
 @dataclass(frozen=True, slots=True)
 class GAlt(GExpr):
     items: tuple[GExpr, ...]
+
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((GAlt, self.items)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type, tuple]:  # the cached hash is per process
+        return (GAlt, (self.items,))
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +83,24 @@ class GRep(GExpr):
     item: GExpr
     lo: int
     hi: int | None
+
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((GRep, self.item, self.lo, self.hi)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type, tuple]:  # the cached hash is per process
+        return (
+            GRep,
+            (
+                self.item,
+                self.lo,
+                self.hi,
+            ),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,10 +174,12 @@ def _as_list(e: GExpr) -> list[GExpr]:
 
 def galt(*items: GExpr) -> GExpr:
     flat: list[GExpr] = []
+    seen: set[GExpr] = set()
     for it in items:
         subs = it.items if isinstance(it, GAlt) else (it,)
         for s in subs:
-            if s not in flat:
+            if s not in seen:
+                seen.add(s)
                 flat.append(s)
     if not flat:
         return FAIL
@@ -322,13 +381,16 @@ def emit_automaton(  # noqa: C901 -- one walk: collect, count references, inline
                 stack.append(t)
     # live states
     live = {s for s in order if accept(s)}
-    changed = True
-    while changed:
-        changed = False
-        for s in order:
-            if s not in live and any(t in live for _, t in edges[s]):
+    preds: dict[Hashable, list[Hashable]] = {s: [] for s in order}
+    for s in order:
+        for _, t in edges[s]:
+            preds[t].append(s)
+    work = list(live)
+    while work:  # backwards from the accepting states: linear, where a fixpoint over `order` is quadratic
+        for s in preds[work.pop()]:
+            if s not in live:
                 live.add(s)
-                changed = True
+                work.append(s)
     if start not in live:
         return FAIL
     indeg: dict[Hashable, int] = {s: 0 for s in order}

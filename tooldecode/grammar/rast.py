@@ -4,7 +4,7 @@ hash-consed regex AST with simplifying constructors. Automata over them are in `
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MAXCP = 0x10FFFF
 SURR_LO, SURR_HI = 0xD800, 0xDFFF
@@ -99,10 +99,32 @@ class Chars(RNode):
 class Cat(RNode):
     items: tuple[RNode, ...]
 
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((Cat, self.items)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type, tuple]:  # the cached hash is per process
+        return (Cat, (self.items,))
+
 
 @dataclass(frozen=True, slots=True)
 class Or(RNode):
     items: tuple[RNode, ...]
+
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((Or, self.items)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type, tuple]:  # the cached hash is per process
+        return (Or, (self.items,))
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +133,24 @@ class Rep(RNode):
     lo: int
     hi: int | None
 
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((Rep, self.item, self.lo, self.hi)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type, tuple]:  # the cached hash is per process
+        return (
+            Rep,
+            (
+                self.item,
+                self.lo,
+                self.hi,
+            ),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Sym(RNode):
@@ -118,6 +158,23 @@ class Sym(RNode):
 
     name: str
     node: RNode
+
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((Sym, self.name, self.node)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type, tuple]:  # the cached hash is per process
+        return (
+            Sym,
+            (
+                self.name,
+                self.node,
+            ),
+        )
 
 
 EPS = Cat(())
