@@ -26,6 +26,7 @@ from experiments import probe_rows, sampled_rows
 from experiments.common import ENGINES_SPEC_PREFIX, runs_of, shared_streams_line, short, source
 from experiments.construct_rows import competence_note, construct_rows, organism_spec
 from experiments.corpus_rows import row_duplicates, row_repair, row_zoo
+from experiments.decision_rows import decision_runs, row_decision_l2
 from experiments.organism_rows import prediction_note, row_implant, row_predictions
 from tooldecode.experiments.spec import as_list
 from tooldecode.measures import MeasureError
@@ -52,6 +53,7 @@ ROWS: dict[str, Callable[[dict, list[Run], dict[str, Run]], list[dict]]] = {
     "e11": sampled_rows.row_e11,
     "echo": probe_rows.row_echo,
     "transcripts": probe_rows.row_transcripts,
+    "decision_l2": row_decision_l2,
 }
 
 
@@ -283,6 +285,8 @@ def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:
                 (
                     _probed_in_full(run.probe, m, n_variants)
                     if probe.get("only")
+                    else len({r.scenario for _, rs in decision_runs([run]) for r in rs if r.model == m})
+                    if spec.get("decision", {}).get("only")
                     else len({s.scenario for s in run.samples if s.arm.model == m})
                     for run in runs_of(spec["name"], runs)
                     if run.git_dirty is False

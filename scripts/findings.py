@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from experiments import study
+from experiments.decision_rows import decision_block
 from experiments.headline import FIGURE, headline_table, write_figure
 from experiments.study import build_rows, provenance, reruns, write_findings
 from tooldecode.runs import load_runs
@@ -83,16 +84,18 @@ def committed_runs(runs_dir: Path) -> set[str] | None:
 
 
 BEGIN, END = "<!-- findings summary: begin (make findings) -->", "<!-- findings summary: end -->"
+DECISION = ("<!-- decision table: begin (make findings) -->", "<!-- decision table: end -->")
 
 
-def with_summary(readme: str, bullets: str) -> str:
-    """``readme`` with the text between the summary markers replaced by ``bullets`` (the headline table
-    and the figure)."""
-    if BEGIN not in readme or END not in readme:
-        raise SystemExit(f"README.md lacks the markers {BEGIN!r} … {END!r}; put them around the summary")
-    head, rest = readme.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{bullets}\n{END}{tail}"
+def with_summary(readme: str, bullets: str, markers: tuple[str, str] = (BEGIN, END)) -> str:
+    """``readme`` with the text between ``markers`` replaced by ``bullets`` (by default the summary: the
+    headline table and the figure; ``DECISION``'s markers hold the decision table)."""
+    begin, end = markers
+    if begin not in readme or end not in readme:
+        raise SystemExit(f"README.md lacks the markers {begin!r} … {end!r}; put them around the block")
+    head, rest = readme.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{bullets}\n{end}{tail}"
 
 
 def main() -> None:
@@ -139,6 +142,7 @@ def main() -> None:
         "with per-scenario streams; whiskers: cluster-robust 95% interval of each class's share)."
     )
     readme = with_summary((ROOT / "README.md").read_text(encoding="utf-8"), block)
+    readme = with_summary(readme, decision_block(runs), DECISION)
     Path(args.readme_out).write_text(readme, encoding="utf-8")
     print(f"wrote {path} ({len(rows)} rows) and the summary in {args.readme_out}")
 

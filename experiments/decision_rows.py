@@ -1,0 +1,181 @@
+"""FINDINGS rows of the decision after the gold ``newText`` at L2, exactly (E20, docs/strict-cost.md).
+
+A run of a spec with a ``[decision]`` table holds one ``DecisionRow`` per model, scenario and policy
+(``decision.jsonl``): exact probabilities, so the only uncertainty is over scenarios. Per model, the
+spec's claim is tested as three paired comparisons over the scenarios both policies have
+(``stats.paired_clusters``, judged by ``stats.judge_effect`` on the difference scale, direction only):
+
+- strict's P(correct) below loose's;
+- strict's P(the string goes on) above loose's;
+- strict-prefix's P(correct) above strict's.
+
+The comparisons of every model form one family for Holm's correction, apart from the sampled effect rows
+(those are judged against their own family). An event is a scenario where either policy's probability is
+above 0 (the probe's rule). A descriptive row per model gives strict-prefix against loose +
+drop-unknown-keys and how many scenarios the mask touches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from experiments.common import short, source
+from tooldecode.distortion.decision import DECISION_FILE, DecisionRow, read_decision_rows
+from tooldecode.distortion.decision_table import rows_by
+from tooldecode.runs import Run
+from tooldecode.stats import EffectClaim, holm, judge_effect, paired_clusters
+
+# (label, policy a, policy b, measure, claimed direction)
+COMPARISONS: tuple[tuple[str, str, str, str, int], ...] = (
+    ("strict's P(correct) vs loose's", "strict", "loose", "p_correct", -1),
+    ("strict's P(the string goes on) vs loose's", "strict", "loose", "p_goes_on", +1),
+    ("strict-prefix's P(correct) vs strict's", "strict-prefix", "strict", "p_correct", +1),
+)
+METHOD = (
+    "exact probabilities at the decision (no draws); the mean over scenarios with a paired t interval over "
+    "scenarios and the sign-flip p"
+)
+
+
+def decision_runs(runs: Sequence[Run]) -> list[tuple[Run, list[DecisionRow]]]:
+    """The runs among ``runs`` that hold a ``decision.jsonl``, with its rows."""
+    out = []
+    for r in runs:
+        path = Path(r.path) / DECISION_FILE
+        if path.is_file():
+            out.append((r, read_decision_rows(path)))
+    return out
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def row_decision_l2(spec: dict, rs: list[Run], runs: dict) -> list[dict]:
+    """Per model of every decision run of ``spec``: the three claim rows (Holm across all of them) and one
+    descriptive row."""
+    del runs
+    tested: list[dict] = []
+    described: list[dict] = []
+    for run, rows in decision_runs(rs):
+        groups = rows_by(rows)
+        for model in sorted({m for m, _ in groups}):
+            for label, a, b, measure, sign in COMPARISONS:
+                ra, rb = groups.get((model, a), {}), groups.get((model, b), {})
+                if not ra or not rb:
+                    continue
+                va = {s: getattr(r, measure) for s, r in ra.items()}
+                vb = {s: getattr(r, measure) for s, r in rb.items()}
+                cmp = paired_clusters(va, vb)
+                shared = sorted(set(va) & set(vb))
+                events = sum(1 for s in shared if va[s] > 0 or vb[s] > 0)
+                masked = sum(1 for s in shared if (ra[s].mask_removed or 0.0) > 0.0) if a != "loose" else 0
+                moved = sum(1 for s in shared if (va[s] - vb[s]) * sign > 0)
+                tested.append(
+                    {
+                        "observation": f"{spec['name']}: {short(model)}: {label} (L2, exact)",
+                        "claim": f"{spec.get('claim', '')} Tested here: a {'rise' if sign > 0 else 'fall'} "
+                        f"(difference, size not stated).",
+                        "source": source([run]),
+                        "_cmp": cmp,
+                        "_claim": EffectClaim("difference", None, sign=sign),
+                        "_events": events,
+                        "_extra": (
+                            f" In the claimed direction on {moved}/{len(shared)} scenarios; the mask removes mass "
+                            f"at the decision's first step on {masked}/{len(shared)}."
+                            if a != "loose" or b != "loose"
+                            else ""
+                        ),
+                    }
+                )
+            sp, dk = (
+                groups.get((model, "strict-prefix"), {}),
+                groups.get((model, "loose+drop-unknown-keys"), {}),
+            )
+            lo = groups.get((model, "loose"), {})
+            if sp and dk and lo:
+                cmp = paired_clusters(
+                    {s: r.p_correct for s, r in sp.items()}, {s: r.p_correct for s, r in dk.items()}
+                )
+                und = max(r.p_undetermined for r in lo.values())
+                described.append(
+                    {
+                        "observation": f"{spec['name']}: {short(model)}: strict-prefix vs loose + drop-unknown-keys, "
+                        "P(correct) (L2, exact)",
+                        "claim": "descriptive: how close the prefix-keeping mask comes to dropping unknown keys",
+                        "measured": f"{cmp} ({METHOD}). Largest undetermined mass of a loose row: {_pct(und)}.",
+                        "verdict": "descriptive",
+                        "source": source([run]),
+                        "summary": f"{short(model)}: strict-prefix − drop-unknown-keys, P(correct) "
+                        f"{100 * cmp.diff:+.1f} pts",
+                    }
+                )
+    adjusted = holm([r["_cmp"].p_sign_flip for r in tested])
+    for r, padj in zip(tested, adjusted, strict=True):
+        cmp = r.pop("_cmp")
+        events = r.pop("_events")  # exact rows: an event is a scenario, so events and their clusters agree
+        verdict = judge_effect(cmp, r.pop("_claim"), events=events, event_clusters=events, p_adjusted=padj)
+        adj = "" if math.isnan(padj) else f", Holm-adjusted p = {padj:.3g} over the {len(tested)} exact rows"
+        r["measured"] = f"{cmp}{adj} ({METHOD}).{r.pop('_extra')}"
+        r["verdict"] = str(verdict)
+        r["summary"] = f"{r['observation'].split(': ', 1)[1]}: {100 * cmp.diff:+.1f} pts, {verdict.verdict}"
+    return tested + described
+
+
+# ---------------------------------------------------------------------------------------------
+# the README's decision table
+
+
+def _recommend(table: list[dict]) -> str:
+    """The plain-words reading of one model's table: which policy has the highest P(correct), and where
+    strict stands against loose and loose + drop-unknown-keys (paired over scenarios)."""
+    by = {t["policy"]: t for t in table}
+    model = short(table[0]["model"])
+    best = max(table, key=lambda t: t["p_correct"].rate)
+    parts = [f"**{model}**: the highest P(correct) is {best['policy']}'s ({_pct(best['p_correct'].rate)})"]
+    strict = by.get("strict")
+    if strict is not None and strict["vs_loose"] is not None:
+        d = strict["vs_loose"]
+        if d.direction() < 0:
+            word = "below"
+        elif d.direction() > 0:
+            word = "above"
+        else:
+            word = "not distinguishable from"
+        parts.append(
+            f"strict's is {word} loose's ({100 * d.diff:+.1f} pts [{100 * d.lo:+.1f}, {100 * d.hi:+.1f}])"
+            if not math.isnan(d.lo)
+            else f"strict's differs from loose's by {100 * d.diff:+.1f} pts"
+        )
+    for other in ("strict-prefix", "loose+drop-unknown-keys"):
+        if other in by and strict is not None:
+            parts.append(f"{other}: {_pct(by[other]['p_correct'].rate)}")
+    return "; ".join(parts) + "."
+
+
+def decision_block(runs: dict[str, Run], spec_name: str = "e20-decision-l2") -> str:
+    """The README's decision table (Markdown) from the committed runs of ``spec_name`` with a
+    ``decision.jsonl``, with the plain-words reading per model; a line saying so when there is none."""
+    from tooldecode.distortion.decision_table import decision_table, format_decision_table
+
+    found = decision_runs([r for r in runs.values() if r.spec == spec_name])
+    if not found:
+        return (
+            f"No run of `{spec_name}` with exact decision rows is committed yet "
+            "(`python -m scripts.jobqueue run --worktree DIR --only e20-decision-l2`)."
+        )
+    rows = [row for _, rs in found for row in rs]
+    table = decision_table(rows)
+    reading = [_recommend([t for t in table if t["model"] == m]) for m in sorted({t["model"] for t in table})]
+    return (
+        format_decision_table(table)
+        + "\nRead per model (the policy with the highest P(correct) is the one to run; strict is worth turning on "
+        "only where its P(correct) is not below loose's):\n\n"
+        + "\n".join(f"- {line}" for line in reading)
+        + f"\n\nSource: {source([r for r, _ in found])}; `tooldecode decision runs/{found[0][0].name}` prints it."
+    )
+
+
+__all__ = ["COMPARISONS", "decision_block", "decision_runs", "row_decision_l2"]
