@@ -14,8 +14,8 @@ from tooldecode.measures import continuation_class
 
 ROOT = Path(__file__).resolve().parent.parent
 # shallow probe bounds for the runs here (the library's defaults expand for minutes on 2 cores): every row
-# is still probed, read and copied as with the defaults
-SHALLOW_PROBE = "depth = 2\nkey_depth = 2\nmax_branches = 8\ntail = 1e-3\nmin_mass = 1e-3\n"
+# is still probed, read and copied as with the defaults; two levels tell the histories' p_continue apart
+SHALLOW_PROBE = "depth = 2\nkey_depth = 1\nmax_branches = 4\ntail = 1e-2\nmin_mass = 1e-2\n"
 
 
 def test_every_suite_spec_loads_and_has_arms():
@@ -85,27 +85,48 @@ def test_corrupt_weights_give_a_clear_error(smol_ref, tmp_path):
         load_backend("llamacpp", str(broken))
 
 
+# the shortest prompt of the corpus for SmolLM2 (about 1,300 tokens): a prompt's prefill is most of a tiny run
+SHORT_SCENARIO = 'scenarios = ["json-tsconfig-path-aliases"]\n'
+# one shared run on a user's scenario folder: loose (3 draws, n_by_mode) and strict (2) at L2, and the L3
+# probe after newText; the resume, n_by_mode, panel and scenario-folder tests each read their facts off it
+SHARED_SPEC = (
+    'name = "panel"\nmodels = ["smollm2-135m-instruct"]\nscenario_dirs = ["mine"]\nn = 2\nmax_new_tokens = 10\n'
+    'modes = ["loose", "strict"]\nbatch_size = 3\n[n_by_mode]\nloose = 3\n[variant]\nconditioning = ["gold-prefix"]\n'
+    '[probe]\nselect = "newText"\n' + SHALLOW_PROBE
+)
+
+
+@pytest.fixture(scope="module")
+def shared_run(tmp_path_factory):
+    """(the folder the run starts from, the spec's path, the run folder, its records)."""
+    base = tmp_path_factory.mktemp("shared")
+    _user_scenario_folder(base / "mine")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(base)
+        spec_path, out, recs = _tiny_run(base, SHARED_SPEC)
+    return base, spec_path, out, recs
+
+
 @pytest.mark.model
-def test_tiny_run_resumes_without_duplicates(tmp_path):
-    spec_path = tmp_path / "tiny.toml"
-    spec_path.write_text(
-        'name = "tiny"\nmodels = ["smollm2-135m-instruct"]\nmax_scenarios = 2\nn = 3\nmax_new_tokens = 12\n'
-        'modes = ["loose"]\nbatch_size = 3\n[variant]\nconditioning = ["gold-prefix"]\n'
-    )
+def test_tiny_run_resumes_without_duplicates(shared_run, tmp_path, monkeypatch):
+    import shutil
+
+    base, spec_path, first_out, _ = shared_run
     out = tmp_path / "run"
-    run_spec(load_spec(spec_path), out, progress=False)
+    shutil.copytree(first_out, out)
     lines = (out / "samples.jsonl").read_text().splitlines()
-    assert len(lines) == 2 * 3
+    assert len(lines) == 3 + 2
     # drop the last two samples (as if killed), then resume: exactly those are redone
     (out / "samples.jsonl").write_text("\n".join(lines[:-2]) + "\n")
+    monkeypatch.chdir(base)
     run_spec(load_spec(spec_path), out, progress=False)
     again = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     keys = [r["key"] for r in again]
-    assert len(keys) == len(set(keys)) == 6
+    assert len(keys) == len(set(keys)) == 5
     first = {json.loads(x)["key"]: json.loads(x)["token_ids"] for x in lines}
     assert all(first[r["key"]] == r["token_ids"] for r in again)  # same seeds per index: same samples
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["model"]["sha256"] and manifest["config"]["n"] == 3
+    assert manifest["model"]["sha256"] and manifest["config"]["n"] == 2
 
 
 def _tiny_run(tmp_path: Path, text: str) -> tuple[Path, Path, list[dict]]:
@@ -122,7 +143,7 @@ def test_an_arm_that_renders_like_an_earlier_one_is_copied_not_sampled_again(tmp
     # gold_cut only shapes a gold-prefix prompt: under forced-tool the two arms are the same draw
     spec_path, out, recs = _tiny_run(
         tmp_path,
-        'name = "same"\nmodels = ["smollm2-135m-instruct"]\nmax_scenarios = 1\nn = 2\nmax_new_tokens = 6\n'
+        'name = "same"\nmodels = ["smollm2-135m-instruct"]\n' + SHORT_SCENARIO + "n = 2\nmax_new_tokens = 6\n"
         'modes = ["loose"]\nbatch_size = 2\n[variant]\nconditioning = ["forced-tool"]\n'
         'gold_cut = ["after-newtext", "before-edits"]\n',
     )
@@ -151,7 +172,7 @@ def test_a_probe_variant_that_renders_like_an_earlier_one_is_copied_not_probed_a
     # the probe always renders the free prompt: variants that differ only in the gold cut are one probe
     spec_path = tmp_path / "spec.toml"
     spec_path.write_text(
-        'name = "same-probe"\nmodels = ["smollm2-135m-instruct"]\nmax_scenarios = 1\nn = 0\n'
+        'name = "same-probe"\nmodels = ["smollm2-135m-instruct"]\n' + SHORT_SCENARIO + "n = 0\n"
         'modes = ["loose"]\n[probe]\nonly = true\nselect = ["newText", "new_string"]\n'
         'fields = ["gold_cut", "history"]\ngold_cut = ["after-newtext", "before-edits"]\n'
         'history = ["agentic", "fresh"]\n' + SHALLOW_PROBE
@@ -185,45 +206,34 @@ def test_a_probe_variant_that_renders_like_an_earlier_one_is_copied_not_probed_a
 
 
 @pytest.mark.model
-def test_n_by_mode_sets_the_sample_count_of_one_mode(tmp_path):
-    spec_path = tmp_path / "ref.toml"
-    spec_path.write_text(
-        'name = "ref"\nmodels = ["smollm2-135m-instruct"]\nmax_scenarios = 1\nn = 1\nmax_new_tokens = 4\n'
-        'modes = ["loose", "strict"]\nbatch_size = 4\n[n_by_mode]\nloose = 3\n'
-        '[variant]\nconditioning = ["gold-prefix"]\n'
-    )
+def test_n_by_mode_sets_the_sample_count_of_one_mode(shared_run):
+    _, spec_path, out, recs = shared_run
     spec = load_spec(spec_path)
-    assert (spec.n_for("loose"), spec.n_for("strict")) == (3, 1)
-    out = tmp_path / "run"
-    run_spec(spec, out, progress=False)
-    recs = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
-    assert sorted(r["arm"]["mode"] for r in recs) == ["loose"] * 3 + ["strict"]
+    assert (spec.n_for("loose"), spec.n_for("strict")) == (3, 2)
+    assert sorted(r["arm"]["mode"] for r in recs) == ["loose"] * 3 + ["strict"] * 2
     config = json.loads((out / "manifest.json").read_text())["config"]
     assert config["n_by_mode"] == {"loose": 3} and config["streams"] == "scenario"
     # each scenario draws from its own random streams, recorded on every sample
     assert {r["stream"] for r in recs} == {scenario_stream(recs[0]["scenario"])}
-    spec_path.write_text(spec_path.read_text().replace("loose = 3", "strict-aligned = 3"))
+    bad = spec_path.parent / "bad.toml"
+    bad.write_text(spec_path.read_text().replace("loose = 3", "strict-aligned = 3"))
     with pytest.raises(SpecError, match="n_by_mode.*does not list"):
-        load_spec(spec_path)
+        load_spec(bad)
 
 
 @pytest.mark.model
-def test_strict_smollm2_panel_run_scores_and_reports(tmp_path):
+def test_strict_smollm2_panel_run_scores_and_reports(shared_run, monkeypatch):
     """SmolLM2 writes its calls as a <tool_call>[...] list: the call-list grammar makes strict L2 work,
     and the panel rows of FINDINGS read the run."""
     from experiments.sampled_rows import row_panel
     from tooldecode.runs import load_run
 
-    spec_path, out, recs = _tiny_run(
-        tmp_path,
-        'name = "panel"\nmodels = ["smollm2-135m-instruct"]\nmax_scenarios = 1\nn = 3\nmax_new_tokens = 24\n'
-        'modes = ["loose", "strict"]\nbatch_size = 2\n[variant]\nconditioning = ["gold-prefix"]\n'
-        '[probe]\nselect = "newText"\n' + SHALLOW_PROBE,
-    )
+    base, _, out, recs = shared_run
     strict = [r for r in recs if r["arm"]["mode"] == "strict"]
-    assert len(strict) == 3 and all(r["arm"]["wire"] == "call-list" for r in strict)
+    assert len(strict) == 2 and all(r["arm"]["wire"] == "call-list" for r in strict)
     assert all(r["error"] is None for r in strict), [r["error"] for r in strict]
     assert all(r["mask_removed"] and len(r["mask_removed"]) == len(r["token_ids"]) for r in strict)
+    monkeypatch.chdir(base)  # the run's scenarios are the user's folder, relative to where it started
     run = load_run(out)
     rows = row_panel({"claim": ""}, [run], {run.name: run})
     assert len(rows) == 1 and "smollm2-135m-instruct" in rows[0]["observation"]
@@ -333,16 +343,11 @@ def test_a_spec_runs_the_scenarios_of_a_users_folder(tmp_path, monkeypatch):
 
 
 @pytest.mark.model
-def test_a_run_on_a_users_scenario_folder_scores_them(smol_ref, tmp_path, monkeypatch):
+def test_a_run_on_a_users_scenario_folder_scores_them(shared_run, monkeypatch):
     from tooldecode.runs import score_stored
 
-    _user_scenario_folder(tmp_path / "mine")
-    monkeypatch.chdir(tmp_path)
-    _, out, records = _tiny_run(
-        tmp_path,
-        'name = "mine"\nmodels = ["smollm2-135m-instruct"]\nscenario_dirs = ["mine"]\nn = 2\nmax_new_tokens = 8\n'
-        '[variant]\nconditioning = ["gold-prefix"]\n',
-    )
+    base, _, out, records = shared_run
+    monkeypatch.chdir(base)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["scenario_dirs"] == ["mine"] and {r["scenario"] for r in records} == {
         "my-cart-bug"

@@ -52,6 +52,10 @@ def _spec(tmp_path: Path, body: str, name: str = "s.toml") -> Path:
 
 
 SMALL = SMALL_SPEC  # the spec of conftest's small_run
+# SMALL on the corpus's shortest prompt (a run's cost here is its prompt's prefill), for the runs a test
+# makes itself
+SHORT = SMALL.replace('scenarios = ["c-config-trim-crlf"]', 'scenarios = ["json-tsconfig-path-aliases"]')
+assert SHORT != SMALL
 
 
 # ------------------------------------------------------------------------------- 1. --fresh and names
@@ -145,7 +149,7 @@ def test_run_validates_before_any_model_loads(tmp_path):
 
 @pytest.mark.model
 def test_llguidance_in_a_spec_gets_a_grammar_it_reads(tmp_path, smol_ref):
-    body = SMALL.replace('modes = ["loose"]', 'modes = ["strict"]\nengine = "llguidance"')
+    body = SHORT.replace('modes = ["loose"]', 'modes = ["strict"]\nengine = "llguidance"')
     body += '[variant]\nconditioning = ["forced-tool"]\n'
     out = tmp_path / "run"
     run_spec(load_spec(_spec(tmp_path, body)), out, progress=False)
@@ -520,7 +524,7 @@ def test_a_user_file_is_recorded_by_content_and_a_resume_on_other_bytes_refused(
 
     mine = tmp_path / "mine.gguf"
     shutil.copyfile(smol_ref.path, mine)
-    body = SMALL.replace(f'models = ["{TEST_MODEL}"]', f"models = [{json.dumps(str(mine))}]")
+    body = SHORT.replace(f'models = ["{TEST_MODEL}"]', f"models = [{json.dumps(str(mine))}]")
     spec = load_spec(_spec(tmp_path, body))
     out = tmp_path / "run"
     run_spec(spec, out, progress=False)

@@ -482,7 +482,7 @@ def test_sample_draws_masked_calls_of_your_own_tools(tmp_path, smol_ref):
     f.write_text(json.dumps(WEATHER))
     out = _cli(
         "sample", "--tools", str(f), "--tool", "get_weather", "--ask", "Weather in Paris?",
-        "--model", "smollm2-135m-instruct", "--mode", "strict", "-n", "3", "--max-new-tokens", "60", "--json",
+        "--model", "smollm2-135m-instruct", "--mode", "strict", "-n", "3", "--max-new-tokens", "32", "--json",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     rows = [json.loads(line) for line in out.stdout.splitlines()]
@@ -509,7 +509,7 @@ def test_run_samples_an_imported_session_and_a_tool_list_loose_and_strict(tmp_pa
     spec.write_text(
         'name = "mine"\ndescription = "d"\nmodels = ["smollm2-135m-instruct"]\nbackend = "llamacpp"\n'
         'scenarios = "all"\nscenario_dirs = ["sc"]\nn = 2\nseeds = [0]\ntemperatures = [1.0]\n'
-        'max_new_tokens = 48\nmodes = ["loose", "strict"]\nengine = "xgrammar"\nbatch_size = 2\n'
+        'max_new_tokens = 16\nmodes = ["loose", "strict"]\nengine = "xgrammar"\nbatch_size = 2\n'
     )
     out = _cli("run", str(spec), "--out", "out", "--report", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
