@@ -130,7 +130,7 @@ def llama_qwen(qwen_ref):
 SMALL_SPEC = f"""
 name = "tiny"
 models = ["{TEST_MODEL}"]
-scenarios = ["c-config-trim-crlf"]
+scenarios = ["json-tsconfig-path-aliases"]
 n = 2
 max_new_tokens = 8
 modes = ["loose"]

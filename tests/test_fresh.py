@@ -141,7 +141,9 @@ def test_fresh_on_a_symlink_is_refused(tmp_path, small_run):
 
 
 def test_a_filter_selecting_no_scenario_is_an_error_before_any_model(tmp_path):
-    spec = _spec(tmp_path, SMALL.replace('scenarios = ["c-config-trim-crlf"]', 'tags = ["no-such-tag"]'))
+    body = SMALL.replace('scenarios = ["json-tsconfig-path-aliases"]', 'tags = ["no-such-tag"]')
+    assert body != SMALL
+    spec = _spec(tmp_path, body)
     spec.models = ["no-such-model"]  # never resolved: the filter is refused first
     with pytest.raises(SpecError, match="selects no scenario"):
         run_spec(spec, tmp_path / "out", progress=False)

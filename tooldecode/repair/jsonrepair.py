@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -24,8 +25,9 @@ from tooldecode.scoring import (
 JSON_REPAIR = "json_repair"
 
 
+@functools.cache
 def json_repair_version() -> str | None:
-    """The installed ``json-repair`` version, or None when it is not installed."""
+    """The installed ``json-repair`` version, or None when it is not installed (read once per process)."""
     from importlib import metadata
 
     try:
