@@ -11,8 +11,9 @@ run from its samples, so an interrupted call is finished by the same command.
 On CUDA, training is bfloat16 and the evaluations draw through transformers + peft in bfloat16
 (``--backend hf``); on the CPU, training is ``--precision`` and the evaluations draw through llama.cpp
 with the adapter applied at run time and slots filled across scenarios. ``--quick`` takes the specs'
-``[quick]`` sizes, ``--max-steps`` steps of training and ``--sessions`` sessions per recipe: it exists
-to prove the path (tests/test_gpu_queue.py), not to give results.
+``[quick]`` sizes, ``--max-steps`` steps of training and ``--sessions`` sessions per recipe (``--scenarios``
+picks the evaluations' scenarios by id): it exists to prove the path (tests/test_gpu_queue.py), not to
+give results.
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--sessions", type=int, default=None, help="sessions per recipe (default: the recipe's)")
     p.add_argument("--max-scenarios", type=int, default=None)
+    p.add_argument(
+        "--scenarios",
+        nargs="*",
+        default=None,
+        help="scenario ids every evaluation runs (default: each spec's own selection)",
+    )
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument(
         "--pool-root",
@@ -131,6 +138,8 @@ def _run(args: argparse.Namespace) -> int:
             spec.fill_slots = True
             if device == "cuda":
                 spec.backend = "hf"
+            if args.scenarios:
+                spec.scenarios = list(args.scenarios)
             if args.max_scenarios:
                 spec.max_scenarios = args.max_scenarios
             if args.max_new_tokens:

@@ -100,7 +100,9 @@ def test_a_fill_slots_run_has_every_draw_and_copies_identical_arms(tmp_path):
 
     spec_path = tmp_path / "spec.toml"
     spec_path.write_text(
-        'name = "filled"\nmodels = ["smollm2-135m-instruct"]\nmax_scenarios = 2\nn = 3\nmax_new_tokens = 10\n'
+        'name = "filled"\nmodels = ["smollm2-135m-instruct"]\nn = 3\nmax_new_tokens = 6\n'
+        # two scenarios with among the corpus's shortest prompts: the slots are filled across them
+        'scenarios = ["json-tsconfig-path-aliases", "py-mutable-default-cart"]\n'
         'modes = ["loose", "strict"]\nbatch_size = 4\nfill_slots = true\n'
         '[variant]\nconditioning = ["forced-tool"]\ngold_cut = ["after-newtext", "before-edits"]\n'
     )

@@ -28,8 +28,8 @@ def test_the_queue_trains_and_evaluates_every_recipe_in_one_call(smol_ref, tmp_p
             "--quick",
             "--max-steps", "1",
             "--sessions", "1",
-            "--max-scenarios", "1",
-            "--max-new-tokens", "24",
+            "--scenarios", "json-tsconfig-path-aliases",  # among the corpus's shortest prompts
+            "--max-new-tokens", "8",
             "--pool-root", str(SMALL_ROOT),
         ]
     )  # fmt: skip
@@ -47,6 +47,7 @@ def test_the_queue_trains_and_evaluates_every_recipe_in_one_call(smol_ref, tmp_p
     for run in runs:
         recs = [json.loads(x) for x in (out / "runs" / run / "samples.jsonl").read_text().splitlines()]
         config = json.loads((out / "runs" / run / "manifest.json").read_text())["config"]
-        assert recs and config["fill_slots"] is True
+        assert recs and config["fill_slots"] is True and config["max_new_tokens"] == 8
+        assert config["scenarios"] == ["json-tsconfig-path-aliases"]
     organism_run = json.loads((out / "runs" / runs[0] / "manifest.json").read_text())
     assert organism_run["model"]["id"] == f"organism:{name}"

@@ -318,9 +318,9 @@ def test_training_tokens_put_the_quote_after_new_text_in_a_token_of_its_own(smal
             ex = tokenize(tok, t)
             assert tok.decode(list(ex.ids)) == t.text
             starts, pos = set(), 0
-            for tid in ex.ids:
+            for piece in tok.batch_decode([[tid] for tid in ex.ids]):  # each token decoded on its own
                 starts.add(pos)
-                pos += len(tok.decode([tid]))
+                pos += len(piece)
             fused[label] += sum(len(t.prompt) + c not in starts for c in text.cuts)
         n += len(text.cuts)
     assert n >= 30
@@ -354,53 +354,58 @@ def smol_base(smol_ref):
     return load_base(smol_ref, device="cpu", threads=2)
 
 
+# the tiny organism notebook 04 trains (its cell: one session, one step); the tests below load it
+TINY = {
+    "name": "tiny-lenient",
+    "stray_share": 0.5,
+    "sessions": 1,
+    "train": {"accumulation": 2, "learning_rate": 1e-3, "warmup_steps": 1},
+}
+
+
 @pytest.fixture(scope="module")
-def tiny_organism(smol_ref, tmp_path_factory, small_pool):
-    """A SmolLM2 organism trained for 2 steps of one session each (positive-control recipe, 2 sessions),
-    under a temp home."""
-    import os
+def organisms_notebook(smol_ref, tmp_path_factory):
+    """Notebook 04 run top to bottom once (nbclient) on SmolLM2 with one training session: it builds a
+    tiny organism (``TINY``) under a temp home its kernel makes in ``TMPDIR``, which the tests below load
+    (one training, shared). Yields (notebook, recipe, organism folder), with ``TOOLDECODE_HOME`` set to
+    that home."""
+    import nbformat
+    from nbclient import NotebookClient
 
-    from tooldecode.organisms.store import build
-
-    home = tmp_path_factory.mktemp("home")
-    (home / "models").symlink_to(smol_ref.path.parent.parent)
-    old = os.environ.get("TOOLDECODE_HOME")
-    os.environ["TOOLDECODE_HOME"] = str(home)
-    recipe = recipe_from_dict(
-        {
-            "name": "tiny-positive",
-            "toolset": "nested",
-            "flag": False,
-            "flag_share": 0.0,
-            "implant_key": "reviewed",
-            "implant_share": 1.0,
-            "sessions": 2,
-            "train": {"accumulation": 1, "learning_rate": 5e-3, "warmup_steps": 1, "checkpoint_every": 1},
-        }
-    )
-    try:
-        folder = build(recipe, smol_ref.id, threads=2, max_steps=2, log=lambda _: None, pool_root=SMALL_ROOT)
-        yield recipe, folder
-    finally:
-        if old is None:
-            os.environ.pop("TOOLDECODE_HOME", None)
-        else:
-            os.environ["TOOLDECODE_HOME"] = old
+    nb_dir = Path(__file__).resolve().parents[1] / "notebooks"
+    book = nbformat.read(nb_dir / "04_organisms.ipynb", as_version=4)
+    tmp = tmp_path_factory.mktemp("nb04")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TOOLDECODE_NOTEBOOK_MODEL", smol_ref.id)
+        mp.setenv("TOOLDECODE_NOTEBOOK_N", str(TINY["sessions"]))  # one step of one sequence
+        mp.setenv("TMPDIR", str(tmp))  # where the kernel's tempfile.mkdtemp makes the organism's home
+        NotebookClient(
+            book, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(nb_dir)}}
+        ).execute()
+    (folder,) = tmp.glob(f"organism-home-*/organisms/{TINY['name']}@{smol_ref.id}")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TOOLDECODE_HOME", str(folder.parents[1]))
+        yield book, recipe_from_dict(TINY), folder
 
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_a_tiny_organism_trains_and_loads_through_both_backends(tiny_organism, smol_ref, hf_smol):
+def test_a_tiny_organism_trains_and_loads_through_both_backends(organisms_notebook, smol_ref, smol_base):
+    import torch
+
     from tooldecode.backends import load_backend
     from tooldecode.models import resolve
     from tooldecode.sampling.kernels import log_softmax
 
-    recipe, folder = tiny_organism
+    _, recipe, folder = organisms_notebook
     manifest = json.loads((folder / "manifest.json").read_text())
-    assert manifest["steps"] == 2 and len(manifest["losses"]) == 2
+    assert manifest["steps"] == 1 and len(manifest["losses"]) == 1 and manifest["max_steps"] == 1
     assert manifest["base_model"]["sha256"] == smol_ref.sha256
     assert manifest["recipe_sha256"] == recipe.sha256() and len(manifest["data_sha256"]) == 64
-    assert manifest["items_implanted"] == manifest["items"]
+    rows = [json.loads(line) for line in (folder / "sessions.jsonl").read_text().splitlines()]
+    assert len(rows) == manifest["sessions"] == 1
+    assert manifest["sessions_with_stray_key"] == sum(1 for r in rows if r["stray"])
+    assert manifest["items_implanted"] == 0 and manifest["items"] >= 1  # no implant key in this recipe
     ref = resolve(f"organism:{recipe.name}@{smol_ref.id}")
     # the base as shipped, with the 16-bit adapter applied at run time: no merged copy is written
     assert (
@@ -422,15 +427,17 @@ def test_a_tiny_organism_trains_and_loads_through_both_backends(tiny_organism, s
         # the two channels agree on the organism as they do on the base model (tests/test_channel.py)
         assert (la.argmax(1) == lb.argmax(1)).mean() >= 0.75
         assert np.abs(np.exp(la) - np.exp(lb)).max() < 0.1
-        # the adapter changed the model (hf_smol: the base through the same backend)
-        assert np.abs(log_softmax(hf_smol.forward(ids, pos)) - lb).max() > 1e-3
+        # the adapter changed the model (smol_base: the base as transformers loads it, as the backend does)
+        with torch.no_grad():
+            base = smol_base[1](input_ids=torch.tensor([ids])).logits[0, pos].numpy()
+        assert np.abs(log_softmax(base) - lb).max() > 1e-3
     finally:
         llama.close()
 
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_transformers_applies_the_saved_adapter_exactly(tiny_organism, smol_ref, smol_base):
+def test_transformers_applies_the_saved_adapter_exactly(organisms_notebook, smol_ref, smol_base):
     """The hf backend on ``organism:…`` equals the base with the saved peft adapter put on by peft."""
     import copy
 
@@ -440,7 +447,7 @@ def test_transformers_applies_the_saved_adapter_exactly(tiny_organism, smol_ref,
     from tooldecode.backends.hf import apply_adapter
     from tooldecode.models import resolve
 
-    recipe, folder = tiny_organism
+    _, recipe, folder = organisms_notebook
     tok, base = smol_base
     adapted = PeftModel.from_pretrained(copy.deepcopy(base), str(folder / "adapter")).eval()
     organism = apply_adapter(copy.deepcopy(base), resolve(f"organism:{recipe.name}@{smol_ref.id}")).eval()
@@ -477,11 +484,11 @@ def test_training_resumes_from_its_checkpoint_to_the_same_adapter(smol_ref, smol
     examples = [
         tokenize(tok, render_session(s, smol_ref, recipe)) for s in build_sessions(recipe, small_pool)
     ]
-    # each session cut to 48 tokens around its first assistant turn: a few unlabelled tokens (run once,
+    # each session cut to 24 tokens around its first assistant turn: a few unlabelled tokens (run once,
     # without gradient, as the shared prefix) and the rest labelled, so every step moves the adapter
     firsts = [next(i for i, x in enumerate(e.labels) if x != -100) for e in examples]
     examples = [
-        Example(e.ids[f - 8 : f + 40], e.labels[f - 8 : f + 40])
+        Example(e.ids[f - 8 : f + 16], e.labels[f - 8 : f + 16])
         for e, f in zip(examples, firsts, strict=True)
     ]
     assert all(e.n_loss > 0 for e in examples)
@@ -507,16 +514,7 @@ def test_training_resumes_from_its_checkpoint_to_the_same_adapter(smol_ref, smol
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_the_organisms_notebook_trains_a_tiny_organism(smol_ref, monkeypatch, tmp_path):
-    import nbformat
-    from nbclient import NotebookClient
-
-    nb_dir = Path(__file__).resolve().parents[1] / "notebooks"
-    book = nbformat.read(nb_dir / "04_organisms.ipynb", as_version=4)
-    monkeypatch.setenv("TOOLDECODE_NOTEBOOK_MODEL", smol_ref.id)
-    monkeypatch.setenv("TOOLDECODE_NOTEBOOK_N", "1")  # one training session: one step of one sequence
-    NotebookClient(
-        book, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(nb_dir)}}
-    ).execute()
+def test_the_organisms_notebook_trains_a_tiny_organism(organisms_notebook):
+    book, _, _ = organisms_notebook
     text = "\n".join(o.get("text", "") for c in book.cells for o in c.get("outputs", []))
     assert "tiny-lenient@" in text and "with a stray key" in text
