@@ -209,11 +209,20 @@ def test_soundness_of_outlines_llamacpp(llama_smol):
 
 
 def _l2_prompt(ref):
+    """A rendered gold-prefix prompt whose text is one short user turn, the assistant's turn and the forced
+    prefix. The engines build their grammars from ``prompt.tools`` and never read the tool list in the
+    system turn or the file the user turn shows; those ~1,900 tokens made the prefill (one llama.cpp thread)
+    most of each draw here, and outlines prefills again on every sample."""
+    from dataclasses import replace
+
     from tooldecode.prompts import TranscriptOptions, render_prompt
     from tooldecode.scenarios import load_scenarios
 
-    sc = load_scenarios()[0]
-    return sc, render_prompt(sc, ref, TranscriptOptions(toolset="nested", conditioning="gold-prefix"))
+    sc = next(s for s in load_scenarios() if s.id == "toml-entry-point-colon")
+    prompt = render_prompt(sc, ref, TranscriptOptions(toolset="nested", conditioning="gold-prefix"))
+    turn = prompt.text.rindex("<|im_start|>assistant\n")
+    user = "<|im_start|>user\nmdlint fails with ModuleNotFoundError: fix its entry point in pyproject.toml.<|im_end|>\n"
+    return sc, replace(prompt, text=user + prompt.text[turn:])
 
 
 @pytest.mark.model
@@ -224,7 +233,8 @@ def test_json_settings_sample_after_the_gold_prefix_with_strict_records(llama_sm
 
     sc, prompt = _l2_prompt(smol_ref)
     channel = build_strict(name, prompt.tools, prompt.wire, llama_smol)
-    params = SamplingParams(max_new_tokens=48, stop=tuple(prompt.stop), seed=3)
+    # index 2 closes its call within 20 tokens under every setting (seed 3): the parse check runs
+    params = SamplingParams(max_new_tokens=24, stop=tuple(prompt.stop), seed=3)
     out = draw(llama_smol, prompt.text, 3, params, mask=channel, prefill=prompt.prefill, batch_size=3)
     assert [s.index for s in out] == [0, 1, 2]
     for s in out:
@@ -256,10 +266,10 @@ def test_run_with_an_engine_list_writes_one_arm_per_setting(tmp_path):
 
     spec_path = tmp_path / "e_engines.toml"
     spec_path.write_text(
-        'name = "t-engines"\nmodels = ["smollm2-135m-instruct"]\nscenarios = ["c-config-trim-crlf"]\n'
-        'n = 2\nmax_new_tokens = 12\nmodes = ["loose", "strict"]\n'
+        'name = "t-engines"\nmodels = ["smollm2-135m-instruct"]\nscenarios = ["toml-entry-point-colon"]\n'
+        'n = 2\nmax_new_tokens = 6\nmodes = ["loose", "strict"]\n'
         'engine = ["tooldecode-strict", "llguidance-json-closed"]\n'
-        '[variant]\ntoolset = ["nested"]\nconditioning = ["gold-prefix"]\n'
+        '[variant]\nhistory = ["fresh"]\ntoolset = ["nested"]\nconditioning = ["gold-prefix"]\n'
     )
     out = run_spec(load_spec(spec_path), tmp_path / "run", progress=False)
     recs = list(RunStore.open(out).sample_records())
@@ -274,18 +284,20 @@ def test_run_with_an_engine_list_writes_one_arm_per_setting(tmp_path):
 @pytest.mark.model
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["outlines-llamacpp", "outlines-transformers"])
-def test_outlines_is_the_sampler_and_says_what_it_cannot_report(llama_smol, smol_ref, engine):
+def test_outlines_is_the_sampler_and_says_what_it_cannot_report(request, smol_ref, engine):
     """outlines draws with its own loop from the prompt exactly as written (no chat turn wrapped around
-    it: the sampler checks the tokens the model saw, and the record would be an error otherwise)."""
+    it: the sampler checks the tokens the model saw, and the record would be an error otherwise).
+    outlines-transformers wraps the session's transformers model (one load of it per session)."""
     from tooldecode.sampling import SamplingParams
 
+    backend = request.getfixturevalue("llama_smol" if engine == "outlines-llamacpp" else "hf_smol")
     _, prompt = _l2_prompt(smol_ref)
-    channel = build_strict(engine, prompt.tools, prompt.wire, llama_smol)
+    channel = build_strict(engine, prompt.tools, prompt.wire, backend)
     out = draw(
-        llama_smol,
+        backend,
         prompt.text,
         2,
-        SamplingParams(max_new_tokens=16, stop=tuple(prompt.stop)),
+        SamplingParams(max_new_tokens=8, stop=tuple(prompt.stop)),
         mask=channel,
         prefill=prompt.prefill,
     )

@@ -280,13 +280,13 @@ def test_sample_command_scores_strict_samples(capsys):
     argv = ["sample", "--model", "smollm2-135m-instruct", "--scenario", "py-pagination-off-by-one"]
     argv += [
         "--variant",
-        "agentic,gold-prefix",
+        "fresh,gold-prefix",
         "--mode",
         "strict",
         "-n",
         "2",
         "--max-new-tokens",
-        "16",
+        "8",
         "--json",
     ]
     assert cli_main(argv) == 0

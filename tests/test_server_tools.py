@@ -79,9 +79,17 @@ def test_forced_tool_arm_record_and_classifier(openai_smol, smol_ref):
 @pytest.mark.slow
 def test_strict_flag_is_ignored_by_llama_cpp_python(openai_smol, smol_ref):
     """Same seed, same prompt, strict true vs false: the same call (the flag changes nothing on this
-    server); with a budget that lets the call close, its keys are the schema's (objects closed)."""
+    server); with a budget that lets the call close, its keys are the schema's (objects closed).
+
+    The user turn is a one-line request instead of the scenario's file: greedy SmolLM2 then closes its
+    call within 20 tokens (after the whole file it repeats edits past 160 tokens and never closes), and
+    each of the two requests evaluates ~330 fewer prompt tokens."""
     p = _prompt(smol_ref, "fresh,forced-tool")
-    params = SamplingParams(max_new_tokens=160, seed=1, temperature=0.0)
+    messages = list(p.messages)
+    assert messages[1]["role"] == "user"
+    messages[1] = dict(messages[1], content="In shop/cart.py, change `items=[]` to `items=None`.")
+    p = dataclasses.replace(p, messages=messages)
+    params = SamplingParams(max_new_tokens=32, seed=1, temperature=0.0)
     # same numerics for both requests: the prompt evaluated whole each time (see ServerProbe.reset_prefix)
     openai_smol.reset_prefix()
     on = draw_tools(openai_smol, p, 1, params, strict=True, conditioning="forced-tool")[0]
