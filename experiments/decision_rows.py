@@ -49,6 +49,23 @@ def decision_runs(runs: Sequence[Run]) -> list[tuple[Run, list[DecisionRow]]]:
     return out
 
 
+def by_model(
+    found: Sequence[tuple[Run, list[DecisionRow]]],
+) -> dict[str, tuple[list[Run], list[DecisionRow]]]:
+    """Per model, the runs that hold its rows and one row per (policy, scenario): where two runs of the
+    spec computed the same scenario (a run resumed under another folder), the run with more of that model's
+    scenarios gives it (the rows are exact, so they agree up to floating-point order)."""
+    out: dict[str, tuple[list[Run], list[DecisionRow]]] = {}
+    for model in sorted({row.model for _, rows in found for row in rows}):
+        mine = [(run, [row for row in rows if row.model == model]) for run, rows in found]
+        mine = sorted((m for m in mine if m[1]), key=lambda m: len({row.scenario for row in m[1]}))
+        keep: dict[tuple[str, str], DecisionRow] = {}
+        for _, rows in mine:
+            keep.update({(row.name, row.scenario): row for row in rows})
+        out[model] = ([run for run, _ in mine], list(keep.values()))
+    return out
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
@@ -59,59 +76,58 @@ def row_decision_l2(spec: dict, rs: list[Run], runs: dict) -> list[dict]:
     del runs
     tested: list[dict] = []
     described: list[dict] = []
-    for run, rows in decision_runs(rs):
+    for model, (sources, rows) in by_model(decision_runs(rs)).items():
         groups = rows_by(rows)
-        for model in sorted({m for m, _ in groups}):
-            for label, a, b, measure, sign in COMPARISONS:
-                ra, rb = groups.get((model, a), {}), groups.get((model, b), {})
-                if not ra or not rb:
-                    continue
-                va = {s: getattr(r, measure) for s, r in ra.items()}
-                vb = {s: getattr(r, measure) for s, r in rb.items()}
-                cmp = paired_clusters(va, vb)
-                shared = sorted(set(va) & set(vb))
-                events = sum(1 for s in shared if va[s] > 0 or vb[s] > 0)
-                masked = sum(1 for s in shared if (ra[s].mask_removed or 0.0) > 0.0) if a != "loose" else 0
-                moved = sum(1 for s in shared if (va[s] - vb[s]) * sign > 0)
-                tested.append(
-                    {
-                        "observation": f"{spec['name']}: {short(model)}: {label} (L2, exact)",
-                        "claim": f"{spec.get('claim', '')} Tested here: a {'rise' if sign > 0 else 'fall'} "
-                        f"(difference, size not stated).",
-                        "source": source([run]),
-                        "_cmp": cmp,
-                        "_claim": EffectClaim("difference", None, sign=sign),
-                        "_events": events,
-                        "_extra": (
-                            f" In the claimed direction on {moved}/{len(shared)} scenarios; the mask removes mass "
-                            f"at the decision's first step on {masked}/{len(shared)}."
-                            if a != "loose" or b != "loose"
-                            else ""
-                        ),
-                    }
-                )
-            sp, dk = (
-                groups.get((model, "strict-prefix"), {}),
-                groups.get((model, "loose+drop-unknown-keys"), {}),
+        for label, a, b, measure, sign in COMPARISONS:
+            ra, rb = groups.get((model, a), {}), groups.get((model, b), {})
+            if not ra or not rb:
+                continue
+            va = {s: getattr(r, measure) for s, r in ra.items()}
+            vb = {s: getattr(r, measure) for s, r in rb.items()}
+            cmp = paired_clusters(va, vb)
+            shared = sorted(set(va) & set(vb))
+            events = sum(1 for s in shared if va[s] > 0 or vb[s] > 0)
+            masked = sum(1 for s in shared if (ra[s].mask_removed or 0.0) > 0.0) if a != "loose" else 0
+            moved = sum(1 for s in shared if (va[s] - vb[s]) * sign > 0)
+            tested.append(
+                {
+                    "observation": f"{spec['name']}: {short(model)}: {label} (L2, exact)",
+                    "claim": f"{spec.get('claim', '')} Tested here: a {'rise' if sign > 0 else 'fall'} "
+                    f"(difference, size not stated).",
+                    "source": source(sources),
+                    "_cmp": cmp,
+                    "_claim": EffectClaim("difference", None, sign=sign),
+                    "_events": events,
+                    "_extra": (
+                        f" In the claimed direction on {moved}/{len(shared)} scenarios; the mask removes mass "
+                        f"at the decision's first step on {masked}/{len(shared)}."
+                        if a != "loose" or b != "loose"
+                        else ""
+                    ),
+                }
             )
-            lo = groups.get((model, "loose"), {})
-            if sp and dk and lo:
-                cmp = paired_clusters(
-                    {s: r.p_correct for s, r in sp.items()}, {s: r.p_correct for s, r in dk.items()}
-                )
-                und = max(r.p_undetermined for r in lo.values())
-                described.append(
-                    {
-                        "observation": f"{spec['name']}: {short(model)}: strict-prefix vs loose + drop-unknown-keys, "
-                        "P(correct) (L2, exact)",
-                        "claim": "descriptive: how close the prefix-keeping mask comes to dropping unknown keys",
-                        "measured": f"{cmp} ({METHOD}). Largest undetermined mass of a loose row: {_pct(und)}.",
-                        "verdict": "descriptive",
-                        "source": source([run]),
-                        "summary": f"{short(model)}: strict-prefix − drop-unknown-keys, P(correct) "
-                        f"{100 * cmp.diff:+.1f} pts",
-                    }
-                )
+        sp, dk = (
+            groups.get((model, "strict-prefix"), {}),
+            groups.get((model, "loose+drop-unknown-keys"), {}),
+        )
+        lo = groups.get((model, "loose"), {})
+        if sp and dk and lo:
+            cmp = paired_clusters(
+                {s: r.p_correct for s, r in sp.items()}, {s: r.p_correct for s, r in dk.items()}
+            )
+            und = max(r.p_undetermined for r in lo.values())
+            described.append(
+                {
+                    "observation": f"{spec['name']}: {short(model)}: strict-prefix vs loose + drop-unknown-keys, "
+                    "P(correct) (L2, exact)",
+                    "claim": "descriptive: how close the prefix-keeping mask comes to dropping unknown keys",
+                    "measured": f"{cmp} ({METHOD}). Largest undetermined mass of a loose row: {_pct(und)}.",
+                    "verdict": "descriptive",
+                    "source": source(sources),
+                    "summary": f"{short(model)}: strict-prefix − drop-unknown-keys, P(correct) "
+                    f"{100 * cmp.diff:+.1f} pts",
+                }
+            )
     adjusted = holm([r["_cmp"].p_sign_flip for r in tested])
     for r, padj in zip(tested, adjusted, strict=True):
         cmp = r.pop("_cmp")
@@ -164,9 +180,10 @@ def decision_block(runs: dict[str, Run], spec_name: str = "e20-decision-l2") -> 
     if not found:
         return (
             f"No run of `{spec_name}` with exact decision rows is committed yet "
-            "(`python -m scripts.jobqueue run --worktree DIR --only e20-decision-l2`)."
+            "(`python -m scripts.jobqueue run --worktree DIR --only e20-decision-l2-organism e20-decision-l2-base`)."
         )
-    rows = [row for _, rs in found for row in rs]
+    merged = by_model(found)
+    rows = [row for _, rs in merged.values() for row in rs]
     table = decision_table(rows)
     reading = [_recommend([t for t in table if t["model"] == m]) for m in sorted({t["model"] for t in table})]
     return (
@@ -174,8 +191,9 @@ def decision_block(runs: dict[str, Run], spec_name: str = "e20-decision-l2") -> 
         + "\nRead per model (the policy with the highest P(correct) is the one to run; strict is worth turning on "
         "only where its P(correct) is not below loose's):\n\n"
         + "\n".join(f"- {line}" for line in reading)
-        + f"\n\nSource: {source([r for r, _ in found])}; `tooldecode decision runs/{found[0][0].name}` prints it."
+        + f"\n\nSource: {source([r for r, _ in found])}; "
+        + f"`tooldecode decision {' '.join(f'runs/{r.name}' for r, _ in found)}` prints it."
     )
 
 
-__all__ = ["COMPARISONS", "decision_block", "decision_runs", "row_decision_l2"]
+__all__ = ["COMPARISONS", "by_model", "decision_block", "decision_runs", "row_decision_l2"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from experiments.decision_rows import COMPARISONS, row_decision_l2
+from experiments.decision_rows import COMPARISONS, by_model, decision_runs, row_decision_l2
 from tooldecode.distortion.decision import DECISION_FILE, DecisionRow
 from tooldecode.runs import Run
 
@@ -38,11 +38,11 @@ def _row(
     ).to_json()
 
 
-def _run(tmp_path, rows: list[dict]) -> Run:
-    path = tmp_path / "e20"
+def _run(tmp_path, rows: list[dict], name: str = "e20") -> Run:
+    path = tmp_path / name
     path.mkdir()
     (path / DECISION_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return Run(name="e20", path=path, manifest={}, samples=[], verdicts={}, probe=[])
+    return Run(name=name, path=path, manifest={}, samples=[], verdicts={}, probe=[])
 
 
 def test_strict_that_moves_the_close_into_the_string_reproduces_each_claim(tmp_path):
@@ -91,3 +91,20 @@ def test_a_run_without_decision_rows_gives_no_row(tmp_path):
         )
         == []
     )
+
+
+def test_a_scenario_two_runs_computed_is_read_once_from_the_larger_run(tmp_path):
+    def rows(scenarios, correct):
+        out = []
+        for sc in scenarios:
+            out += [_row("m", sc, "loose", 0.6, 0.2, None), _row("m", sc, "strict", correct, 0.3, 0.1)]
+        return out
+
+    small = _run(tmp_path, rows(["s0", "s1"], 0.1), "head-start")
+    big = _run(tmp_path, rows([f"s{i}" for i in range(6)], 0.5), "full")
+    merged = by_model(decision_runs([small, big]))
+    sources, kept = merged["m"]
+    assert [r.name for r in sources] == ["head-start", "full"]
+    assert len(kept) == 12 and {r.p_correct for r in kept if r.policy == "strict"} == {0.5}
+    out = row_decision_l2(SPEC, [small, big], {})
+    assert len([r for r in out if "strict's P(correct)" in r["observation"]]) == 1  # one row per model
