@@ -12,6 +12,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
 from tooldecode.grammar.automata import RNode, ast_literal, ast_nullable, cat, is_nothing, lit
+from tooldecode.grammar.rast import cached_hash
 
 
 class GExpr:
@@ -23,6 +24,7 @@ class GLit(GExpr):
     text: str
 
 
+@cached_hash
 @dataclass(frozen=True, slots=True)
 class GTok(GExpr):
     ast: RNode
@@ -30,54 +32,24 @@ class GTok(GExpr):
 
     _hash: int = field(init=False, repr=False, compare=False, default=0)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((GTok, self.ast, self.hint)))
 
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __reduce__(self) -> tuple[type, tuple]:  # the cached hash is per process
-        return (
-            GTok,
-            (
-                self.ast,
-                self.hint,
-            ),
-        )
-
-
+@cached_hash
 @dataclass(frozen=True, slots=True)
 class GSeq(GExpr):
     items: tuple[GExpr, ...]
 
     _hash: int = field(init=False, repr=False, compare=False, default=0)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((GSeq, self.items)))
 
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __reduce__(self) -> tuple[type, tuple]:  # the cached hash is per process
-        return (GSeq, (self.items,))
-
-
+@cached_hash
 @dataclass(frozen=True, slots=True)
 class GAlt(GExpr):
     items: tuple[GExpr, ...]
 
     _hash: int = field(init=False, repr=False, compare=False, default=0)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((GAlt, self.items)))
 
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __reduce__(self) -> tuple[type, tuple]:  # the cached hash is per process
-        return (GAlt, (self.items,))
-
-
+@cached_hash
 @dataclass(frozen=True, slots=True)
 class GRep(GExpr):
     item: GExpr
@@ -85,22 +57,6 @@ class GRep(GExpr):
     hi: int | None
 
     _hash: int = field(init=False, repr=False, compare=False, default=0)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((GRep, self.item, self.lo, self.hi)))
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __reduce__(self) -> tuple[type, tuple]:  # the cached hash is per process
-        return (
-            GRep,
-            (
-                self.item,
-                self.lo,
-                self.hi,
-            ),
-        )
 
 
 @dataclass(frozen=True, slots=True)

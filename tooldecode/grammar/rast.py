@@ -4,7 +4,8 @@ hash-consed regex AST with simplifying constructors. Automata over them are in `
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 
 MAXCP = 0x10FFFF
 SURR_LO, SURR_HI = 0xD800, 0xDFFF
@@ -86,6 +87,36 @@ def cs_size(a: Charset) -> int:
 # regex AST
 
 
+_N = TypeVar("_N")
+
+
+def cached_hash(cls: type[_N]) -> type[_N]:
+    """Give a frozen dataclass node (one that nests other nodes) a hash computed once, at construction.
+
+    A frozen dataclass hashes its fields on every call, so a deep node rehashes its whole subtree each
+    time it is a dict key: quadratic in the builder's loops. The class declares ``_hash: int =
+    field(init=False, repr=False, compare=False, default=0)``; pickling rebuilds the node from its fields,
+    since string hashes differ per process.
+    """
+    names = tuple(f.name for f in fields(cls) if f.init)  # type: ignore[arg-type]
+    init = cls.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        init(self, *args, **kwargs)
+        object.__setattr__(self, "_hash", hash((cls, *(getattr(self, n) for n in names))))
+
+    def __hash__(self: Any) -> int:  # noqa: N807
+        return int(self._hash)
+
+    def __reduce__(self: Any) -> tuple[Any, tuple[Any, ...]]:  # noqa: N807
+        return (cls, tuple(getattr(self, n) for n in names))
+
+    cls.__init__ = __init__  # type: ignore[method-assign]
+    cls.__hash__ = __hash__  # type: ignore[method-assign]
+    cls.__reduce__ = __reduce__  # type: ignore[method-assign]
+    return cls
+
+
 class RNode:
     __slots__ = ()
 
@@ -95,38 +126,23 @@ class Chars(RNode):
     cs: Charset
 
 
+@cached_hash
 @dataclass(frozen=True, slots=True)
 class Cat(RNode):
     items: tuple[RNode, ...]
 
     _hash: int = field(init=False, repr=False, compare=False, default=0)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((Cat, self.items)))
 
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __reduce__(self) -> tuple[type, tuple]:  # the cached hash is per process
-        return (Cat, (self.items,))
-
-
+@cached_hash
 @dataclass(frozen=True, slots=True)
 class Or(RNode):
     items: tuple[RNode, ...]
 
     _hash: int = field(init=False, repr=False, compare=False, default=0)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((Or, self.items)))
 
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __reduce__(self) -> tuple[type, tuple]:  # the cached hash is per process
-        return (Or, (self.items,))
-
-
+@cached_hash
 @dataclass(frozen=True, slots=True)
 class Rep(RNode):
     item: RNode
@@ -135,23 +151,8 @@ class Rep(RNode):
 
     _hash: int = field(init=False, repr=False, compare=False, default=0)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((Rep, self.item, self.lo, self.hi)))
 
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __reduce__(self) -> tuple[type, tuple]:  # the cached hash is per process
-        return (
-            Rep,
-            (
-                self.item,
-                self.lo,
-                self.hi,
-            ),
-        )
-
-
+@cached_hash
 @dataclass(frozen=True, slots=True)
 class Sym(RNode):
     """A named sub-expression: emitted as a rule (GBNF) or terminal (Lark) reference, inlined in regex."""
@@ -160,21 +161,6 @@ class Sym(RNode):
     node: RNode
 
     _hash: int = field(init=False, repr=False, compare=False, default=0)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((Sym, self.name, self.node)))
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __reduce__(self) -> tuple[type, tuple]:  # the cached hash is per process
-        return (
-            Sym,
-            (
-                self.name,
-                self.node,
-            ),
-        )
 
 
 EPS = Cat(())
