@@ -87,7 +87,7 @@ def row_decision_l2(spec: dict, rs: list[Run], runs: dict) -> list[dict]:
             cmp = paired_clusters(va, vb)
             shared = sorted(set(va) & set(vb))
             events = sum(1 for s in shared if va[s] > 0 or vb[s] > 0)
-            masked = sum(1 for s in shared if (ra[s].mask_removed or 0.0) > 0.0) if a != "loose" else 0
+            masked = sum(1 for s in shared if (ra[s].mask_removed or 0.0) > 0.0)  # arm a is always masked
             moved = sum(1 for s in shared if (va[s] - vb[s]) * sign > 0)
             tested.append(
                 {
@@ -98,12 +98,8 @@ def row_decision_l2(spec: dict, rs: list[Run], runs: dict) -> list[dict]:
                     "_cmp": cmp,
                     "_claim": EffectClaim("difference", None, sign=sign),
                     "_events": events,
-                    "_extra": (
-                        f" In the claimed direction on {moved}/{len(shared)} scenarios; the mask removes mass "
-                        f"at the decision's first step on {masked}/{len(shared)}."
-                        if a != "loose" or b != "loose"
-                        else ""
-                    ),
+                    "_extra": f" In the claimed direction on {moved}/{len(shared)} scenarios; the mask removes "
+                    f"mass at the decision's first step on {masked}/{len(shared)}.",
                 }
             )
         sp, dk = (
@@ -166,7 +162,7 @@ def _recommend(table: list[dict]) -> str:
             else f"strict's differs from loose's by {100 * d.diff:+.1f} pts"
         )
     for other in ("strict-prefix", "loose+drop-unknown-keys"):
-        if other in by and strict is not None:
+        if other in by:
             parts.append(f"{other}: {_pct(by[other]['p_correct'].rate)}")
     return "; ".join(parts) + "."
 

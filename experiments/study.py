@@ -280,13 +280,21 @@ def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:
         probe = spec.get("probe", {})
         # a probe-only spec's scenario is done when every variant (the product of its fields) has rows
         n_variants = math.prod(len(as_list(probe[f])) for f in probe.get("fields", []))
+        decided = (  # a decision-only spec's scenarios per run and model, read once
+            {
+                run.name: {(r.model, r.scenario) for _, rs in decision_runs([run]) for r in rs}
+                for run in runs_of(spec["name"], runs)
+            }
+            if spec.get("decision", {}).get("only")
+            else {}
+        )
         for m in spec.get("models", []):
             got = max(
                 (
                     _probed_in_full(run.probe, m, n_variants)
                     if probe.get("only")
-                    else len({r.scenario for _, rs in decision_runs([run]) for r in rs if r.model == m})
-                    if spec.get("decision", {}).get("only")
+                    else sum(1 for model, _ in decided[run.name] if model == m)
+                    if run.name in decided
                     else len({s.scenario for s in run.samples if s.arm.model == m})
                     for run in runs_of(spec["name"], runs)
                     if run.git_dirty is False
