@@ -29,9 +29,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 model_guard.install()
 _START = pytest.StashKey[int]()
 
-# One llama.cpp thread per model, here and in the servers and CLI subprocesses tests start (override by
-# setting TOOLDECODE_THREADS): the test models are tiny, and with two threads on a machine with other
-# work, ggml's threads wait on each other (SmolLM2's sampling tests ran 2.5-3.5x slower on 2 busy cores).
+# One thread per model (llama.cpp, transformers and training alike: tooldecode.backends.base.cpu_threads),
+# here and in the servers and CLI subprocesses tests start (override by setting TOOLDECODE_THREADS): the
+# test models are tiny, and with two threads per worker on 2 busy cores the threads wait on each other
+# (SmolLM2's sampling tests ran 2.5-3.5x slower in llama.cpp; a 600-token transformers forward 1.5x).
 os.environ.setdefault("TOOLDECODE_THREADS", "1")
 
 

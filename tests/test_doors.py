@@ -663,3 +663,18 @@ def test_a_run_manifest_nested_too_deeply_is_one_line(tmp_path, capsys):
     assert rc == 0 and "(unreadable manifest)" in out
     rc, _, err = _run(["rescore", str(run)], capsys)
     assert "corrupt" in _one_line_refusal(rc, err)
+
+
+@pytest.mark.parametrize("raw", ["0", "two", "-1", "1.5"])
+def test_a_thread_count_that_is_not_a_positive_integer_is_one_line(monkeypatch, raw):
+    from tooldecode.backends.base import cpu_threads
+
+    monkeypatch.setenv("TOOLDECODE_THREADS", raw)
+    with pytest.raises(ToolDecodeError) as err:
+        cpu_threads()
+    assert "TOOLDECODE_THREADS" in str(err.value) and "\n" not in str(err.value)
+    assert cpu_threads(3) == 3  # an explicit count wins over the environment
+    monkeypatch.setenv("TOOLDECODE_THREADS", "1")
+    assert cpu_threads() == 1
+    monkeypatch.delenv("TOOLDECODE_THREADS")
+    assert cpu_threads() == (os.cpu_count() or 1)

@@ -351,7 +351,7 @@ def smol_base(smol_ref):
     ``copy.deepcopy(model)``, never the model itself."""
     from tooldecode.organisms.train import load_base
 
-    return load_base(smol_ref, device="cpu", threads=2)
+    return load_base(smol_ref, device="cpu")
 
 
 # the tiny organism notebook 04 trains (its cell: one session, one step); the tests below load it

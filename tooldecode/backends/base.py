@@ -11,6 +11,7 @@ together. Every backend states its mode in ``info()["eval_mode"]``.
 from __future__ import annotations
 
 import ctypes
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from functools import cached_property, lru_cache
@@ -18,7 +19,31 @@ from typing import Any
 
 import numpy as np
 
+from tooldecode.errors import ModelError
 from tooldecode.models import ModelRef
+
+
+def cpu_threads(requested: int | None = None) -> int:
+    """The CPU threads a model runtime uses: ``requested``, else ``TOOLDECODE_THREADS``, else every core.
+
+    One home for the setting, read by llama.cpp, transformers and training alike, so that two processes
+    sharing the cores (two test workers, a queue job) can each be held to one thread.
+
+    Raises
+    ------
+    ModelError
+        When ``TOOLDECODE_THREADS`` is set to anything but a positive integer.
+    """
+    if requested:
+        return int(requested)
+    raw = os.environ.get("TOOLDECODE_THREADS", "").strip()
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise ModelError(
+                f"TOOLDECODE_THREADS={raw!r} is not a positive integer; set it to a thread count (e.g. 1) or unset it"
+            )
+        return int(raw)
+    return os.cpu_count() or 1
 
 
 class Backend(ABC):

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tooldecode.backends.base import Backend, byte_level_decoder
+from tooldecode.backends.base import Backend, byte_level_decoder, cpu_threads
 from tooldecode.errors import ModelError
 from tooldecode.models import ModelRef
 
@@ -69,7 +69,7 @@ class HFBackend(Backend):
         dtype = dtype or ("bfloat16" if self.device.startswith("cuda") else "float32")
         self.dtype = dtype
         if self.device == "cpu":
-            torch.set_num_threads(n_threads or os.cpu_count() or 1)
+            torch.set_num_threads(cpu_threads(n_threads))
         folder, gguf = (model.path.parent, model.path.name) if model.is_gguf else (model.path, None)
         kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
         quiet_gguf_progress()

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tooldecode.backends.base import Backend, feed_branches, llama_piece, llama_tokenize
+from tooldecode.backends.base import Backend, cpu_threads, feed_branches, llama_piece, llama_tokenize
 from tooldecode.errors import ModelError
 from tooldecode.models import ModelRef
 
@@ -82,7 +82,7 @@ class LlamaCppBackend(Backend):
 
         self._lc = llama_cpp
         self.model = model
-        self.n_threads = n_threads or int(os.environ.get("TOOLDECODE_THREADS", 0)) or os.cpu_count() or 1
+        self.n_threads = cpu_threads(n_threads)
         self.n_batch = n_batch
         self.max_seqs = max_seqs
         try:

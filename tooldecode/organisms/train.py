@@ -48,13 +48,14 @@ def load_base(ref: ModelRef, *, device: str = "cpu", threads: int | None = None)
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from tooldecode.backends.base import cpu_threads
     from tooldecode.backends.hf import one_gguf_parse, quiet_gguf_progress
 
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     quiet_gguf_progress()
     if device == "cpu":
-        torch.set_num_threads(threads or os.cpu_count() or 1)
+        torch.set_num_threads(cpu_threads(threads))
     folder, gguf = (ref.path.parent, ref.path.name) if ref.is_gguf else (ref.path, None)
     kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
