@@ -122,6 +122,21 @@ def expand_decision(
             todo = None
             if first is not None:
                 todo = _decide_by_first_byte(first, written, mass, dists, classify, leaf, cum)
+                children += _take_in_order(
+                    _order_array(dists, todo),
+                    path,
+                    written,
+                    mass,
+                    dists,
+                    cum,
+                    config.tail,
+                    vocab,
+                    eog,
+                    classify,
+                    leaf,
+                )
+                unresolved(label, {k: mass[k] * max(0.0, dists[k][1] - cum[k]) for k in dists})
+                continue
             for t in _order(dists, todo):
                 if all(cum[k] >= dists[k][1] - config.tail for k in dists):
                     break
@@ -157,12 +172,115 @@ def expand_decision(
 
 def _order(dists: Mapping[str, tuple[np.ndarray, float]], todo: np.ndarray | None) -> list[int]:
     """Token ids by their largest weight under any policy (only ``todo``'s where given)."""
+    return _order_array(dists, todo).tolist()
+
+
+def _order_array(dists: Mapping[str, tuple[np.ndarray, float]], todo: np.ndarray | None) -> np.ndarray:
     ws = [w for w, _ in dists.values()]
     key = ws[0] if len(ws) == 1 else np.max(np.vstack(ws), axis=0)
     if todo is None:
-        return np.argsort(-key).tolist()
+        return np.argsort(-key)
     ids = np.flatnonzero(todo)
-    return ids[np.argsort(-key[ids])].tolist()
+    return ids[np.argsort(-key[ids])]
+
+
+def _take_in_order(
+    order: np.ndarray,
+    path: tuple[int, ...],
+    written: bytes,
+    mass: Mapping[str, float],
+    dists: Mapping[str, tuple[np.ndarray, float]],
+    cum: dict[str, float],
+    tail: float,
+    vocab: Sequence[bytes],
+    eog: frozenset[int],
+    classify: Classify,
+    leaf: Callable[[Any, dict[str, float]], None],
+) -> list[tuple[tuple[int, ...], bytes, dict[str, float], Any, int]]:
+    """The ordered, tail-bounded pass of ``expand_decision`` over ``order``, in arrays: the same tokens
+    taken (in order, until every policy has classified all but ``tail`` of its share, ``cum`` summed
+    token by token as the loop sums it), decided ones added to ``leaf`` by label, open ones returned as
+    children in order. Tokens are classified by their shortest byte prefix that decides them
+    (``_classify_tokens``), so a node costs one classification per distinct prefix, not per token."""
+    keys = list(dists)
+    if not len(order):
+        return []
+    w = np.vstack([dists[k][0][order] for k in keys]).astype(np.float64, copy=False)
+    start = np.array([cum[k] for k in keys], dtype=np.float64)
+    running = np.cumsum(np.hstack([start[:, None], w]), axis=1)  # running[:, i]: before token i
+    need = np.array([dists[k][1] - tail for k in keys], dtype=np.float64)
+    done = np.all(running[:, :-1] >= need[:, None], axis=0)
+    stop = int(np.argmax(done)) if done.any() else len(order)
+    for j, k in enumerate(keys):
+        cum[k] = float(running[j, stop])
+    taken = w[:, :stop]
+    live = np.flatnonzero((taken > 0.0).any(axis=0))
+    if not len(live):
+        return []
+    ids = order[live]
+    # the first byte of each of these tokens is known not to decide (``_decide_by_first_byte``)
+    labels = _classify_tokens(written, ids.tolist(), vocab, eog, classify, known_open=1)
+    children = []
+    by_label: dict[Any, list[int]] = {}
+    for j, (t, (what, limit)) in enumerate(zip(ids.tolist(), labels, strict=True)):
+        if limit is None:
+            by_label.setdefault(what, []).append(j)
+            continue
+        q = taken[:, live[j]]
+        share = {k: mass[k] * float(q[i]) for i, k in enumerate(keys) if q[i] > 0.0}
+        tb = vocab[t] if t not in eog else b"\x00<eog>"
+        children.append((path + (int(t),), written + tb, share, what, limit))
+    for what, js in by_label.items():
+        sums = taken[:, live[js]].sum(axis=1)
+        share = {k: mass[k] * float(sums[i]) for i, k in enumerate(keys) if sums[i] > 0.0}
+        if share:
+            leaf(what, share)
+    return children
+
+
+def _classify_tokens(
+    written: bytes,
+    ids: Sequence[int],
+    vocab: Sequence[bytes],
+    eog: frozenset[int],
+    classify: Classify,
+    *,
+    known_open: int = 0,
+) -> list[tuple[Any, int | None]]:
+    """``classify(written + token)`` of each token, one call per distinct byte prefix where a prefix
+    already decides the class (a decided class never changes as the text grows: the guarantee
+    ``by_first_byte`` rests on, checked byte by byte in ``tests/test_probe.py``); a token no shorter
+    prefix decides is classified whole. ``known_open``: prefixes up to this length are known not to decide."""
+    out: list[tuple[Any, int | None] | None] = [None] * len(ids)
+    waiting: list[int] = []
+    for j, t in enumerate(ids):
+        if t in eog:
+            out[j] = classify(written + b"\x00<eog>")
+        else:
+            waiting.append(j)
+    n = known_open + 1
+    while waiting:
+        groups: dict[bytes, list[int]] = {}
+        for j in waiting:
+            tb = vocab[ids[j]]
+            if len(tb) <= n:
+                out[j] = classify(written + tb)
+            else:
+                groups.setdefault(tb[:n], []).append(j)
+        waiting = []
+        for head, js in groups.items():
+            if len(js) == 1:
+                j = js[0]
+                out[j] = classify(written + vocab[ids[j]])
+                continue
+            what, limit = classify(written + head)
+            if limit is None:
+                for j in js:
+                    out[j] = (what, None)
+            else:
+                waiting += js
+        n += 1
+    return out  # type: ignore[return-value]
 
 
 def _decide_by_first_byte(
