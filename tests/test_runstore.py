@@ -74,6 +74,27 @@ def test_resume_with_same_config_keeps_the_original_manifest(tmp_path: Path) -> 
     assert [r["key"] for r in resumed.iter_samples()] == ["s1/0", "s1/1", "s1/2"]
 
 
+def test_a_resume_from_another_commit_is_recorded_once_in_the_manifest(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+
+    def at(sha: str, dirty: bool, created: str) -> dict:
+        return _manifest(created=created, tooldecode={"version": "0", "git_sha": sha, "git_dirty": dirty})
+
+    RunStore.create(run, at("aaa", False, "t0")).close()
+    RunStore.create(run, at("aaa", False, "t1")).close()  # the same commit: nothing to add
+    assert "resumed" not in json.loads((run / "manifest.json").read_text())
+    RunStore.create(run, at("bbb", False, "t2")).close()
+    RunStore.create(run, at("bbb", False, "t3")).close()  # once per commit
+    RunStore.create(run, at("bbb", True, "t4")).close()  # dirty is another provenance
+    stored = json.loads((run / "manifest.json").read_text())
+    assert stored["tooldecode"]["git_sha"] == "aaa" and stored["created"] == "t0"
+    assert stored["resumed"] == [
+        {"git_sha": "bbb", "git_dirty": False, "at": "t2"},
+        {"git_sha": "bbb", "git_dirty": True, "at": "t4"},
+    ]
+    assert RunStore.open(run).manifest["resumed"] == stored["resumed"]
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tooldecode import __version__
 
-__all__ = ["FORMAT_VERSION", "build_manifest"]
+__all__ = ["FORMAT_VERSION", "build_manifest", "with_resume"]
 
 FORMAT_VERSION = 1
 
@@ -83,3 +83,16 @@ def build_manifest(
         "seeds": seeds,
         "scenarios": scenarios,
     }
+
+
+def with_resume(stored: dict, incoming: dict) -> dict | None:
+    """``stored`` with the commit of ``incoming`` (a resume's manifest) added to its ``resumed`` list, or
+    None when that commit is the run's own or already listed. A commit counts with its ``git_dirty``, so a
+    run's rows name every commit that wrote some."""
+    new = incoming.get("tooldecode") or {}
+    first = stored.get("tooldecode") or {}
+    here = {"git_sha": new.get("git_sha"), "git_dirty": new.get("git_dirty")}
+    seen = list(stored.get("resumed") or [])
+    if here == {k: first.get(k) for k in here} or any({k: e.get(k) for k in here} == here for e in seen):
+        return None
+    return {**stored, "resumed": [*seen, {**here, "at": incoming.get("created")}]}

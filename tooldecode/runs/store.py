@@ -2,7 +2,8 @@
 
 ```
 runs/<name>/
-  manifest.json    config + provenance (versions, git sha, model, seeds, scenario hashes); written once
+  manifest.json    config + provenance (versions, git sha, model, seeds, scenario hashes); written once,
+                   then a resume from another commit is added to its ``resumed``
   samples.jsonl    raw sample records, one JSON object per line, appended and fsynced per batch
   <derived>        verdicts-<scorer version>.jsonl, summary.md, ...: rewritten at will, never raw
 ```
@@ -37,18 +38,12 @@ from tooldecode.runs.files import (
     os_reason,
     write_all,
 )
+from tooldecode.runs.manifest import with_resume
 
-__all__ = [
-    "MANIFEST",
-    "SAMPLE_FIELDS",
-    "DerivedWriteError",
-    "SAMPLES",
-    "RunLock",
-    "RunStore",
-    "clear_run",
-    "is_store_file",
-    "rescore",
-]
+# fmt: off
+__all__ = ["MANIFEST", "SAMPLE_FIELDS", "DerivedWriteError", "SAMPLES", "RunLock", "RunStore", "clear_run",
+           "is_store_file", "rescore"]
+# fmt: on
 
 MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
@@ -311,6 +306,7 @@ class RunStore:
                     f"run {path} was made with a different config (field {diff or '<root>'} differs); "
                     "use a new --out or pass --fresh"
                 )
+            store.note_resume(manifest)
             return store
         if path.exists():
             if not path.is_dir():
@@ -338,6 +334,18 @@ class RunStore:
         except OSError as err:
             raise RunError(f"cannot create run {path} ({os_reason(err)}); choose another --out") from None
         return cls(path, json.loads(text))
+
+    def note_resume(self, manifest: dict) -> None:
+        """Add a resume from another commit to the stored manifest (``runs.manifest.with_resume``)."""
+        if (updated := with_resume(self.manifest, manifest)) is not None:
+            text = json.dumps(jsonable(updated), indent=2, ensure_ascii=False) + "\n"
+            try:
+                atomic_write(self.path / MANIFEST, [text.encode("utf-8")])
+            except OSError as err:
+                raise RunError(
+                    f"cannot update {self.path / MANIFEST} ({os_reason(err)}); check the folder"
+                ) from None
+            self.manifest = updated
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> RunStore:
