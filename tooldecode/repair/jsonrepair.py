@@ -77,6 +77,19 @@ def _nesting(text: str, limit: int) -> int:
     return deepest
 
 
+@functools.lru_cache(maxsize=8192)
+def _repaired(raw: str) -> tuple[str, str | None]:
+    """``json_repair.repair_json(raw)`` as JSON text, or its failure: a pure function of ``raw``, kept for
+    the copies of a draw (an arm that renders like another, a repeated greedy draw) that a report pools."""
+    import json_repair
+
+    try:
+        value = json_repair.repair_json(raw, return_objects=True)
+        return json.dumps(value, ensure_ascii=False), None
+    except (Exception, RecursionError) as err:
+        return "", str(err)[:160]
+
+
 def json_repair_call(
     text: str, tools: Sequence[Tool], *, wire: str | None = None, expected_tool: str | None = None
 ) -> dict:
@@ -87,8 +100,6 @@ def json_repair_call(
     did not parse as it was). A valid result may still carry a cut or altered payload: callers compare it
     with the gold (``repair_record`` counts those as silent corruptions, not rescues).
     """
-    import json_repair
-
     raw = _json_repair_candidate(text, wire, tools, expected_tool)
     depth = _nesting(raw, MAX_JSON_DEPTH)
     if depth > MAX_JSON_DEPTH:  # the parsers recurse: a bounded outcome instead of a RecursionError
@@ -99,10 +110,10 @@ def json_repair_call(
         changed = False
     except (ValueError, RecursionError):
         changed = True
-    try:
-        value = json_repair.repair_json(raw, return_objects=True)
-    except (Exception, RecursionError) as err:  # the library's own failure is an outcome, not a crash
-        return {"tool": None, "arguments": None, "valid": False, "changed": changed, "error": str(err)[:160]}
+    repaired, failure = _repaired(raw)
+    if failure is not None:  # the library's own failure is an outcome, not a crash
+        return {"tool": None, "arguments": None, "valid": False, "changed": changed, "error": failure}
+    value = json.loads(repaired)
     if isinstance(value, list) and value and isinstance(value[0], dict):
         value = value[0]
     name, args = None, None
