@@ -129,11 +129,13 @@ def expand_decision(
                     mass,
                     dists,
                     cum,
-                    config.tail,
+                    config,
+                    level,
                     vocab,
                     eog,
                     classify,
                     leaf,
+                    unresolved,
                 )
                 unresolved(label, {k: mass[k] * max(0.0, dists[k][1] - cum[k]) for k in dists})
                 continue
@@ -191,24 +193,29 @@ def _take_in_order(
     mass: Mapping[str, float],
     dists: Mapping[str, tuple[np.ndarray, float]],
     cum: dict[str, float],
-    tail: float,
+    config: Bounds,
+    level: int,
     vocab: Sequence[bytes],
     eog: frozenset[int],
     classify: Classify,
     leaf: Callable[[Any, dict[str, float]], None],
+    unresolved: Callable[[Any, dict[str, float]], None],
 ) -> list[tuple[tuple[int, ...], bytes, dict[str, float], Any, int]]:
     """The ordered, tail-bounded pass of ``expand_decision`` over ``order``, in arrays: the same tokens
-    taken (in order, until every policy has classified all but ``tail`` of its share, ``cum`` summed
-    token by token as the loop sums it), decided ones added to ``leaf`` by label, open ones returned as
-    children in order. Tokens are classified by their shortest byte prefix that decides them
-    (``_classify_tokens``), so a node costs one classification per distinct prefix, not per token."""
+    taken (in order, until every policy has classified all but ``config.tail`` of its share, ``cum``
+    summed token by token as the loop sums it), decided ones added to ``leaf`` by label. Of the open ones,
+    those the level could expand (mass at least ``config.min_mass``, ``level + 1 < limit``), at most
+    ``config.max_branches`` of the largest, are returned as children in order; the rest can never be among
+    the level's expanded children, so their mass goes to ``unresolved`` by label at once, as the loop
+    would send it after the level. Tokens are classified by their shortest byte prefix that decides them
+    (``_classify_tokens``), so a decided class costs one classification per distinct prefix."""
     keys = list(dists)
     if not len(order):
         return []
     w = np.vstack([dists[k][0][order] for k in keys]).astype(np.float64, copy=False)
     start = np.array([cum[k] for k in keys], dtype=np.float64)
     running = np.cumsum(np.hstack([start[:, None], w]), axis=1)  # running[:, i]: before token i
-    need = np.array([dists[k][1] - tail for k in keys], dtype=np.float64)
+    need = np.array([dists[k][1] - config.tail for k in keys], dtype=np.float64)
     done = np.all(running[:, :-1] >= need[:, None], axis=0)
     stop = int(np.argmax(done)) if done.any() else len(order)
     for j, k in enumerate(keys):
@@ -217,24 +224,36 @@ def _take_in_order(
     live = np.flatnonzero((taken > 0.0).any(axis=0))
     if not len(live):
         return []
-    ids = order[live]
+    ids = order[live].tolist()
+    shares = taken[:, live] * np.array([mass[k] for k in keys], dtype=np.float64)[:, None]
+    biggest = shares.max(axis=0)
     # the first byte of each of these tokens is known not to decide (``_decide_by_first_byte``)
-    labels = _classify_tokens(written, ids.tolist(), vocab, eog, classify, known_open=1)
-    children = []
-    by_label: dict[Any, list[int]] = {}
-    for j, (t, (what, limit)) in enumerate(zip(ids.tolist(), labels, strict=True)):
+    labels = _classify_tokens(written, ids, vocab, eog, classify, known_open=1)
+    decided: dict[Any, list[int]] = {}
+    left: dict[Any, list[int]] = {}
+    room: list[int] = []
+    for j, (what, limit) in enumerate(labels):
         if limit is None:
-            by_label.setdefault(what, []).append(j)
-            continue
-        q = taken[:, live[j]]
-        share = {k: mass[k] * float(q[i]) for i, k in enumerate(keys) if q[i] > 0.0}
+            decided.setdefault(what, []).append(j)
+        elif biggest[j] >= config.min_mass and level + 1 < limit:
+            room.append(j)
+        else:
+            left.setdefault(what, []).append(j)
+    room.sort(key=lambda j: -biggest[j])  # stable: the level's own order among this node's children
+    for j in room[config.max_branches :]:
+        left.setdefault(labels[j][0], []).append(j)
+    for group, send in ((decided, leaf), (left, unresolved)):
+        for what, js in group.items():
+            sums = taken[:, live[js]].sum(axis=1)
+            share = {k: mass[k] * float(sums[i]) for i, k in enumerate(keys) if sums[i] > 0.0}
+            if share:
+                send(what, share)
+    children = []
+    for j in sorted(room[: config.max_branches]):
+        t = ids[j]
+        share = {k: float(shares[i, j]) for i, k in enumerate(keys) if taken[i, live[j]] > 0.0}
         tb = vocab[t] if t not in eog else b"\x00<eog>"
-        children.append((path + (int(t),), written + tb, share, what, limit))
-    for what, js in by_label.items():
-        sums = taken[:, live[js]].sum(axis=1)
-        share = {k: mass[k] * float(sums[i]) for i, k in enumerate(keys) if sums[i] > 0.0}
-        if share:
-            leaf(what, share)
+        children.append((path + (int(t),), written + tb, share, labels[j][0], labels[j][1]))
     return children
 
 
