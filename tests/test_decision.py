@@ -254,6 +254,60 @@ def test_deciding_by_first_byte_is_exact(llama_smol, first_step):
     assert sum(fast.values()) == pytest.approx(1.0, abs=1e-9)
 
 
+@pytest.mark.model
+def test_the_array_pass_expands_what_the_token_loop_expands(llama_smol, first_step):
+    """Over several levels, two policies and tight bounds (a mass floor, two branches a level), the
+    shortcut's array pass (prefix classification, open tokens it cannot expand sent to unresolved at once)
+    tallies every label as the token-by-token loop does and expands the same nodes. No tail: the loop
+    without the shortcut would leave a decided token past the tail unresolved, where the shortcut tallies
+    it by its first byte."""
+    from tooldecode.classify import classify_continuation
+    from tooldecode.sampling.expand import expand_decision
+
+    _rows, l2, _free, _p, _allowed = first_step
+    ids = llama_smol.tokenize(l2.text)
+    logits = llama_smol.forward(ids, [len(ids) - 1])[0]
+    cfg = DecisionConfig(min_mass=1e-3, max_branches=2, tail=0.0).probe()
+
+    def weigh(path, p, masses):
+        sharp = p**2
+        return {"p": (p, 1.0), "sharp": (sharp / sharp.sum(), 1.0)}
+
+    def tally(by_first_byte: bool) -> tuple[dict, list]:
+        out: dict = {}
+        branched: list = []
+        real = llama_smol.branch_logits
+
+        def classify(written: bytes):
+            c = classify_continuation(written, pending='"')
+            return (c.group, c.kind), (None if c.determined else 4)
+
+        def add(label, m):
+            for k, x in m.items():
+                out[(label, k)] = out.get((label, k), 0.0) + x
+
+        def branch(prefix, paths):
+            branched.append(sorted(map(tuple, paths)))
+            return real(prefix, paths)
+
+        llama_smol.branch_logits = branch
+        try:
+            expand_decision(
+                llama_smol, ids, logits, classify=classify, leaf=add, unresolved=add, config=cfg, levels=3,
+                masses={"p": 1.0, "sharp": 1.0}, weigh=weigh, by_first_byte=by_first_byte,
+            )  # fmt: skip
+        finally:
+            del llama_smol.branch_logits
+        return out, branched
+
+    (fast, fast_nodes), (slow, slow_nodes) = tally(True), tally(False)
+    assert fast_nodes == slow_nodes and len(fast_nodes) >= 2, (fast_nodes, slow_nodes)
+    assert set(fast) == set(slow) and len(fast) >= 6
+    assert all(fast[k] == pytest.approx(slow[k], abs=1e-9) for k in slow), (fast, slow)
+    for k in ("p", "sharp"):
+        assert sum(x for (_, kk), x in fast.items() if kk == k) == pytest.approx(1.0, abs=1e-9)
+
+
 @pytest.fixture(scope="module")
 def expanded(llama_smol, smol_ref):
     """Rows under small bounds (every policy expanded past the quote, the key and the closers)."""
