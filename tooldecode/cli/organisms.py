@@ -198,7 +198,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         _cmd_train,
         "generate the data, train (resumable), save the 16-bit adapter, write the manifest",
     )
-    q.add_argument("--threads", type=_positive, default=None, help="CPU threads (default: $TOOLDECODE_THREADS, else all cores)")
+    q.add_argument(
+        "--threads",
+        type=_positive,
+        default=None,
+        help="CPU threads (default: $TOOLDECODE_THREADS, else all cores)",
+    )
     q.add_argument(
         "--device", choices=("cpu", "cuda"), default=None, help="default: cuda when torch sees one"
     )

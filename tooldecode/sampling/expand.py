@@ -251,9 +251,11 @@ def _take_in_order(
     children = []
     for j in sorted(room[: config.max_branches]):
         t = ids[j]
+        what, limit = labels[j]
+        assert limit is not None  # in ``room``: open
         share = {k: float(shares[i, j]) for i, k in enumerate(keys) if taken[i, live[j]] > 0.0}
         tb = vocab[t] if t not in eog else b"\x00<eog>"
-        children.append((path + (int(t),), written + tb, share, labels[j][0], labels[j][1]))
+        children.append((path + (int(t),), written + tb, share, what, limit))
     return children
 
 
