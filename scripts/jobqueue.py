@@ -5,7 +5,8 @@
                                                         # resume the pending jobs in order, in DIR
     python -m scripts.jobqueue mark ID done                # after the job's output is committed
 
-``run`` needs ``DIR`` to be a clean checkout (``git status --porcelain`` empty, untracked files aside) and
+``run`` needs ``DIR`` to be a clean checkout (``git status --porcelain`` empty, untracked files and the
+rows of runs under ``runs/`` aside: data, not code, as the manifests' ``git_dirty`` counts it) and
 runs each job there with its ``.venv``; a job's log goes to ``DIR/queue-logs/<id>.log`` (appended) and
 its end to ``DIR/queue-logs/state.json``. Jobs resume where they stopped, so an interrupted queue is
 resumed by the same command. One job at a time: never two model-heavy jobs at once.
@@ -72,7 +73,16 @@ def mark(path: Path, job_id: str, state: str) -> None:
 
 def _clean(worktree: Path) -> bool:
     out = subprocess.run(
-        ["git", "-C", str(worktree), "status", "--porcelain", "--untracked-files=no"],
+        [
+            "git",
+            "-C",
+            str(worktree),
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            ":(top,exclude)runs",
+        ],
         capture_output=True,
         text=True,
         check=False,

@@ -38,7 +38,8 @@ def _git_sha() -> tuple[str, bool | None]:
             ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10, check=True
         ).stdout.strip()
         status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            # run data (``runs/``) is not code: a run's rows written beside a job leave the code clean
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top,exclude)runs"],
             cwd=here, capture_output=True, text=True, timeout=10, check=True,
         ).stdout  # fmt: skip
     except (OSError, subprocess.SubprocessError):
