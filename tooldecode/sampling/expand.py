@@ -54,6 +54,7 @@ def model_weights(path: tuple[int, ...], p: np.ndarray, masses: Mapping[str, flo
     return {k: (p, 1.0) for k in masses}
 
 
+_EOG_TEXT = b"\x00<eog>"  # what an end-of-generation token writes, for the classifiers
 _FIRST: PerBackend[np.ndarray] = PerBackend()  # each token's first byte, per backend
 
 
@@ -150,7 +151,7 @@ def expand_decision(
                         share[k] = mass[k] * q
                 if not share:
                     continue
-                tb = vocab[t] if t not in eog else b"\x00<eog>"
+                tb = vocab[t] if t not in eog else _EOG_TEXT
                 what, limit = classify(written + tb)
                 if limit is None:
                     leaf(what, share)
@@ -254,7 +255,7 @@ def _take_in_order(
         what, limit = labels[j]
         assert limit is not None  # in ``room``: open
         share = {k: float(shares[i, j]) for i, k in enumerate(keys) if taken[i, live[j]] > 0.0}
-        tb = vocab[t] if t not in eog else b"\x00<eog>"
+        tb = vocab[t] if t not in eog else _EOG_TEXT
         children.append((path + (int(t),), written + tb, share, what, limit))
     return children
 
@@ -276,7 +277,7 @@ def _classify_tokens(
     waiting: list[int] = []
     for j, t in enumerate(ids):
         if t in eog:
-            out[j] = classify(written + b"\x00<eog>")
+            out[j] = classify(written + _EOG_TEXT)
         else:
             waiting.append(j)
     n = known_open + 1
