@@ -301,14 +301,11 @@ def test_second_generation_calls_are_cut_where_the_evaluation_cuts_after_new_tex
 def test_training_tokens_put_the_quote_after_new_text_in_a_token_of_its_own(small_pool, qwen_ref):
     """On Qwen2.5's tokenizer (no weights): generation 2's tokens start a token at every cut, as after
     the evaluation's L2 prompt; the uncut call fuses the quote with the text in some items."""
-    from transformers import AutoTokenizer
-
-    from tooldecode.backends.hf import one_gguf_parse
+    from tooldecode.backends.hf import load_tokenizer
     from tooldecode.organisms.sessions import render_session
     from tooldecode.organisms.train import tokenize
 
-    with one_gguf_parse():
-        tok = AutoTokenizer.from_pretrained(str(qwen_ref.path.parent), gguf_file=qwen_ref.path.name)
+    tok = load_tokenizer(qwen_ref)
     recipe = _g2("g2-nested", sessions=60)
     fused = {"cut": 0, "uncut": 0}
     n = 0

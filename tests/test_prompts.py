@@ -224,11 +224,12 @@ def test_cut_is_where_generation_starts(models, family):
 @pytest.mark.model
 def test_rendering_matches_transformers(models):
     """Our jinja rendering equals transformers' apply_chat_template on the GGUF's template."""
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
+    from tooldecode.backends.hf import load_tokenizer
     from tooldecode.prompts.tools import tool_json
 
     ref = models["qwen2.5"]
-    tok = transformers.AutoTokenizer.from_pretrained(ref.path.parent, gguf_file=ref.path.name)
+    tok = load_tokenizer(ref)  # the GGUF's tokenizer and template, as transformers reads them
     for spec in ["agentic,thinking", "fresh", "agentic,antml,flat-edit"]:
         options = parse_variant(spec)
         prompt = render_prompt(SCENARIO, ref, options)

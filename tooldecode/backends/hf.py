@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -59,32 +61,14 @@ class HFBackend(Backend):
         n_threads: int | None = None,
     ) -> None:
         import torch
-        import transformers
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        transformers.logging.set_verbosity_error()
-        transformers.utils.logging.disable_progress_bar()
         self.model = model
         self.device = device or default_device()
         dtype = dtype or ("bfloat16" if self.device.startswith("cuda") else "float32")
         self.dtype = dtype
         if self.device == "cpu":
             torch.set_num_threads(cpu_threads(n_threads))
-        folder, gguf = (model.path.parent, model.path.name) if model.is_gguf else (model.path, None)
-        kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
-        quiet_gguf_progress()
-        try:
-            with one_gguf_parse():
-                self.tokenizer = AutoTokenizer.from_pretrained(str(folder), **kwargs)
-                self.hf = AutoModelForCausalLM.from_pretrained(
-                    str(folder), dtype=getattr(torch, dtype), **kwargs
-                ).to(self.device)
-        except (OSError, ValueError, KeyError, RuntimeError) as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ModelError(
-                f"transformers could not load '{model.path}' ({first[:160]}); check the file with "
-                "`tooldecode models verify`"
-            ) from None
+        self.tokenizer, self.hf = load_pretrained(model, dtype=dtype, device=self.device)
         if model.adapter is not None:
             self.hf = apply_adapter(self.hf, model)
         self.hf.eval()
@@ -232,6 +216,161 @@ class HFBackend(Backend):
             "threads": torch.get_num_threads(),
             "eval_mode": "prompt in one forward pass; one token per sequence per step (padded batch)",
         }
+
+
+CONVERTED_ENV = "TOOLDECODE_TRANSFORMERS_COPY"  # "0": load a GGUF through transformers every time
+_SOURCE = "source.json"  # in a converted folder: what it was built from, written last
+
+
+def converted_folder(ref: ModelRef) -> Path:
+    """Where transformers' dense copy of ``ref``'s GGUF lives: a hidden folder beside the file (so a
+    home whose ``models/`` is a link to another one shares it), or under ``$TOOLDECODE_HOME/transformers``
+    where the GGUF's folder is read-only."""
+    beside = ref.path.parent / f".{ref.path.name}.transformers"
+    if os.access(ref.path.parent, os.W_OK):
+        return beside
+    from tooldecode.models import cached_sha256, home
+
+    return home() / "transformers" / cached_sha256(ref.path)[:16]
+
+
+def _source(ref: ModelRef) -> dict[str, str]:
+    import torch
+    import transformers
+
+    from tooldecode.models import cached_sha256
+
+    return {
+        "gguf": ref.path.name,
+        "sha256": cached_sha256(ref.path),
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+    }
+
+
+def _from_gguf(ref: ModelRef, dtype: Any) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    quiet_gguf_progress()
+    kwargs = {"gguf_file": ref.path.name}
+    with one_gguf_parse():
+        tok = AutoTokenizer.from_pretrained(str(ref.path.parent), **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(str(ref.path.parent), dtype=dtype, **kwargs)
+    return tok, model
+
+
+def _convert(ref: ModelRef, folder: Path, source: dict[str, str]) -> None:
+    """Dequantize ``ref``'s GGUF once (float32) and save it, with its tokenizer, as a transformers folder.
+    Written under a temporary name and renamed into place, ``source.json`` last: a reader sees a whole
+    folder or none, and two processes converting at once both succeed."""
+    import shutil
+    import tempfile
+
+    import torch
+
+    tok, model = _from_gguf(ref, torch.float32)
+    model.hf_quantizer, model.is_quantized = None, False  # dense now: transformers refuses to save
+    if hasattr(model.config, "quantization_config"):  # a model it believes is GGUF-quantized
+        del model.config.quantization_config
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        tmp.chmod(0o755)  # mkdtemp's 0700 would keep the copy from other users of a shared models folder
+        tok.save_pretrained(tmp)
+        model.save_pretrained(tmp)
+        (tmp / _SOURCE).write_text(json.dumps(source, indent=1) + "\n")
+        if folder.exists():  # stale (another GGUF or another transformers): replace it
+            shutil.rmtree(folder, ignore_errors=True)
+        try:
+            os.replace(tmp, folder)
+        except OSError:  # another process put a folder there first
+            if not (folder / _SOURCE).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _copy_switch() -> bool:
+    value = os.environ.get(CONVERTED_ENV, "1").strip()
+    if value not in ("0", "1"):
+        raise ModelError(
+            f"{CONVERTED_ENV}={value!r} is not 0 or 1; unset it, or set 0 to load GGUFs directly"
+        )
+    return value == "1"
+
+
+def _ready_folder(ref: ModelRef) -> Path | None:
+    """The converted folder of a GGUF ``ref``, built or rebuilt if it is missing or stale; None when the
+    copy is switched off or ``ref`` is a transformers folder already."""
+    if not (ref.is_gguf and _copy_switch()):
+        return None
+    folder = converted_folder(ref)
+    source = _source(ref)
+    try:
+        built = json.loads((folder / _SOURCE).read_text())
+    except (OSError, ValueError):
+        built = None
+    if built != source:
+        _convert(ref, folder, source)
+    return folder
+
+
+def _load_error(ref: ModelRef, folder: Path | None, err: Exception) -> ModelError:
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    hint = (
+        f"delete {folder} (transformers' copy of the GGUF) and it is rebuilt"
+        if folder is not None
+        else "check the file with `tooldecode models verify`"
+    )
+    return ModelError(f"transformers could not load '{ref.path}' ({first[:160]}); {hint}")
+
+
+def load_pretrained(ref: ModelRef, *, dtype: str, device: str) -> tuple[Any, Any]:
+    """(tokenizer, model) of ``ref`` through transformers, in ``dtype`` on ``device``; its adapter is
+    not applied (``apply_adapter``).
+
+    A GGUF is dequantized once into a transformers folder (``converted_folder``; float32 weights, the
+    tokenizer, ``source.json`` naming the GGUF's sha256 and the transformers and torch versions) and
+    loaded from there: the same tensors, bit for bit, in a second or two instead of the minute transformers
+    takes to parse and dequantize a GGUF (tests/test_backends_hf_copy.py). A folder built from other bytes
+    or other versions is rebuilt. ``TOOLDECODE_TRANSFORMERS_COPY=0`` loads the GGUF every time."""
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    torch_dtype = getattr(torch, dtype)
+    folder = None
+    try:
+        folder = _ready_folder(ref)
+        if folder is None and ref.is_gguf:
+            tok, model = _from_gguf(ref, torch_dtype)
+        else:
+            where = str(folder if folder is not None else ref.path)
+            tok = AutoTokenizer.from_pretrained(where)
+            model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype)
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        raise _load_error(ref, folder, err) from None
+    return tok, model.to(device)
+
+
+def load_tokenizer(ref: ModelRef) -> Any:
+    """transformers' tokenizer of ``ref``, from the same converted folder as ``load_pretrained``."""
+    import transformers
+    from transformers import AutoTokenizer
+
+    transformers.logging.set_verbosity_error()
+    folder = None
+    try:
+        folder = _ready_folder(ref)
+        if folder is None and ref.is_gguf:
+            quiet_gguf_progress()
+            with one_gguf_parse():
+                return AutoTokenizer.from_pretrained(str(ref.path.parent), gguf_file=ref.path.name)
+        return AutoTokenizer.from_pretrained(str(folder if folder is not None else ref.path))
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        raise _load_error(ref, folder, err) from None
 
 
 @contextlib.contextmanager

@@ -45,27 +45,16 @@ class Example:
 def load_base(ref: ModelRef, *, device: str = "cpu", threads: int | None = None) -> tuple[Any, Any]:
     """(tokenizer, model) of ``ref`` through transformers, float32 (bfloat16 on CUDA)."""
     import torch
-    import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tooldecode.backends.base import cpu_threads
-    from tooldecode.backends.hf import one_gguf_parse, quiet_gguf_progress
+    from tooldecode.backends.hf import load_pretrained
 
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    quiet_gguf_progress()
     if device == "cpu":
         torch.set_num_threads(cpu_threads(threads))
-    folder, gguf = (ref.path.parent, ref.path.name) if ref.is_gguf else (ref.path, None)
-    kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
-    dtype = torch.float32 if device == "cpu" else torch.bfloat16
     try:
-        with one_gguf_parse():
-            tok = AutoTokenizer.from_pretrained(str(folder), **kwargs)
-            model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, **kwargs).to(device)
-    except (OSError, ValueError, KeyError, RuntimeError) as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise ModelError(f"transformers could not load '{ref.path}' for training ({first[:160]})") from None
+        tok, model = load_pretrained(ref, dtype="float32" if device == "cpu" else "bfloat16", device=device)
+    except ModelError as err:
+        raise ModelError(f"{err} (loading the base for training)") from None
     return tok, model
 
 
