@@ -230,3 +230,31 @@ def test_every_committed_organism_loads_on_a_fresh_clone():
         assert set(p.name for p in folder.iterdir()) <= {"adapter", "manifest.json", "channel.json"}
         ref = resolve(f"organism:{folder.name}", fetch=True)
         assert ref.adapter is not None and ref.adapter.sha256 == manifest["adapter"]["sha256"]
+
+
+def test_the_gguf_header_reader_agrees_with_the_gguf_package(smol_ref, synthetic_organism, tmp_path):
+    """``gguf_layout`` (the header alone, arrays stepped over) gives GGUFReader's scalars and tensor
+    dimensions, on the base and on an adapter file; a file that is not a GGUF is a one-line error."""
+    import gguf
+
+    from tooldecode.backends.lora import gguf_layout, write_lora_gguf
+    from tooldecode.errors import ModelError
+
+    adapter = write_lora_gguf(synthetic_organism.adapter.folder, synthetic_organism.path, tmp_path / "a.gguf")
+    for path in (smol_ref.path, adapter):
+        reader = gguf.GGUFReader(str(path))
+        fields, dims = gguf_layout(path)
+        scalars = {
+            k: f.contents()
+            for k, f in reader.fields.items()
+            if not k.startswith("GGUF.") and f.types and f.types[0] != gguf.GGUFValueType.ARRAY
+        }
+        assert fields.keys() == scalars.keys() and len(fields) >= 3
+        for k, v in scalars.items():
+            assert fields[k] == pytest.approx(v) if isinstance(v, float) else fields[k] == v, k
+        assert dims == {t.name: tuple(int(x) for x in t.shape.tolist()) for t in reader.tensors}
+    bad = tmp_path / "x.gguf"
+    bad.write_bytes(b"PK\x03\x04 not a model")
+    with pytest.raises(ModelError, match="not a GGUF") as err:
+        gguf_layout(bad)
+    assert "\n" not in str(err.value)

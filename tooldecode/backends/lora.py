@@ -67,9 +67,84 @@ _PEFT_RE = re.compile(
 )
 
 
-def _field(reader: Any, name: str) -> Any:
-    f = reader.fields.get(name)
-    return None if f is None else f.contents()
+_SCALARS = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
+
+
+def gguf_layout(path: Path) -> tuple[dict[str, Any], dict[str, tuple[int, ...]]]:
+    """(scalar metadata, tensor dimensions) of a GGUF file, read from its header alone.
+
+    Array values (the vocabulary, the merges) are stepped over, not decoded: ``gguf.GGUFReader`` decodes
+    every element in Python, several seconds for a 49k-token vocabulary. Dimensions are as the file stores
+    them (``ne``: innermost first), as ``GGUFReader``'s ``tensor.shape``. ModelError where it is not a GGUF."""
+    import mmap
+    import struct
+
+    try:
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            if buf[:4] != b"GGUF":
+                raise ModelError(f"{path}: not a GGUF file (no GGUF magic); point at the model's .gguf")
+            version, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
+            if version < 2:
+                raise ModelError(f"{path}: GGUF version {version} is too old to read; convert it again")
+            pos = 24
+
+            def string() -> str:
+                nonlocal pos
+                (n,) = struct.unpack_from("<Q", buf, pos)
+                pos += 8 + n
+                return bytes(buf[pos - n : pos]).decode("utf-8", "replace")
+
+            def skip(kind: int, count: int) -> None:
+                nonlocal pos
+                if kind == 8:
+                    for _ in range(count):
+                        (n,) = struct.unpack_from("<Q", buf, pos)
+                        pos += 8 + n
+                elif kind == 9:
+                    for _ in range(count):
+                        inner, m = struct.unpack_from("<IQ", buf, pos)
+                        pos += 12
+                        skip(inner, m)
+                else:
+                    pos += struct.calcsize(_SCALARS[kind]) * count
+
+            fields: dict[str, Any] = {}
+            for _ in range(n_kv):
+                key = string()
+                (kind,) = struct.unpack_from("<I", buf, pos)
+                pos += 4
+                if kind == 8:
+                    fields[key] = string()
+                elif kind == 9:
+                    inner, count = struct.unpack_from("<IQ", buf, pos)
+                    pos += 12
+                    skip(inner, count)
+                else:
+                    (fields[key],) = struct.unpack_from(_SCALARS[kind], buf, pos)
+                    pos += struct.calcsize(_SCALARS[kind])
+            tensors: dict[str, tuple[int, ...]] = {}
+            for _ in range(n_tensors):
+                name = string()
+                (n_dims,) = struct.unpack_from("<I", buf, pos)
+                tensors[name] = struct.unpack_from(f"<{n_dims}Q", buf, pos + 4)
+                pos += 4 + 8 * n_dims + 4 + 8  # dims, then the type and the data offset
+    except (OSError, ValueError, KeyError, struct.error) as err:
+        raise ModelError(
+            f"{path}: unreadable GGUF header ({err}); fetch or convert the model again"
+        ) from None
+    return fields, tensors
 
 
 def read_adapter_config(folder: Path) -> dict[str, Any]:
@@ -168,11 +243,11 @@ def write_lora_gguf(folder: Path, base: Path, out: Path) -> Path:
     import gguf
 
     cfg = read_adapter_config(folder)
-    reader = gguf.GGUFReader(str(base))
-    arch = str(_field(reader, "general.architecture"))
-    n_head = int(_field(reader, f"{arch}.attention.head_count"))
-    n_kv = int(_field(reader, f"{arch}.attention.head_count_kv") or n_head)
-    shapes = {t.name: tuple(int(x) for x in reversed(t.shape.tolist())) for t in reader.tensors}
+    fields, dims = gguf_layout(base)
+    arch = str(fields["general.architecture"])
+    n_head = int(fields[f"{arch}.attention.head_count"])
+    n_kv = int(fields.get(f"{arch}.attention.head_count_kv") or n_head)
+    shapes = {name: tuple(reversed(d)) for name, d in dims.items()}
     tmp = out.with_name(out.name + ".partial")
     out.parent.mkdir(parents=True, exist_ok=True)
     writer = gguf.GGUFWriter(str(tmp), arch=arch)
@@ -238,18 +313,17 @@ def synthetic_adapter(
     Path
         ``folder``.
     """
-    import gguf
     from safetensors.numpy import save_file
 
-    reader = gguf.GGUFReader(str(base))
+    _, dims = gguf_layout(base)
     rng = np.random.default_rng(seed)
     tensors: dict[str, np.ndarray] = {}
     targets = set()
-    for t in reader.tensors:
-        m = re.match(r"^blk\.(\d+)\.([a-z_]+)\.weight$", t.name)
+    for name, d in dims.items():
+        m = re.match(r"^blk\.(\d+)\.([a-z_]+)\.weight$", name)
         if not m or m.group(2) not in HF_NAMES:
             continue
-        n_out, n_in = (int(x) for x in reversed(t.shape.tolist()))
+        n_out, n_in = reversed(d)
         hf = f"base_model.model.model.layers.{m.group(1)}.{HF_NAMES[m.group(2)]}"
         targets.add(HF_NAMES[m.group(2)].split(".")[-1])
         tensors[hf + ".lora_A.weight"] = (rng.standard_normal((rank, n_in)) * std).astype(np.float16)
