@@ -17,6 +17,7 @@ Prints `name: value` lines (ratios last):
 
 Usage: python benchmarks/bench_eval.py [--model qwen2.5-coder-0.5b-instruct] [--scenarios 3] [--n 4]
        [--max-new-tokens 128] [--train-steps 2] [--skip-train | --train-only]
+       [--precisions float32 bfloat16]
 
 Measure on an idle machine: every arm shares the cores. The load average at the start is printed.
 """
@@ -90,7 +91,7 @@ def _e16(model: str, out: Path, args: argparse.Namespace, fill: bool) -> dict:
     }
 
 
-def _train(model_id: str, steps: int) -> dict:
+def _train(model_id: str, steps: int, precisions: list[str]) -> dict:
     from tooldecode.models import resolve
     from tooldecode.organisms import recipe_from_dict
     from tooldecode.organisms.mutations import snippets, stdlib_dir
@@ -103,13 +104,16 @@ def _train(model_id: str, steps: int) -> dict:
     sessions = build_sessions(recipe, list(snippets(stdlib_dir() / "email")))
     examples = [tokenize(tok, render_session(s, ref, recipe)) for s in sessions]
     out = {}
-    for precision in ("float32", "bfloat16"):
+    for precision in precisions:
         _, model = load_base(ref)
         with tempfile.TemporaryDirectory() as d:
             _, res = train_lora(
                 model, examples, recipe, Path(d), max_steps=steps, precision=precision, log=lambda _: None
             )
         out[precision] = res
+        # printed as soon as measured: a slow precision killed later leaves the others' lines
+        print(f"train_tokens_per_s_{precision}: {res.tokens / res.wall_s:.1f}", flush=True)
+        print(f"train_loss_{precision}: {', '.join(f'{x:.4f}' for x in res.losses)}", flush=True)
     return out
 
 
@@ -122,6 +126,13 @@ def main() -> None:
     ap.add_argument("--train-steps", type=int, default=2)
     ap.add_argument("--skip-train", action="store_true")
     ap.add_argument("--train-only", action="store_true", help="only the training part (float32 vs bfloat16)")
+    ap.add_argument(
+        "--precisions",
+        nargs="+",
+        choices=("float32", "bfloat16"),
+        default=["float32", "bfloat16"],
+        help="training precisions to time, in order (the ratio needs both)",
+    )
     args = ap.parse_args()
 
     print(f"load_average_at_start: {os.getloadavg()[0]:.2f}")
@@ -164,13 +175,11 @@ def _eval_part(args: argparse.Namespace) -> None:
 
 
 def _train_part(args: argparse.Namespace) -> None:
-    t = _train(args.model, args.train_steps)
+    t = _train(args.model, args.train_steps, args.precisions)
+    if set(t) != {"float32", "bfloat16"}:
+        return
     f32, bf = t["float32"], t["bfloat16"]
     r32, rbf = f32.tokens / f32.wall_s, bf.tokens / bf.wall_s
-    print(f"train_tokens_per_s_float32: {r32:.1f}")
-    print(f"train_tokens_per_s_bfloat16: {rbf:.1f}")
-    print(f"train_loss_float32: {', '.join(f'{x:.4f}' for x in f32.losses)}")
-    print(f"train_loss_bfloat16: {', '.join(f'{x:.4f}' for x in bf.losses)}")
     print(
         f"train_loss_max_abs_diff: {max(abs(a - b) for a, b in zip(f32.losses, bf.losses, strict=True)):.4f}"
     )
