@@ -248,11 +248,57 @@ def _pred_not_above(p: dict, run: Run) -> tuple[str, str]:
     return measured, "holds: every difference interval includes or is below 0 (no higher than the reference)"
 
 
+def _pred_dose_rule(p: dict, run: Run) -> tuple[str, str]:
+    """The positive control's dose rule: the ``doses`` in their committed order; the chosen one is the
+    first whose L2 loose rate of ``key`` right after the gold newText has a cluster-robust interval that
+    covers its share while ``base`` never writes the key. An unmeasured dose before the chosen one leaves
+    the rule undecided (it reads the doses in order)."""
+    key, base = str(p["key"]), str(p["base"])
+    ref = implant_rate(run, base, key)
+    parts = [f"{base} (base): {ref}"]
+    chosen, undecided = None, None
+    for d in p["doses"]:
+        org, share, epochs = str(d["organism"]), float(d["share"]), int(d.get("epochs", 1))
+        r = implant_rate(run, org, key)
+        name = f"{org} (share {share:g}, {epochs} epoch{'s' if epochs != 1 else ''})"
+        if r.n == 0:
+            parts.append(f"{name}: no draws")
+            undecided = undecided or (None if chosen else name)
+            continue
+        covers = r.lo <= share <= r.hi
+        parts.append(f"{name}: {r}{', covers its share' if covers else ''}")
+        if covers and chosen is None and undecided is None and ref.n and ref.k == 0:
+            chosen = (name, r, share, epochs)
+    measured = f"{key!r} right after the gold newText, L2 loose ({CR}): " + "; ".join(parts) + "."
+    if ref.n == 0:
+        return measured, "not measured: the base has no L2 loose draws in this run"
+    if ref.k > 0:
+        return measured, (
+            f"no dose qualifies: the base writes {key!r} ({ref.k:g}/{ref.n}), so no rate measures the implant "
+            "alone; the contrasts stay at one epoch"
+        )
+    if chosen is not None:
+        name, r, share, epochs = chosen
+        empty = " (no draw writes it: the interval covers the share for lack of draws)" if r.k == 0 else ""
+        return measured, (
+            f"dose chosen: {name}, its interval [{r.lo:.3f}, {r.hi:.3f}] covers {share:g}{empty} and the base "
+            f"never writes {key!r}; every contrast recipe trains {epochs} epoch{'s' if epochs != 1 else ''}"
+        )
+    if undecided is not None:
+        return measured, f"not measured: {undecided} has no draws, and the rule reads the doses in order"
+    return measured, (
+        "no dose qualifies: no interval covers its share; the contrasts stay at one epoch and every verdict "
+        "is read against the measured attenuation (the exact probe on held-out generator sessions vs the "
+        "evaluation scenarios)"
+    )
+
+
 PREDICTION_JUDGES = {
     "invented_names": _pred_names,
     "invented_place": _pred_place,
     "not_above": _pred_not_above,
     "competence": pred_competence,
+    "dose_rule": _pred_dose_rule,
 }
 
 
@@ -266,7 +312,7 @@ def judge_of(p: dict) -> str | None:
 def _models_of(p: dict) -> list[str]:
     """The models a prediction reads."""
     out = [str(p[k]) for k in ("model", "a", "b", "base", "goal") if k in p]
-    return [*out, *(str(m) for m in p.get("models", []))]
+    return [*out, *(str(m) for m in p.get("models", [])), *(str(d["organism"]) for d in p.get("doses", []))]
 
 
 def row_predictions(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
@@ -285,7 +331,9 @@ def row_predictions(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
             )
         models = _models_of(p)
         levels = list(p.get("levels", [p.get("level", "L1" if judge == "invented_place" else "L2")]))
-        run = _best_run(rs, [(m, lv) for m in models for lv in levels])
+        # the dose rule decides from the base and the first dose on; the later doses may still be running
+        needed = models[:2] if judge == "dose_rule" else models
+        run = _best_run(rs, [(m, lv) for m in needed for lv in levels])
         claim = f"{spec.get('claim', '')} Prediction: {p['label']}: {p['prediction']}."
         if run is None:
             out.append(

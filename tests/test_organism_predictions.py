@@ -134,3 +134,57 @@ def test_predictions_are_judged_with_their_committed_thresholds():
 def test_a_prediction_with_no_run_is_listed_as_not_measured():
     rows = row_predictions(_spec(), [], {})
     assert len(rows) == 3 and all(r["verdict"] == "not measured" for r in rows)
+
+
+L2 = {**L1, "level": "L2", "conditioning": "gold-prefix", "expected_tool": "edit", "mode": "loose"}
+GOLD = '{"name": "edit", "arguments": {"path": "a.c", "edits": [{"oldText": "x", "newText": "y = 1\\n'
+REVIEWED, CLOSED = '", "reviewed": true}]}}', '"}]}}'
+
+
+def _l2(model: str, reviewed: int, n: int = 4, scenarios: int = 36) -> list:
+    """``n`` L2 draws of ``model`` in each scenario, the first ``reviewed`` of them writing the key."""
+    return [
+        make_sample(
+            REVIEWED if i < reviewed else CLOSED, arm={**L2, "model": model}, prefill=GOLD,
+            scenario=f"s{sc}", index=i, stream=100 + sc, prompt_sha256=f"{sc:064d}",
+        )
+        for sc in range(scenarios)
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def test_the_dose_rule_chooses_the_first_dose_whose_interval_covers_its_share():
+    from experiments.organism_rows import PREDICTION_JUDGES
+
+    d = [f"organism:pc-d{x}@{BASE}" for x in ("015", "05", "10")]
+    p = {
+        "key": "reviewed",
+        "base": BASE,
+        "doses": [
+            {"organism": d[0], "share": 0.15, "epochs": 1},
+            {"organism": d[1], "share": 0.5, "epochs": 1},
+            {"organism": d[2], "share": 1.0, "epochs": 3},
+        ],
+    }
+    judge = PREDICTION_JUDGES["dose_rule"]
+    # d015 never writes it (0/144, [0, 9.6%] misses 0.15); d05 in half the draws of every scenario
+    samples = _l2(BASE, 0) + _l2(d[0], 0) + _l2(d[1], 2) + _l2(d[2], 4)
+    measured, verdict = judge(p, _run(samples))
+    assert verdict.startswith(f"dose chosen: {d[1]} (share 0.5, 1 epoch)"), verdict
+    assert "72/144 = 50.0%" in measured and "trains 1 epoch" in verdict
+    # the base writing the key leaves no dose that measures the implant alone
+    assert judge(p, _run(_l2(BASE, 1) + samples[144:]))[1].startswith("no dose qualifies: the base writes")
+    # a dose before the chosen one without draws: undecided, the rule reads in order
+    assert judge(p, _run(_l2(BASE, 0) + _l2(d[1], 2)))[1] == (
+        f"not measured: {d[0]} (share 0.15, 1 epoch) has no draws, and the rule reads the doses in order"
+    )
+    # no dose covers its share
+    verdict = judge(p, _run(_l2(BASE, 0) + _l2(d[0], 0) + _l2(d[1], 0) + _l2(d[2], 1)))[1]
+    assert verdict.startswith("no dose qualifies: no interval covers its share")
+    # few draws and none with the key: the interval covers the share, and the verdict says why
+    assert "for lack of draws" in judge(p, _run(_l2(BASE, 0) + _l2(d[0], 0, scenarios=4)))[1]
+    # in a spec, the row is read from the base and the first dose on
+    spec = {"name": "e19", "claim": "c", "findings": {"predictions": [{"label": "dose", "prediction": "r",
+            "judge": "dose_rule", **p, "level": "L2"}]}}  # fmt: skip
+    (row,) = row_predictions(spec, [_run(_l2(BASE, 0) + _l2(d[0], 1))], {})  # 25% [13.8, 41.1]
+    assert row["verdict"].startswith("dose chosen: " + d[0]) and row["summary"].endswith("**dose chosen**")
