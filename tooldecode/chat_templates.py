@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import functools
 import json
-import mmap
-import struct
 from datetime import datetime
 from typing import Any
 
-from tooldecode.errors import ModelError, PromptError
+from tooldecode.errors import PromptError
+from tooldecode.gguf_header import read_gguf_header
 from tooldecode.models import ModelRef
 
 __all__ = ["apply_template", "compile_template", "gguf_chat_info", "template_info", "tojson"]
@@ -23,83 +22,11 @@ __all__ = ["apply_template", "compile_template", "gguf_chat_info", "template_inf
 # ---------------------------------------------------------------------------------------------- GGUF
 
 
-_GGUF_SCALARS = {
-    0: "<B",
-    1: "<b",
-    2: "<H",
-    3: "<h",
-    4: "<I",
-    5: "<i",
-    6: "<f",
-    7: "<?",
-    10: "<Q",
-    11: "<q",
-    12: "<d",
-}
-
-
 @functools.lru_cache(maxsize=16)
 def gguf_chat_info(path: str, mtime_ns: int) -> tuple[str | None, str | None, str | None]:
     """(chat template, BOS text, EOS text) from a GGUF file's metadata, without loading tensors."""
-    values: dict[str, Any] = {}
-    tokens: list[str] | None = None
-    try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            if mm[:4] != b"GGUF":
-                raise ModelError(f"{path}: not a GGUF file (bad magic)")
-            version = struct.unpack_from("<I", mm, 4)[0]
-            if version < 2:
-                raise ModelError(f"{path}: GGUF version {version} is too old; convert the model again")
-            n_kv = struct.unpack_from("<Q", mm, 16)[0]
-            off = 24
-
-            size = len(mm)
-            if n_kv > size:
-                raise ValueError(f"{n_kv} metadata keys in a file of {size} bytes")
-
-            def string(at: int) -> tuple[str, int]:
-                (length,) = struct.unpack_from("<Q", mm, at)
-                if length > size:
-                    raise ValueError(f"string of {length} bytes at offset {at}")
-                return mm[at + 8 : at + 8 + length].decode("utf-8", errors="replace"), at + 8 + length
-
-            for _ in range(n_kv):
-                key, off = string(off)
-                (vtype,) = struct.unpack_from("<I", mm, off)
-                off += 4
-                if vtype == 8:
-                    values[key], off = string(off)
-                elif vtype == 9:
-                    etype, count = struct.unpack_from("<IQ", mm, off)
-                    off += 12
-                    if count > size:
-                        raise ValueError(f"array of {count} items in GGUF key {key}")
-                    if etype == 8:
-                        keep = key == "tokenizer.ggml.tokens"
-                        items = []
-                        for _ in range(count):
-                            (length,) = struct.unpack_from("<Q", mm, off)
-                            if length > size:
-                                raise ValueError(f"string of {length} bytes in GGUF key {key}")
-                            if keep:
-                                items.append(mm[off + 8 : off + 8 + length].decode("utf-8", errors="replace"))
-                            off += 8 + length
-                        if keep:
-                            tokens = items
-                    elif etype in _GGUF_SCALARS:
-                        off += count * struct.calcsize(_GGUF_SCALARS[etype])
-                    else:
-                        raise ModelError(f"{path}: unsupported nested array in GGUF key {key}")
-                elif vtype in _GGUF_SCALARS:
-                    values[key] = struct.unpack_from(_GGUF_SCALARS[vtype], mm, off)[0]
-                    off += struct.calcsize(_GGUF_SCALARS[vtype])
-                else:
-                    raise ModelError(f"{path}: unknown GGUF value type {vtype} for key {key}")
-    except (OSError, struct.error, ValueError, OverflowError, MemoryError) as err:
-        raise ModelError(
-            f"{path}: cannot read GGUF metadata ({type(err).__name__}: {err}); the file is corrupt or not a "
-            "GGUF: download or convert it again (an embedded model: `tooldecode models fetch ID --force`)"
-        ) from None
+    head = read_gguf_header(path, keep=frozenset({"tokenizer.ggml.tokens"}))
+    values, tokens = head.fields, head.arrays.get("tokenizer.ggml.tokens")
 
     def token(key: str) -> str | None:
         idx = values.get(key)
