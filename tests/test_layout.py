@@ -22,6 +22,7 @@ LAYERS = (
         "redaction",
         "guard",
         "validate",
+        "gguf_header",
     },  # leaves
     {"models"},
     {"grammar"},  # schema → grammar
