@@ -35,6 +35,16 @@ _START = pytest.StashKey[int]()
 # (SmolLM2's sampling tests ran 2.5-3.5x slower in llama.cpp; a 600-token transformers forward 1.5x).
 os.environ.setdefault("TOOLDECODE_THREADS", "1")
 
+# Prompt KV at aligned prefixes, on disk (tooldecode.backends.prefix_store): the tests evaluate the same
+# scenario prompts again and again, and every prompt of a model shares its first chunks (the system turn
+# and the tools). A restored prefix gives the logits of a fresh evaluation bit for bit
+# (tests/test_prefix_store.py, which sets its own folder). One folder for every worker and later runs;
+# deleting it loses nothing. TOOLDECODE_PREFIX_CACHE= (empty) turns it off.
+os.environ.setdefault(
+    "TOOLDECODE_PREFIX_CACHE",
+    str(Path(os.environ.get("TOOLDECODE_HOME", "~/.cache/tooldecode")).expanduser() / "prefix-kv-tests"),
+)
+
 
 def pytest_collection_modifyitems(config, items):
     """Files in order of their expected cost (slow tests, then model tests, then the rest), each file's

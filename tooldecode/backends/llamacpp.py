@@ -12,6 +12,7 @@ step. ``forward`` (teacher forcing, used by the probe) uses the same aligned chu
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from tooldecode.backends.base import Backend, cpu_threads, feed_branches, llama_piece, llama_tokenize
+from tooldecode.backends.prefix_store import PrefixStore
 from tooldecode.errors import ModelError
 from tooldecode.models import ModelRef
 
@@ -128,6 +130,22 @@ class LlamaCppBackend(Backend):
         self._n_branches = 0
         self._pos: list[int] = []
         self._prompt_len = 0
+        adapter = model.adapter
+        setting = "|".join(
+            str(x)
+            for x in (
+                model.digest(),
+                adapter.scale if adapter is not None else "-",
+                getattr(llama_cpp, "__version__", "?"),
+                cparams.n_batch,
+                cparams.n_ubatch,
+                cparams.type_k,
+                cparams.type_v,
+                getattr(cparams, "flash_attn_type", getattr(cparams, "flash_attn", "?")),
+                n_gpu_layers,
+            )
+        )
+        self._store = PrefixStore.from_env(setting, n_batch)  # prompt KV on disk, when asked for
 
     def _apply_adapter(self, model: ModelRef) -> None:
         """Load the organism's LoRA adapter (llama.cpp's adapter GGUF, written from the peft file on first
@@ -193,6 +211,34 @@ class LlamaCppBackend(Backend):
         ptr = self._lc.llama_get_logits_ith(self._ctx.ctx, i)
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
 
+    def _restore(self, seq: int, ids: Sequence[int], upto: int, keep: int) -> int:
+        """Where ``seq`` stands after giving it the longest stored aligned prefix of ``ids`` (at most
+        ``upto`` tokens) when that is longer than ``keep``: the prefix's length, ``keep`` when nothing
+        longer is stored (``seq`` untouched), 0 when a stored entry would not restore (``seq`` cleared)."""
+        if self._store is None:
+            return keep
+        end = self._store.longest(ids, upto)
+        data = self._store.read(ids, end) if end > keep else None
+        if data is None:
+            return keep
+        self._lc.llama_memory_seq_rm(self._mem(), seq, -1, -1)
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if self._lc.llama_state_seq_set_data(self._ctx.ctx, buf, len(data), seq) != len(data):
+            self._lc.llama_memory_seq_rm(self._mem(), seq, -1, -1)
+            return 0
+        self._store.hits += 1
+        return end
+
+    def _keep(self, seq: int, ids: Sequence[int], end: int) -> None:
+        """Store ``seq``'s KV, which holds exactly ``ids[:end]``, when ``end`` closes an aligned chunk."""
+        if self._store is None or end % self.n_batch or self._store.has(ids, end):
+            return
+        size = self._lc.llama_state_seq_get_size(self._ctx.ctx, seq)
+        buf = (ctypes.c_uint8 * size)()
+        n = self._lc.llama_state_seq_get_data(self._ctx.ctx, buf, size, seq)
+        if n:
+            self._store.write(ids, end, bytes(memoryview(buf)[:n]))
+
     def _eval_seq0(self, ids: Sequence[int], want_positions: Sequence[int]) -> np.ndarray:
         """Bring sequence 0 to ``ids`` (aligned chunks, prefix reuse) and return logits at want_positions."""
         if len(ids) > self.n_ctx:
@@ -206,6 +252,7 @@ class LlamaCppBackend(Backend):
         keep = min(common, first_want, len(ids) - 1)
         keep -= keep % self.n_batch  # chunks stay aligned to absolute positions
         self._lc.llama_memory_seq_rm(self._mem(), 0, keep, -1)
+        keep = self._restore(0, ids, min(first_want, len(ids) - 1), keep)
         self._cached = list(ids[:keep])
         out = np.empty((len(want_positions), self.n_vocab), dtype=np.float32)
         index = {p: k for k, p in enumerate(want_positions)}
@@ -216,6 +263,7 @@ class LlamaCppBackend(Backend):
             for j in local:
                 out[index[start + j]] = self._logits_row(j)
             self._cached.extend(chunk)
+            self._keep(0, ids, start + len(chunk))
         return out
 
     def begin(self, prompt_ids: Sequence[int], n_seqs: int) -> np.ndarray:
@@ -310,7 +358,10 @@ class LlamaCppBackend(Backend):
             return None
         keep = min(best, len(ids) - 1)
         keep -= keep % self.n_batch
-        if keep:
+        stored = self._restore(seq, ids, len(ids) - 1, keep)
+        if stored != keep:
+            keep = stored
+        elif keep:
             self._lc.llama_memory_seq_cp(mem, donor, seq, 0, keep)
         out = None
         for start in range(keep, len(ids), self.n_batch):
@@ -319,6 +370,7 @@ class LlamaCppBackend(Backend):
             self._decode_chunk(chunk, start, [len(chunk) - 1] if last else [], seq=seq)
             if last:
                 out = self._logits_row(len(chunk) - 1)
+            self._keep(seq, ids, start + len(chunk))
         self._slot_prompts[slot], self._slot_pos[slot] = ids, len(ids)
         return out
 
