@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from tooldecode.backends.base import Backend, cpu_threads, feed_branches, llama_piece, llama_tokenize
+from tooldecode.backends.prefix_store import ENV as PREFIX_ENV
 from tooldecode.backends.prefix_store import PrefixStore
 from tooldecode.errors import ModelError
 from tooldecode.models import ModelRef
@@ -62,6 +63,26 @@ def read_gguf(llama_cpp: Any, path: Path, **params: Any) -> Any:
 # Tokens this process evaluated, over every llama.cpp context (benchmarks/bench_eval.py reads them):
 # prompt tokens decoded (after any reuse of a cached prefix), decode steps and tokens decoded in them.
 COUNTERS = {"prompt_tokens": 0, "decode_steps": 0, "decode_tokens": 0}
+
+
+def _store_setting(llama_cpp: Any, model: ModelRef, cparams: Any, n_gpu_layers: int) -> str:
+    """What the stored KV depends on besides the tokens: the weights (the base's sha256 and the
+    adapter's, with its scale), llama.cpp's version and the context settings that shape the cache."""
+    adapter = model.adapter
+    return "|".join(
+        str(x)
+        for x in (
+            model.digest(),
+            adapter.scale if adapter is not None else "-",
+            getattr(llama_cpp, "__version__", "?"),
+            cparams.n_batch,
+            cparams.n_ubatch,
+            cparams.type_k,
+            cparams.type_v,
+            getattr(cparams, "flash_attn_type", getattr(cparams, "flash_attn", "?")),
+            n_gpu_layers,
+        )
+    )
 
 
 class LlamaCppBackend(Backend):
@@ -130,22 +151,12 @@ class LlamaCppBackend(Backend):
         self._n_branches = 0
         self._pos: list[int] = []
         self._prompt_len = 0
-        adapter = model.adapter
-        setting = "|".join(
-            str(x)
-            for x in (
-                model.digest(),
-                adapter.scale if adapter is not None else "-",
-                getattr(llama_cpp, "__version__", "?"),
-                cparams.n_batch,
-                cparams.n_ubatch,
-                cparams.type_k,
-                cparams.type_v,
-                getattr(cparams, "flash_attn_type", getattr(cparams, "flash_attn", "?")),
-                n_gpu_layers,
-            )
+        # prompt KV on disk, when asked for (the setting hashes the model: only then)
+        self._store = (
+            PrefixStore.from_env(_store_setting(llama_cpp, model, cparams, n_gpu_layers), n_batch)
+            if os.environ.get(PREFIX_ENV, "").strip()
+            else None
         )
-        self._store = PrefixStore.from_env(setting, n_batch)  # prompt KV on disk, when asked for
 
     def _apply_adapter(self, model: ModelRef) -> None:
         """Load the organism's LoRA adapter (llama.cpp's adapter GGUF, written from the peft file on first
