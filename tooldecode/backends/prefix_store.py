@@ -72,15 +72,16 @@ class PrefixStore:
         return self._path(ids, end).is_file()
 
     def write(self, ids: Sequence[int], end: int, data: bytes) -> None:
+        """Store ``data`` for ``ids[:end]``; a full or read-only cache costs speed, never a run."""
         path = self._path(ids, end)
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=self.folder)
+        except OSError:
+            return
+        try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
             os.replace(tmp, path)
             self.writes += 1
-        except OSError:  # a full or read-only cache costs speed, never a run
-            try:
-                os.unlink(tmp)
-            except (OSError, UnboundLocalError):
-                pass
+        except OSError:
+            Path(tmp).unlink(missing_ok=True)
