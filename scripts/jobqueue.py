@@ -7,7 +7,9 @@
 
 ``run`` needs ``DIR`` to be a clean checkout (``git status --porcelain`` empty, untracked files and the
 rows of runs under ``runs/`` aside: data, not code, as the manifests' ``git_dirty`` counts it) and
-runs each job there with its ``.venv``; a job's log goes to ``DIR/queue-logs/<id>.log`` (appended) and
+runs each job there with its ``.venv`` (its ``env`` table, if any, added to the environment, ``~``
+expanded; the run manifests record ``TOOLDECODE_*`` settings); a job's log goes to
+``DIR/queue-logs/<id>.log`` (appended) and
 its end to ``DIR/queue-logs/state.json``. Jobs resume where they stopped, so an interrupted queue is
 resumed by the same command. One job at a time: never two model-heavy jobs at once.
 """
@@ -43,6 +45,11 @@ def load(path: Path = QUEUE) -> dict:
                 raise SystemExit(f"queue: {where}: '{field}' is missing or of the wrong type; fix the file")
         if job["state"] not in STATES:
             raise SystemExit(f"queue: {where}: state {job['state']!r} is not one of {', '.join(STATES)}")
+        env = job.get("env", {})
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            raise SystemExit(
+                f"queue: {where}: 'env' must be a table of strings (NAME = \"value\"); fix the file"
+            )
         if job["id"] in seen:
             raise SystemExit(f"queue: {where}: id {job['id']!r} appears twice; ids are unique")
         seen.add(job["id"])
@@ -110,14 +117,17 @@ def run(data: dict, worktree: Path, only: list[str] | None) -> int:
         cmd = list(job["cmd"])
         if cmd[0] == "tooldecode":
             cmd = [str(py), "-m", "tooldecode", *cmd[1:]]
+        job_env = {**env, **{k: os.path.expanduser(v) for k, v in job.get("env", {}).items()}}
         t0 = time.time()
         with open(logs / f"{job['id']}.log", "a", encoding="utf-8") as log:
             log.write(
-                f"== {time.strftime('%Y-%m-%d %H:%M:%S')} at {commit} (load {os.getloadavg()[0]:.2f}): {' '.join(cmd)}\n"
+                f"== {time.strftime('%Y-%m-%d %H:%M:%S')} at {commit} (load {os.getloadavg()[0]:.2f}): "
+                + "".join(f"{k}={v} " for k, v in job.get("env", {}).items())
+                + f"{' '.join(cmd)}\n"
             )
             log.flush()
             rc = subprocess.run(
-                cmd, cwd=worktree, stdout=log, stderr=subprocess.STDOUT, check=False, env=env
+                cmd, cwd=worktree, stdout=log, stderr=subprocess.STDOUT, check=False, env=job_env
             ).returncode
         load_avg = os.getloadavg()[0]
         state[job["id"]] = {

@@ -369,3 +369,33 @@ def test_a_run_off_a_terminal_reports_progress_as_log_lines(caplog):
         bar.advance(task, 1)
     lines = [r.getMessage() for r in caplog.records if r.name == "tooldecode.progress"]
     assert lines[-1].startswith("e1: 4/4 done") and "ETA" in lines[-1]
+
+
+def test_n_by_mode_can_set_one_level_of_a_mode(tmp_path):
+    """``"MODE@LEVEL"`` keys size one level's arms of a mode (before ``"MODE"`` and ``n``); a level the
+    spec's conditionings do not give is a one-line error; a run's config counts its samples the same way."""
+    from tooldecode.runs.load import Run
+
+    text = (
+        'name = "lv"\ndescription = "d"\nmodels = ["smollm2-135m-instruct"]\nn = 8\nmodes = ["loose", "strict"]\n'
+        '[n_by_mode]\nloose = 12\n"loose@L2" = 6\n"strict@L2" = 4\n'
+        '[variant]\nconditioning = ["forced-tool", "gold-prefix"]\n'
+    )
+    path = tmp_path / "lv.toml"
+    path.write_text(text)
+    spec = load_spec(path)
+    got = {(m, lv): spec.n_for(m, lv) for m in ("loose", "strict") for lv in ("L1", "L2")}
+    assert got == {("loose", "L1"): 12, ("loose", "L2"): 6, ("strict", "L1"): 8, ("strict", "L2"): 4}
+    assert spec.n_for("loose") == 12
+    config = {
+        "n": spec.n,
+        "n_by_mode": spec.n_by_mode,
+        "arms": spec.arms(),
+        "scenarios": ["a", "b"],
+        "seeds": [0],
+    }
+    assert Run("lv", Path("x"), {"config": config}, [], {}, []).expected_samples == 2 * (12 + 6 + 8 + 4)
+    for bad, match in (('"loose@L0" = 2', "names level 'L0'"), ('"aligned@L2" = 2', "does not list")):
+        path.write_text(text.replace('"strict@L2" = 4', bad))
+        with pytest.raises(SpecError, match=match):
+            load_spec(path)

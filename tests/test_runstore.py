@@ -564,3 +564,20 @@ def test_cli_rescore_prints_path_and_counts(tmp_path: Path, capsys) -> None:
     ]
     with pytest.raises(RunError, match="does not exist"):
         _cli(["rescore", str(tmp_path / "missing")])
+
+
+def test_a_manifest_names_the_settings_it_ran_under(monkeypatch):
+    """``environment``: the ``TOOLDECODE_*`` variables (a credential's name left out); a resume under other
+    settings lists them beside its commit."""
+    from tooldecode.runs.manifest import build_manifest, with_resume
+
+    monkeypatch.setenv("TOOLDECODE_PREFIX_CACHE", "/tmp/kv")
+    monkeypatch.setenv("TOOLDECODE_API_KEY", "sk-secret")
+    first = build_manifest({"spec": "t"})
+    assert first["environment"]["TOOLDECODE_PREFIX_CACHE"] == "/tmp/kv"
+    assert "TOOLDECODE_API_KEY" not in first["environment"]
+    monkeypatch.delenv("TOOLDECODE_PREFIX_CACHE")
+    later = {**build_manifest({"spec": "t"}), "tooldecode": {"git_sha": "b" * 40, "git_dirty": False}}
+    resumed = with_resume(first, later)
+    assert resumed is not None
+    assert "TOOLDECODE_PREFIX_CACHE" not in resumed["resumed"][-1]["environment"]

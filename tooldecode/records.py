@@ -51,6 +51,16 @@ MODES = ("loose", *STRICT_MODES, *TOOL_MODES)
 # to a cut (L2); L3 is the exact probe (``ProbeRow``), which samples nothing
 CONDITIONINGS = {"free": "L0", "forced-tool": "L1", "gold-prefix": "L2"}
 LEVELS = ("L0", "L1", "L2", "L3")
+
+
+def samples_per_arm(n_by_mode: Mapping[str, Any], n: int, mode: str | None, level: str | None = None) -> int:
+    """Samples per (arm, scenario, seed) for an arm of ``mode`` at ``level``, from a spec's (or a run
+    config's) ``n`` and ``n_by_mode``: its ``"MODE@LEVEL"`` key, else its ``"MODE"`` key, else ``n``."""
+    if level is not None and f"{mode}@{level}" in n_by_mode:
+        return int(n_by_mode[f"{mode}@{level}"])
+    return int(n_by_mode.get(str(mode), n))
+
+
 # the arm fields that change the transcript (``TranscriptOptions``' fields a spec's [variant] sets)
 VARIANT_FIELDS = tuple(
     (

@@ -149,7 +149,9 @@ def run_spec(
         for arm in arms
         if arm["model"] == model
     ]
-    total = sum(spec.n_for(arm["mode"]) for arm, _, _ in jobs) if not spec.samples_nothing else 0
+    total = (
+        sum(spec.n_for(arm["mode"], arm["level"]) for arm, _, _ in jobs) if not spec.samples_nothing else 0
+    )
     t_start = time.perf_counter()
     try:
         with _progress(progress) as bar, _sigterm_interrupts():
@@ -406,7 +408,7 @@ def _sample_job(
 
     arm, sc, seed = job
     label = arm_label(arm)
-    keys = [f"{label}/{sc.id}/{seed}/{i}" for i in range(spec.n_for(arm["mode"]))]
+    keys = [f"{label}/{sc.id}/{seed}/{i}" for i in range(spec.n_for(arm["mode"], arm["level"]))]
     todo = [i for i, k in enumerate(keys) if k not in done]
     if not todo:
         return
@@ -532,7 +534,7 @@ def _draw_identity(spec: Spec, arm: dict[str, Any], trial: Any, seed: int, strea
         arm["temperature"],
         seed,
         stream,
-        spec.n_for(arm["mode"]),
+        spec.n_for(arm["mode"], arm["level"]),
     )
 
 

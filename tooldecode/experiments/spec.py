@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tooldecode.errors import ToolDecodeError
-from tooldecode.records import CONDITIONINGS, MODES, STRICT_MODES, TOOL_MODES, VARIANT_FIELDS
+from tooldecode.records import CONDITIONINGS, MODES, STRICT_MODES, TOOL_MODES, VARIANT_FIELDS, samples_per_arm
 from tooldecode.validate import (  # noqa: F401 -- OPTION_RULES, SEED_MAX re-exported: their old home
     OPTION_RULES,
     SEED_MAX,
@@ -70,7 +70,8 @@ class Spec:
     max_scenarios: int | None = None
     n: int = 8
     # samples per (arm, scenario, seed) for particular modes, e.g. {"loose": 32}: loose samples are the
-    # rejection reference of the strict arms (about 1/P(valid) of them per exact draw of P_L)
+    # rejection reference of the strict arms (about 1/P(valid) of them per exact draw of P_L); a key
+    # "MODE@LEVEL" (e.g. "loose@L2") sets it for that mode's arms at one level only, before "MODE" and n
     n_by_mode: dict[str, int] = field(default_factory=dict)
     # random streams: "scenario" (each scenario its own, derived from its id: rates pooled over scenarios
     # are sums of independent parts, as cluster intervals assume) or "shared" (sample i of every
@@ -111,9 +112,10 @@ class Spec:
         """The spec only computes exactly (``[probe]`` or ``[decision]`` with ``only = true``)."""
         return bool(self.probe.get("only")) or bool(self.decision.get("only"))
 
-    def n_for(self, mode: str) -> int:
-        """Samples per (arm, scenario, seed) for an arm of ``mode``."""
-        return int(self.n_by_mode.get(mode, self.n))
+    def n_for(self, mode: str, level: str | None = None) -> int:
+        """Samples per (arm, scenario, seed) for an arm of ``mode`` at ``level``: ``n_by_mode``'s
+        ``"MODE@LEVEL"``, else its ``"MODE"``, else ``n``."""
+        return samples_per_arm(self.n_by_mode, self.n, mode, level)
 
     def arms(self) -> list[dict[str, Any]]:
         fields = [f for f in VARIANT_FIELDS if f in self.variant]
@@ -310,12 +312,19 @@ def _duplicate(values: list[Any]) -> Any:
 
 
 def _check_n_by_mode(spec: Spec, fail: Callable[[str], None]) -> None:
-    """[n_by_mode]: modes the spec lists, each with a whole number ≥ 1."""
-    for mode, k in spec.n_by_mode.items():
+    """[n_by_mode]: modes the spec lists (alone or as ``MODE@LEVEL`` with a level its conditionings
+    give), each with a whole number ≥ 1."""
+    levels = sorted({LEVELS[c] for c in spec.variant.get("conditioning", ["free"]) if c in LEVELS})
+    for key, k in spec.n_by_mode.items():
+        mode, _, level = key.partition("@")
         if mode not in spec.modes:
             fail(f"[n_by_mode] names mode {mode!r}, which 'modes' does not list ({', '.join(spec.modes)})")
+        if level and level not in levels:
+            fail(
+                f"[n_by_mode] {key!r} names level {level!r}; the spec's conditionings give {', '.join(levels)}"
+            )
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            fail(f"[n_by_mode] {mode} must be a whole number ≥ 1, got {k!r}")
+            fail(f"[n_by_mode] {key} must be a whole number ≥ 1, got {k!r}")
 
 
 def _check_sizes(spec: Spec, fail: Callable[[str], None]) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tooldecode.errors import RunError
-from tooldecode.records import OfferedTool, ProbeRow, SampleRecord, VerdictRecord
+from tooldecode.records import OfferedTool, ProbeRow, SampleRecord, VerdictRecord, samples_per_arm
 from tooldecode.runs.store import MANIFEST, SAMPLE_FIELDS, DerivedWriteError, RunStore, rescore
 
 __all__ = ["PROBE_FILE", "Run", "load_run", "load_runs", "sample_of", "score_stored"]
@@ -90,11 +90,14 @@ class Run:
 
     @property
     def expected_samples(self) -> int:
-        """Samples the run's config asks for: each arm's ``n`` (or its mode's ``n_by_mode``) × scenarios ×
+        """Samples the run's config asks for: each arm's ``n`` (or its mode's and level's ``n_by_mode``) × scenarios ×
         seeds (0 for a probe-only run)."""
         c = self.manifest.get("config", {})
         per_mode = c.get("n_by_mode", {})
-        per_scenario = sum(int(per_mode.get(a.get("mode"), c.get("n") or 0)) for a in c.get("arms", []))
+        per_scenario = sum(
+            samples_per_arm(per_mode, int(c.get("n") or 0), a.get("mode"), a.get("level"))
+            for a in c.get("arms", [])
+        )
         return per_scenario * len(c.get("scenarios", [])) * len(c.get("seeds", [0]))
 
 

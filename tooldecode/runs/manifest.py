@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib.metadata
+import os
 import platform
 import re
 import subprocess
@@ -59,6 +60,15 @@ def _library_versions() -> dict[str, str | None]:
     return out
 
 
+def _environment() -> dict[str, str]:
+    """The ``TOOLDECODE_*`` settings of this process (a name that may hold a credential is left out)."""
+    return {
+        k: v
+        for k, v in sorted(os.environ.items())
+        if k.startswith("TOOLDECODE_") and not re.search(r"KEY|TOKEN|SECRET|PASS|AUTH", k)
+    }
+
+
 def build_manifest(
     config: dict,
     *,
@@ -69,7 +79,9 @@ def build_manifest(
     """A manifest for ``RunStore.create``: the config plus provenance.
 
     ``model`` is ``{"id", "sha256", "path"}``; ``scenarios`` maps scenario id to content hash.
-    Library versions come from package metadata (nothing heavy is imported).
+    Library versions come from package metadata (nothing heavy is imported). ``environment`` holds the
+    ``TOOLDECODE_*`` variables set when the run started (the prompt KV store, batch and thread
+    settings): what ran, even where it cannot change a draw.
     """
     sha, dirty = _git_sha()
     return {
@@ -79,6 +91,7 @@ def build_manifest(
         "python": platform.python_version(),
         "libraries": _library_versions(),
         "platform": platform.platform(),
+        "environment": _environment(),
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "model": model,
         "seeds": seeds,
@@ -96,4 +109,7 @@ def with_resume(stored: dict, incoming: dict) -> dict | None:
     seen = list(stored.get("resumed") or [])
     if here == {k: first.get(k) for k in here} or any({k: e.get(k) for k in here} == here for e in seen):
         return None
-    return {**stored, "resumed": [*seen, {**here, "at": incoming.get("created")}]}
+    entry = {**here, "at": incoming.get("created")}
+    if incoming.get("environment") is not None:
+        entry["environment"] = incoming["environment"]
+    return {**stored, "resumed": [*seen, entry]}

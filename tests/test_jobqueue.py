@@ -1,0 +1,56 @@
+"""The queue of long jobs (``scripts/jobqueue.py``): the committed file loads, a bad one is one line, and
+``run`` gives a job its ``env`` and keeps its end in ``state.json``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripts import jobqueue
+
+
+def test_the_committed_queue_loads_and_states_its_minutes():
+    data = jobqueue.load()
+    lines = jobqueue.status(data)
+    assert lines[-1].startswith("left: about ") and len(lines) == len(data["job"]) + 2
+
+
+def test_a_job_env_that_is_not_a_table_of_strings_is_one_line(tmp_path):
+    bad = tmp_path / "q.toml"
+    bad.write_text('[[job]]\nid = "a"\ncmd = ["true"]\nminutes = 1\nstate = "pending"\nenv = { N = 3 }\n')
+    with pytest.raises(SystemExit, match=r"job 1: 'env' must be a table of strings") as err:
+        jobqueue.load(bad)
+    assert "\n" not in str(err.value)
+
+
+def test_run_gives_a_job_its_env_and_records_its_end(tmp_path):
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    subprocess.run(["git", "init", "-q", str(wt)], check=True)
+    (wt / "f").write_text("x")
+    git = ["git", "-C", str(wt), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "f"], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    out = tmp_path / "seen"
+    code = f"import os; open({str(out)!r}, 'w').write(os.environ['TOOLDECODE_X'])"
+    data = {
+        "job": [
+            {
+                "id": "j",
+                "cmd": [sys.executable, "-c", code],
+                "minutes": 1,
+                "state": "pending",
+                "env": {"TOOLDECODE_X": "~/kv"},
+            },
+            {"id": "k", "cmd": [sys.executable, "-c", "pass"], "minutes": 1, "state": "done"},
+        ]
+    }
+    assert jobqueue.run(data, wt, None) == 0
+    assert out.read_text() == str(Path("~/kv").expanduser())
+    state = json.loads((wt / "queue-logs" / "state.json").read_text())
+    assert set(state) == {"j"} and state["j"]["rc"] == 0
+    assert "TOOLDECODE_X=~/kv" in (wt / "queue-logs" / "j.log").read_text()
