@@ -44,6 +44,12 @@ os.environ.setdefault(
     "TOOLDECODE_PREFIX_CACHE",
     str(Path(os.environ.get("TOOLDECODE_HOME", "~/.cache/tooldecode")).expanduser() / "prefix-kv-tests"),
 )
+# json-repair's results on disk (tooldecode.repair.memo): the FINDINGS rebuild and the repair tests hand
+# it the same thousands of call texts every run. TOOLDECODE_JSONREPAIR_MEMO= (empty) turns it off.
+os.environ.setdefault(
+    "TOOLDECODE_JSONREPAIR_MEMO",
+    str(Path(os.environ.get("TOOLDECODE_HOME", "~/.cache/tooldecode")).expanduser() / "json-repair-tests"),
+)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -540,3 +540,37 @@ def test_cli_writes_repaired_file_beside_raw_samples(scenario_dir, tmp_path, cap
     summary = json.loads(capsys.readouterr().out)
     assert summary["n_rescued"] == 2
     assert (run_dir / f"repaired-{REPAIR_VERSION}-no-drop_unknown_keys.jsonl").exists()
+
+
+def test_json_repair_results_on_disk_are_the_librarys_own(tmp_path, monkeypatch):
+    """The memo (``TOOLDECODE_JSONREPAIR_MEMO``) gives back what json-repair returned, in a new process's
+    memo too; a damaged file costs the memo, not the result; a folder that cannot be made is one line."""
+    from tooldecode.errors import ToolDecodeError
+    from tooldecode.repair import jsonrepair, memo
+
+    texts = ['{"path": "a", "edits": [{"oldText": "x", "newText": "y"', "{'a': 1,}", "not json at all"]
+    monkeypatch.setenv(memo.ENV, "")
+    memo.repair_memo.cache_clear()
+    jsonrepair._repaired.cache_clear()
+    plain = [jsonrepair._repaired(t) for t in texts]
+    monkeypatch.setenv(memo.ENV, str(tmp_path / "m"))
+    memo.repair_memo.cache_clear()
+    jsonrepair._repaired.cache_clear()
+    assert [jsonrepair._repaired(t) for t in texts] == plain
+    m = memo.repair_memo(jsonrepair.json_repair_version())
+    assert m is not None and m.writes == 3 and m.hits == 0
+    fresh = memo.RepairMemo(m.path)  # another process's view of the same file
+    assert [fresh.get(t) for t in texts] == plain and fresh.hits == 3
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"this is no database" * 100)
+    broken = memo.RepairMemo(bad)
+    broken.put("x", "1", None)
+    assert broken.get("x") is None
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv(memo.ENV, str(tmp_path / "file" / "sub"))
+    memo.repair_memo.cache_clear()
+    with pytest.raises(ToolDecodeError, match="cannot make the folder") as err:
+        memo.repair_memo("1.0")
+    assert "\n" not in str(err.value)
+    memo.repair_memo.cache_clear()
+    jsonrepair._repaired.cache_clear()

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from tooldecode.grammar import Tool, wire_format
 from tooldecode.records import SampleRecord
 from tooldecode.repair.arguments import harness_errors
+from tooldecode.repair.memo import repair_memo
 from tooldecode.repair.rescue import format_rate, rate_record
 from tooldecode.scoring import (
     MAX_JSON_DEPTH,
@@ -80,14 +81,21 @@ def _nesting(text: str, limit: int) -> int:
 @functools.lru_cache(maxsize=8192)
 def _repaired(raw: str) -> tuple[str, str | None]:
     """``json_repair.repair_json(raw)`` as JSON text, or its failure: a pure function of ``raw``, kept for
-    the copies of a draw (an arm that renders like another, a repeated greedy draw) that a report pools."""
+    the copies of a draw (an arm that renders like another, a repeated greedy draw) that a report pools,
+    and on disk where ``TOOLDECODE_JSONREPAIR_MEMO`` names a folder (``tooldecode.repair.memo``)."""
     import json_repair
 
+    memo = repair_memo(json_repair_version())
+    if memo is not None and (hit := memo.get(raw)) is not None:
+        return hit
     try:
         value = json_repair.repair_json(raw, return_objects=True)
-        return json.dumps(value, ensure_ascii=False), None
+        out: tuple[str, str | None] = (json.dumps(value, ensure_ascii=False), None)
     except (Exception, RecursionError) as err:
-        return "", str(err)[:160]
+        out = ("", str(err)[:160])
+    if memo is not None:
+        memo.put(raw, *out)
+    return out
 
 
 def json_repair_call(
