@@ -16,7 +16,7 @@ from tooldecode.scenarios import get_scenario
 pytestmark = [pytest.mark.model]
 
 
-N_BATCH = 256  # aligned chunks of 256: two stored prefixes in a 600-token prompt
+N_BATCH = 128  # aligned chunks of 128: two stored prefixes in a 300-token prompt
 
 
 def _backend(smol_ref):
@@ -42,9 +42,9 @@ def test_a_restored_prefix_gives_the_logits_and_draws_of_a_fresh_evaluation(smol
     monkeypatch.delenv(ENV, raising=False)
     fresh = _backend(smol_ref)
     whole = _ids(fresh, smol_ref, "json-tsconfig-path-aliases")
-    a = whole[:600]
-    b = whole[:300] + _ids(fresh, smol_ref, "py-mutable-default-cart")[-300:]  # shares 256, not 512
-    assert a[:256] == b[:256] and a[:512] != b[:512]
+    a = whole[:300]
+    b = whole[:150] + _ids(fresh, smol_ref, "py-mutable-default-cart")[-150:]  # shares 128, not 256
+    assert a[:128] == b[:128] and a[:256] != b[:256]
     ref_a, ref_b = fresh.begin(a, 1), None
     fresh.end()
     ref_b = fresh.begin(b, 1)
@@ -57,13 +57,13 @@ def test_a_restored_prefix_gives_the_logits_and_draws_of_a_fresh_evaluation(smol
     fresh.close()
 
     monkeypatch.setenv(ENV, str(tmp_path / "kv"))
-    cold = _backend(smol_ref)  # evaluates, and stores the prefixes of 256 and 512 tokens
+    cold = _backend(smol_ref)  # evaluates, and stores the prefixes of 128 and 256 tokens
     assert np.array_equal(cold.begin(a, 1), ref_a)
     cold.end()
     cold.close()
     assert len(list((tmp_path / "kv").glob("*.kv"))) == 2
 
-    warm = _backend(smol_ref)  # a new context: 512 tokens of a come back from the store, 256 of b
+    warm = _backend(smol_ref)  # a new context: 256 tokens of a come back from the store, 128 of b
     assert np.array_equal(warm.begin(a, 1), ref_a)
     warm.end()
     assert np.array_equal(warm.begin(b, 1), ref_b)
