@@ -23,6 +23,7 @@ LAYERS = (
         "guard",
         "validate",
         "gguf_header",
+        "cachedirs",
     },  # leaves
     {"models"},
     {"grammar"},  # schema → grammar

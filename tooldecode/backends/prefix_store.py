@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tooldecode.cachedirs import folder_from_env
 from tooldecode.errors import ModelError
 
 ENV = "TOOLDECODE_PREFIX_CACHE"
@@ -38,16 +39,9 @@ class PrefixStore:
     @classmethod
     def from_env(cls, setting: str, n_batch: int) -> PrefixStore | None:
         """The store under ``$TOOLDECODE_PREFIX_CACHE``, or None when it is unset or empty."""
-        raw = os.environ.get(ENV, "").strip()
-        if not raw:
+        folder = folder_from_env(ENV, ModelError)
+        if folder is None:
             return None
-        folder = Path(raw).expanduser()
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise ModelError(
-                f"{ENV}={raw!r}: cannot make the folder ({err.strerror}); point it at a writable folder or unset it"
-            ) from None
         return cls(folder, setting, n_batch)
 
     def _path(self, ids: Sequence[int], end: int) -> Path:

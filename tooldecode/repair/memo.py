@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import sqlite3
 from pathlib import Path
 
-from tooldecode.errors import ToolDecodeError
+from tooldecode.cachedirs import folder_from_env
 
 ENV = "TOOLDECODE_JSONREPAIR_MEMO"
 
@@ -75,14 +74,9 @@ def repair_memo(version: str | None) -> RepairMemo | None:
     tooldecode.errors.ToolDecodeError
         The folder cannot be made.
     """
-    raw = os.environ.get(ENV, "").strip()
-    if not raw or not version:
+    if not version:
         return None
-    folder = Path(raw).expanduser()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ToolDecodeError(
-            f"{ENV}={raw!r}: cannot make the folder ({err.strerror}); point it at a writable folder or unset it"
-        ) from None
+    folder = folder_from_env(ENV)
+    if folder is None:
+        return None
     return RepairMemo(folder / f"json-repair-{version}.sqlite")
