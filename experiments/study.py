@@ -28,6 +28,7 @@ from experiments.construct_rows import competence_note, construct_rows, organism
 from experiments.corpus_rows import row_duplicates, row_repair, row_zoo
 from experiments.decision_rows import decision_runs, row_decision_l2
 from experiments.organism_rows import prediction_note, row_implant, row_predictions
+from experiments.remedy_rows import row_remedies
 from tooldecode.experiments.spec import as_list
 from tooldecode.measures import MeasureError
 from tooldecode.records import ProbeRow
@@ -54,6 +55,7 @@ ROWS: dict[str, Callable[[dict, list[Run], dict[str, Run]], list[dict]]] = {
     "echo": probe_rows.row_echo,
     "transcripts": probe_rows.row_transcripts,
     "decision_l2": row_decision_l2,
+    "remedies": row_remedies,
 }
 
 

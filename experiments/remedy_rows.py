@@ -1,0 +1,196 @@
+"""FINDINGS rows of strict's cost sampled (E17, E18, E18-engines; docs/strict-cost.md): did the edit work.
+
+The three specs draw on the same scenarios, cap and per-scenario streams, each what the others lack
+(``tooldecode.distortion.remedies``): strict and strict-aligned come from E17, loose (with the retry and
+repair remedies read from it) from the run with the most loose draws of the model (E18 draws 12 where
+E17 draws 8, the first 8 on the same streams), strict-prefix from E18, the engines' own defaults from
+E18-engines. Every call is one row of ``remedy_rows``; ``remedy_effects`` turns them into FINDINGS rows:
+
+- the claim rows, per model and level, each a paired comparison over scenarios (``stats.paired_clusters``
+  of the per-scenario rates, judged by ``stats.judge_effect`` on the difference scale, direction only,
+  Holm across all of them):
+  - E17: strict's P(wrong but valid) above loose's, on all draws and on the draws that ended before the
+    cap (the completed ones), and strict-aligned's above loose's on all draws;
+  - E18: strict-prefix's P(correct) above strict's;
+- one descriptive row per model and level: P(correct) and P(cut) of every remedy, with intervals.
+
+An event is a call that shows the measure, in either arm.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from experiments.common import short, source
+from tooldecode.runs import Run
+from tooldecode.stats import EffectClaim, cluster_rate, holm, judge_effect, paired_clusters
+
+ROOT = Path(__file__).resolve().parent
+SPECS = {"e17": "e17-strict-cost", "e18": "e18-remedies", "engines": "e18-remedies-engines"}
+# (spec key, label, remedy a, remedy b, measure, completed only, claimed direction)
+COMPARISONS: tuple[tuple[str, str, str, str, str, bool, int], ...] = (
+    (
+        "e17",
+        "strict's P(wrong but valid) vs loose's, all draws",
+        "strict",
+        "loose",
+        "wrong_but_valid",
+        False,
+        +1,
+    ),
+    (
+        "e17",
+        "strict's P(wrong but valid) vs loose's, draws that ended before the cap",
+        "strict",
+        "loose",
+        "wrong_but_valid",
+        True,
+        +1,
+    ),
+    (
+        "e17",
+        "strict-aligned's P(wrong but valid) vs loose's, all draws",
+        "strict-aligned",
+        "loose",
+        "wrong_but_valid",
+        False,
+        +1,
+    ),
+    (
+        "e18",
+        "strict-prefix's P(correct) vs strict's, all draws",
+        "strict-prefix",
+        "strict",
+        "correct",
+        False,
+        +1,
+    ),
+)
+ORDER = ("loose", "loose+retry", "loose+repair", "strict", "strict-prefix", "strict-aligned")
+METHOD = "per-scenario rates of the sampled calls, paired over scenarios: the mean difference with its t interval and the sign-flip p"
+
+
+def _per_scenario(calls: Iterable[dict], measure: str) -> dict[str, float]:
+    by: dict[str, list[bool]] = defaultdict(list)
+    for c in calls:
+        by[c["scenario"]].append(bool(c[measure]))
+    return {s: sum(v) / len(v) for s, v in by.items()}
+
+
+def _pct(c: Any) -> str:
+    return f"{100 * c.rate:.1f}% [{100 * c.lo:.1f}, {100 * c.hi:.1f}] (n={c.n})" if c.n else "n/a"
+
+
+def remedy_effects(
+    calls: Sequence[dict], claims: dict[str, str], sources: dict[str, str]
+) -> list[dict[str, Any]]:
+    """FINDINGS rows from the per-call rows of ``tooldecode.distortion.remedies.remedy_rows`` (``model``,
+    ``level``, ``remedy``, ``scenario``, the measures): the claim rows of ``COMPARISONS`` (Holm across all
+    of them; ``claims`` gives each spec key's claim text) and one descriptive row per model and level.
+    ``sources`` gives the source line per model."""
+    groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+    for c in calls:
+        groups[(str(c["model"]), str(c["level"]), c["remedy"])].append(c)
+    cells = sorted({(m, lv) for m, lv, _ in groups})
+    tested: list[dict] = []
+    described: list[dict] = []
+    for model, level in cells:
+        for key, label, a, b, measure, completed, sign in COMPARISONS:
+            ca, cb = groups.get((model, level, a), []), groups.get((model, level, b), [])
+            if completed:
+                ca, cb = [c for c in ca if not c["cut"]], [c for c in cb if not c["cut"]]
+            if not ca or not cb:
+                continue
+            va, vb = _per_scenario(ca, measure), _per_scenario(cb, measure)
+            shared = set(va) & set(vb)
+            events = sum(1 for c in (*ca, *cb) if c["scenario"] in shared and c[measure])
+            clusters = len({c["scenario"] for c in (*ca, *cb) if c["scenario"] in shared and c[measure]})
+            tested.append(
+                {
+                    "observation": f"{SPECS[key]}: {short(model)}: {label} ({level}, sampled)",
+                    "claim": f"{claims.get(key, '')} Tested here: a {'rise' if sign > 0 else 'fall'} "
+                    "(difference, size not stated).",
+                    "source": sources.get(model, ""),
+                    "_cmp": paired_clusters(va, vb),
+                    "_claim": EffectClaim("difference", None, sign=sign),
+                    "_events": (events, clusters),
+                    "_extra": f" {a}: {len(ca)} calls, {b}: {len(cb)} calls"
+                    + (" (the draws that ended before the cap: a selection)" if completed else "")
+                    + ".",
+                }
+            )
+        parts = []
+        for remedy in sorted(
+            {r for m, lv, r in groups if (m, lv) == (model, level)},
+            key=lambda r: (ORDER.index(r) if r in ORDER else len(ORDER), r),
+        ):
+            cs = groups[(model, level, remedy)]
+            clusters_ = [c["scenario"] for c in cs]
+            correct = cluster_rate([c["correct"] for c in cs], clusters_)
+            cut = cluster_rate([c["cut"] for c in cs], clusters_)
+            parts.append(f"{remedy} {_pct(correct)}, cut {100 * cut.rate:.1f}%")
+        described.append(
+            {
+                "observation": f"strict's cost sampled: {short(model)}: P(correct) per remedy ({level})",
+                "claim": "descriptive: the decision table's correct edits, with the share each remedy's calls "
+                "ran to the cap beside them",
+                "measured": "; ".join(parts) + ". Intervals: cluster-robust CR1 95% over scenarios.",
+                "verdict": "descriptive",
+                "source": sources.get(model, ""),
+                "summary": f"{short(model)} {level}: P(correct) "
+                + "; ".join(p.split(" [")[0] for p in parts),
+            }
+        )
+    adjusted = holm([r["_cmp"].p_sign_flip for r in tested])
+    for r, padj in zip(tested, adjusted, strict=True):
+        cmp = r.pop("_cmp")
+        events, clusters = r.pop("_events")
+        verdict = judge_effect(cmp, r.pop("_claim"), events=events, event_clusters=clusters, p_adjusted=padj)
+        adj = (
+            "" if math.isnan(padj) else f", Holm-adjusted p = {padj:.3g} over the {len(tested)} sampled rows"
+        )
+        r["measured"] = f"{cmp}{adj} ({METHOD}).{r.pop('_extra')}"
+        r["verdict"] = str(verdict)
+        r["summary"] = f"{r['observation'].split(': ', 1)[1]}: {100 * cmp.diff:+.1f} pts, {verdict.verdict}"
+    return tested + described
+
+
+def _claim(stem: str) -> str:
+    path = ROOT / f"{stem}.toml"
+    return str(tomllib.loads(path.read_text(encoding="utf-8")).get("claim", "")) if path.is_file() else ""
+
+
+def row_remedies(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
+    """The rows of ``remedy_effects`` from the committed runs of E17 (``rs``) and of E18 and E18-engines
+    (found in ``runs`` by their spec names), model by model."""
+    from tooldecode.distortion.remedies import remedy_rows
+
+    del spec
+    by_spec = {k: [r for r in runs.values() if r.spec == name] for k, name in SPECS.items()}
+    by_spec["e17"] = list(rs) or by_spec["e17"]
+    calls: list[dict] = []
+    used: dict[str, list[Run]] = defaultdict(list)
+    models = sorted({str(s.arm.model) for r in by_spec["e17"] for s in r.samples})
+    for model in models:
+        e17 = [r for r in by_spec["e17"] if any(str(s.arm.model) == model for s in r.samples)]
+        e18 = [r for r in by_spec["e18"] if any(str(s.arm.model) == model for s in r.samples)]
+        eng = [r for r in by_spec["engines"] if any(str(s.arm.model) == model for s in r.samples)]
+        mine: list[dict] = []
+        for run in e17:
+            mine += remedy_rows(run, remedies=("strict", "strict-aligned") if e18 else None)
+        for run in e18:
+            mine += remedy_rows(run)
+        for run in eng:
+            mine += remedy_rows(run)
+        calls += [c for c in mine if str(c["model"]) == model]
+        used[model] = [*e17, *e18, *eng]
+    claims = {"e17": _claim("e17_strict_cost"), "e18": _claim("e18_remedies")}
+    return remedy_effects(calls, claims, {m: source(rs_) for m, rs_ in used.items()})
+
+
+__all__ = ["COMPARISONS", "remedy_effects", "row_remedies"]

@@ -1,0 +1,65 @@
+"""FINDINGS rows of strict's cost sampled (``experiments/remedy_rows.py``) on hand-made calls: a clear rise
+reproduces the claim, no difference does not, completed-only rows drop cut calls, and the descriptive row
+gives every remedy's P(correct) with its cut share."""
+
+from __future__ import annotations
+
+from experiments.remedy_rows import remedy_effects
+
+MEASURES = ("invented", "valid", "applies", "correct", "works", "wrong_but_valid", "cut")
+
+
+def _call(remedy: str, scenario: str, level: str = "L1", **flags: bool) -> dict:
+    return {"model": "m", "level": level, "remedy": remedy, "scenario": scenario, "retries": 0,
+            **{k: bool(flags.get(k, False)) for k in MEASURES}, "tokens": 10, "wall": 1.0}  # fmt: skip
+
+
+def _calls(strict_wrong: int, cut_strict: bool = False) -> list[dict]:
+    out = []
+    for k, s in enumerate(f"s{i}" for i in range(12)):
+        for i in range(4):
+            slip = i == 1 and k % 3 == 0  # loose is now and then valid and wrong too
+            out.append(_call("loose", s, correct=i == 0, valid=i == 0 or slip, wrong_but_valid=slip))
+            wrong = i < strict_wrong - (k % 2 if strict_wrong else 0)  # 3 or 2 of 4 per scenario
+            out.append(
+                _call(
+                    "strict",
+                    s,
+                    valid=True,
+                    wrong_but_valid=wrong,
+                    correct=not wrong,
+                    cut=cut_strict and wrong,
+                )
+            )
+            out.append(_call("strict-prefix", s, valid=True, correct=True))
+    return out
+
+
+def test_a_clear_rise_reproduces_and_no_difference_does_not():
+    rows = remedy_effects(
+        _calls(strict_wrong=3), {"e17": "Strict costs.", "e18": "Prefix keeps."}, {"m": "src"}
+    )
+    by = {r["observation"]: r for r in rows}
+    all_draws = by["e17-strict-cost: m: strict's P(wrong but valid) vs loose's, all draws (L1, sampled)"]
+    assert all_draws["verdict"].startswith("reproduces"), all_draws["verdict"]
+    assert all_draws["claim"].startswith("Strict costs.") and all_draws["source"] == "src"
+    prefix = by["e18-remedies: m: strict-prefix's P(correct) vs strict's, all draws (L1, sampled)"]
+    assert prefix["verdict"].startswith("reproduces")
+    described = by["strict's cost sampled: m: P(correct) per remedy (L1)"]
+    assert described["verdict"] == "descriptive"
+    assert described["measured"].startswith("loose 25.0%") and "strict-prefix 100.0%" in described["measured"]
+    none = remedy_effects(_calls(strict_wrong=0), {}, {})
+    flat = {r["observation"]: r for r in none}
+    row = flat["e17-strict-cost: m: strict's P(wrong but valid) vs loose's, all draws (L1, sampled)"]
+    assert not row["verdict"].startswith("reproduces")
+
+
+def test_completed_rows_drop_the_calls_cut_at_the_cap():
+    rows = remedy_effects(_calls(strict_wrong=3, cut_strict=True), {}, {})
+    by = {r["observation"]: r for r in rows}
+    done = by[
+        "e17-strict-cost: m: strict's P(wrong but valid) vs loose's, draws that ended before the cap (L1, sampled)"
+    ]
+    assert "strict: 18 calls, loose: 48 calls" in done["measured"]
+    assert not done["verdict"].startswith("reproduces")  # what ran to the cap was the whole excess
+    assert "cut 62.5%" in by["strict's cost sampled: m: P(correct) per remedy (L1)"]["measured"]
