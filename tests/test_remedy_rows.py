@@ -63,3 +63,43 @@ def test_completed_rows_drop_the_calls_cut_at_the_cap():
     assert "strict: 18 calls, loose: 48 calls" in done["measured"]
     assert not done["verdict"].startswith("reproduces")  # what ran to the cap was the whole excess
     assert "cut 62.5%" in by["strict's cost sampled: m: P(correct) per remedy (L1)"]["measured"]
+
+
+def test_row_remedies_reads_e17_and_e18_runs_of_a_model(tmp_path):
+    """From run folders: strict comes from the E17 run, loose and strict-prefix from the E18 run (E17's
+    loose is not read twice), and each model's rows name both runs."""
+    import json
+
+    from conftest import make_sample
+
+    from experiments.remedy_rows import row_remedies
+    from tooldecode.runs import RunStore, build_manifest, load_run
+
+    d = tmp_path / "scenarios"
+    d.mkdir()
+    doc = {"id": "t-two", "language": "ini", "title": "t", "path": "a.ini", "content": "a = 1\nb = 2\n",
+           "task": "t", "diagnosis": "d", "edits": [{"oldText": "a = 1", "newText": "a = 10"}],
+           "expected": "a = 10\nb = 2\n"}  # fmt: skip
+    (d / "t-two.json").write_text(json.dumps(doc))
+
+    def rec(mode, i, new):
+        args = {"path": "a.ini", "edits": [{"oldText": "a = 1", "newText": new}]}
+        text = "<tool_call>\n" + json.dumps({"name": "edit", "arguments": args}) + "\n</tool_call>"
+        arm = {"mode": mode, "level": "L1", "model": "m", "toolset": "nested", "wire": "hermes"}
+        return make_sample(text, arm=arm, key=f"{mode}/t-two/0/{i}", scenario="t-two", index=i,
+                           token_ids=[1] * 10, finish_reason="stop", timing={"end_s": 1.0})  # fmt: skip
+
+    runs = {}
+    for name, recs in (
+        ("e17-strict-cost", [rec("loose", 0, "a = 10"), rec("strict", 0, "a = 11")]),
+        ("e18-remedies", [rec("loose", i, "a = 10") for i in range(3)] + [rec("strict-prefix", 0, "a = 10")]),
+    ):
+        store = RunStore.create(tmp_path / name, build_manifest({"spec": name, "scenario_dirs": [str(d)]}))
+        store.append(recs)
+        store.close()
+        runs[name] = load_run(tmp_path / name)
+    rows = row_remedies({}, [runs["e17-strict-cost"]], runs)
+    described = next(r for r in rows if r["verdict"] == "descriptive")
+    assert described["measured"].startswith("loose 100.0%") and "(n=3)" in described["measured"]
+    assert "strict 0.0%" in described["measured"] and "strict-prefix 100.0%" in described["measured"]
+    assert "e17-strict-cost" in described["source"] and "e18-remedies" in described["source"]
