@@ -175,18 +175,22 @@ def row_remedies(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
     by_spec["e17"] = list(rs) or by_spec["e17"]
     calls: list[dict] = []
     used: dict[str, list[Run]] = defaultdict(list)
+    scored: dict[tuple[str, bool], list[dict]] = {}  # each run is scored once, whatever models it holds
+
+    def scored_rows(run: Run, masked_only: bool) -> list[dict]:
+        key = (run.name, masked_only)
+        if key not in scored:
+            scored[key] = remedy_rows(run, remedies=("strict", "strict-aligned") if masked_only else None)
+        return scored[key]
+
+    def holds(run: Run, model: str) -> bool:
+        return any(str(s.arm.model) == model for s in run.samples)
+
     models = sorted({str(s.arm.model) for r in by_spec["e17"] for s in r.samples})
     for model in models:
-        e17 = [r for r in by_spec["e17"] if any(str(s.arm.model) == model for s in r.samples)]
-        e18 = [r for r in by_spec["e18"] if any(str(s.arm.model) == model for s in r.samples)]
-        eng = [r for r in by_spec["engines"] if any(str(s.arm.model) == model for s in r.samples)]
-        mine: list[dict] = []
-        for run in e17:
-            mine += remedy_rows(run, remedies=("strict", "strict-aligned") if e18 else None)
-        for run in e18:
-            mine += remedy_rows(run)
-        for run in eng:
-            mine += remedy_rows(run)
+        e17, e18, eng = ([r for r in by_spec[k] if holds(r, model)] for k in ("e17", "e18", "engines"))
+        mine = [c for run in e17 for c in scored_rows(run, bool(e18))]
+        mine += [c for run in (*e18, *eng) for c in scored_rows(run, False)]
         calls += [c for c in mine if str(c["model"]) == model]
         used[model] = [*e17, *e18, *eng]
     claims = {"e17": _claim("e17_strict_cost"), "e18": _claim("e18_remedies")}
