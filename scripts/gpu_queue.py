@@ -9,7 +9,8 @@ organisms there (``TOOLDECODE_ORGANISMS_PATH``). Every step resumes: training fr
 run from its samples, so an interrupted call is finished by the same command.
 
 On CUDA, training is bfloat16 and the evaluations draw through transformers + peft in bfloat16
-(``--backend hf``); on the CPU, training is ``--precision`` and the evaluations draw through llama.cpp
+(``--backend hf``), ``--slots`` sequences (64) refilled across scenarios in one left-padded batch cache;
+on the CPU, training is ``--precision`` and the evaluations draw through llama.cpp
 with the adapter applied at run time and slots filled across scenarios. ``--quick`` takes the specs'
 ``[quick]`` sizes, ``--max-steps`` steps of training and ``--sessions`` sessions per recipe (``--scenarios``
 picks the evaluations' scenarios by id): it exists to prove the path (tests/test_gpu_queue.py), not to
@@ -69,6 +70,13 @@ def main(argv: list[str] | None = None) -> int:
         help="scenario ids every evaluation runs (default: each spec's own selection)",
     )
     p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument(
+        "--slots",
+        type=int,
+        default=None,
+        help="sequences decoded together, refilled across scenarios (default: 64 on CUDA, the spec's "
+        "batch_size on the CPU)",
+    )
     p.add_argument(
         "--pool-root",
         type=Path,
@@ -138,6 +146,9 @@ def _run(args: argparse.Namespace) -> int:
             spec.fill_slots = True
             if device == "cuda":
                 spec.backend = "hf"
+                spec.batch_size = args.slots or 64
+            elif args.slots:
+                spec.batch_size = args.slots
             if args.scenarios:
                 spec.scenarios = list(args.scenarios)
             if args.max_scenarios:

@@ -4,6 +4,12 @@ CPU here (float32 by default, bfloat16 on request); CUDA with bfloat16 when torc
 The prompt's KV cache is computed once, kept for prefix reuse, and expanded to a batch of
 sequences; each step runs one forward pass over the whole batch (finished rows are fed a pad
 token and ignored).
+
+Slots filled across prompts (``tooldecode.sampling.sample_queue``): one left-padded batch cache, each
+row holding one slot's prompt and draw. A refilled slot's prompt (evaluated alone, reusing the longest
+prefix among the last few prompts) is written right-aligned into its row and the columns before it are
+masked; every row keeps its own positions. Columns no live row uses are cut from the left as the
+stream goes on.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import contextlib
 import copy
 import json
 import os
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -93,6 +100,14 @@ class HFBackend(Backend):
         self._kv: Any = None
         self._n = 0
         self._cur: list[int] = []
+        cfg = getattr(self.hf.config, "text_config", self.hf.config)
+        # one plain attention cache per layer: a sliding-window layer cannot hold a left-padded row
+        self.can_assign = not any("sliding" in str(x) for x in (getattr(cfg, "layer_types", None) or []))
+        self._prompts: OrderedDict[tuple[int, ...], tuple[list[tuple[Any, Any]], Any]] = OrderedDict()
+        self._slots_kv: Any = None
+        self._slots_mask: Any = None
+        self._slot_pos: list[int] = []
+        self._fresh: set[int] = set()
 
     def sequence_bytes(self, tokens: int) -> int:
         """Memory one sequence of ``tokens`` needs: its own copy of the KV cache (the prompt's is
@@ -202,6 +217,140 @@ class HFBackend(Backend):
         self._cached_ids, self._cached_kv = [], None
         logits, _ = self._run(ids, None)
         return logits[list(positions)].cpu().numpy()
+
+    # --- slots filled across prompts (``tooldecode.sampling.sample_queue``) -------------------------
+    #: prompts whose keys and values stay on the device for prefix reuse by ``assign``
+    PROMPTS_KEPT = 4
+    #: leading columns that no live row uses, cut from the slots' cache once there are this many
+    TRIM_COLUMNS = 64
+
+    def open_slots(self, n_slots: int) -> None:
+        """Start a stream of ``n_slots`` rows; each gets its prompt by ``assign``."""
+        self.end()
+        self._slots_kv = None
+        self._slots_mask = self._torch.zeros((n_slots, 0), dtype=self._torch.long, device=self.device)
+        self._slot_pos = [0] * n_slots
+        self._fresh: set[int] = set()
+
+    def _prompt_kv(self, ids: list[int], have_logits: bool) -> tuple[list[tuple[Any, Any]], Any]:
+        """The keys and values of ``ids`` (one per layer, batch 1) and the logits after it (``None`` when
+        ``have_logits`` and the prompt is kept whole); evaluated once, reusing the longest kept prefix."""
+        key = tuple(ids)
+        if key in self._prompts:
+            self._prompts.move_to_end(key)
+            kv, logits = self._prompts[key]
+            return kv, (None if have_logits else logits)
+        best, donor = 0, None
+        for held, (kv, _) in self._prompts.items():
+            common = 0
+            for a, b in zip(held, key, strict=False):
+                if a != b:
+                    break
+                common += 1
+            if common > best:
+                best, donor = common, kv
+        keep = min(best, len(ids) - 1)
+        from transformers import DynamicCache
+
+        past = (
+            DynamicCache(ddp_cache_data=[(k[..., :keep, :], v[..., :keep, :]) for k, v in donor])
+            if donor is not None and keep > 0
+            else None
+        )
+        logits, past = self._run(ids[keep if past is not None else 0 :], past)
+        kv = [(layer.keys, layer.values) for layer in past.layers]
+        last = logits[-1]
+        self._prompts[key] = (kv, last)
+        while len(self._prompts) > self.PROMPTS_KEPT:
+            self._prompts.popitem(last=False)
+        return kv, last
+
+    def assign(self, slot: int, ids: Sequence[int], *, have_logits: bool = False) -> np.ndarray | None:
+        """Give row ``slot`` the prompt ``ids``, right-aligned in the batch cache (the cache grows on the
+        left when the prompt is longer than it); returns the logits after the prompt (``None`` when
+        ``have_logits`` and the prompt was kept: nothing is evaluated)."""
+        with self._torch.inference_mode():
+            return self._assign(slot, list(ids), have_logits)
+
+    def _assign(self, slot: int, ids: list[int], have_logits: bool) -> np.ndarray | None:
+        torch = self._torch
+        kv, logits = self._prompt_kv(ids, have_logits)
+        n_p = len(ids)
+        mask = self._slots_mask
+        width = int(mask.shape[1])
+        if self._slots_kv is None or n_p > width:
+            grow = n_p - width
+            n_rows = int(mask.shape[0])
+            layers = []
+            for li, (k, _v) in enumerate(kv):
+                shape = (n_rows, k.shape[1], grow, k.shape[3])
+                pad = torch.zeros(shape, dtype=k.dtype, device=k.device)
+                if self._slots_kv is None:
+                    layers.append((pad, torch.zeros_like(pad)))
+                else:
+                    old = self._slots_kv.layers[li]
+                    layers.append((torch.cat([pad, old.keys], dim=2), torch.cat([pad, old.values], dim=2)))
+            from transformers import DynamicCache
+
+            self._slots_kv = DynamicCache(ddp_cache_data=layers)
+            mask = torch.cat([torch.zeros((n_rows, grow), dtype=mask.dtype, device=mask.device), mask], dim=1)
+            width = n_p
+        for layer, (k, v) in zip(self._slots_kv.layers, kv, strict=True):
+            layer.keys[slot, :, width - n_p :] = k[0]
+            layer.values[slot, :, width - n_p :] = v[0]
+        mask[slot] = 0
+        mask[slot, width - n_p :] = 1
+        self._slots_mask = mask
+        self._slot_pos[slot] = n_p
+        self._fresh.add(slot)
+        return None if logits is None else logits.cpu().numpy().astype(np.float32)
+
+    def step_slots(self, tokens: Sequence[int], slots: Sequence[int]) -> np.ndarray:
+        """One token for each row in ``slots``, one forward pass over every row. A row given its prompt
+        since the last step waits (fed a pad it does not see); any other row has ended and is released:
+        it attends only to the pads it is fed from then on, and its columns can be cut. Returns the
+        logits of ``slots``' rows."""
+        with self._torch.inference_mode():
+            return self._step_slots(tokens, slots)
+
+    def _step_slots(self, tokens: Sequence[int], slots: Sequence[int]) -> np.ndarray:
+        torch = self._torch
+        mask = self._slots_mask
+        n_rows = int(mask.shape[0])
+        stepped = set(slots)
+        live = stepped | self._fresh
+        feed = [self._pad] * n_rows
+        for tok, s in zip(tokens, slots, strict=True):
+            feed[s] = int(tok)
+        for s in range(n_rows):
+            if s not in live:
+                mask[s] = 0
+        new = torch.tensor([[0 if s in self._fresh and s not in stepped else 1] for s in range(n_rows)])
+        mask = torch.cat([mask, new.to(device=mask.device, dtype=mask.dtype)], dim=1)
+        used = mask[sorted(live)].any(dim=0).nonzero()
+        cut = int(used[0, 0]) if len(used) else 0
+        if cut >= self.TRIM_COLUMNS:
+            for layer in self._slots_kv.layers:
+                layer.keys = layer.keys[:, :, cut:]
+                layer.values = layer.values[:, :, cut:]
+            mask = mask[:, cut:].clone()
+        positions = torch.tensor([[p] for p in self._slot_pos], device=self.device)
+        out = self.hf(
+            input_ids=torch.tensor(feed, device=self.device)[:, None],
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=self._slots_kv,
+            use_cache=True,
+        )
+        self._slots_kv = out.past_key_values
+        self._slots_mask = mask
+        self._fresh = set()
+        for s in slots:
+            self._slot_pos[s] += 1
+        return out.logits[list(slots), -1, :].float().cpu().numpy()
+
+    def close_slots(self) -> None:
+        self._slots_kv, self._slots_mask, self._slot_pos, self._fresh = None, None, [], set()
 
     def info(self) -> dict:
         import torch
