@@ -176,3 +176,30 @@ def test_sample_and_probe_read_a_users_scenario_folder(tmp_path):
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert miss.returncode != 0 and "unknown scenario 'my-own-trim'" in miss.stderr
+
+
+def test_run_modes_names_only_modes_of_the_spec(tmp_path, capsys):
+    """`tooldecode run SPEC --modes X`: a mode the spec does not draw is a one-line error, before anything
+    is loaded or written."""
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "run"
+    code = cli.main(
+        [
+            "run",
+            str(root / "experiments" / "e17_strict_cost.toml"),
+            "--quick",
+            "--modes",
+            "loose",
+            "retry",
+            "--out",
+            str(out),
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        code == 2
+        and len(err) == 1
+        and "--modes: retry" in err[0]
+        and "loose, strict, strict-aligned" in err[0]
+    )
+    assert not out.exists()

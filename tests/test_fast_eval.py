@@ -156,8 +156,17 @@ def test_a_fill_slots_run_has_every_draw_and_copies_identical_arms(tmp_path):
         '[variant]\nconditioning = ["forced-tool"]\ngold_cut = ["after-newtext", "before-edits"]\n'
     )
     out = tmp_path / "run"
+    # the cheap arms first (`tooldecode run --modes`): only loose is drawn, under the whole spec's manifest
+    run_spec(load_spec(spec_path), out, progress=False, only_modes=["loose"])
+    first = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert first and {r["arm"]["mode"] for r in first} == {"loose"}
+    assert {a["mode"] for a in json.loads((out / "manifest.json").read_text())["config"]["arms"]} == {
+        "loose",
+        "strict",
+    }
     run_spec(load_spec(spec_path), out, progress=False)
     recs = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert recs[: len(first)] == first  # the rest appended, nothing drawn twice
     keys = [r["key"] for r in recs]
     assert len(keys) == len(set(keys))
     manifest = json.loads((out / "manifest.json").read_text())

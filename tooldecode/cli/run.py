@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tooldecode.cli.options import add_command, add_switch
 from tooldecode.cli.server_flags import add_server_arguments
-from tooldecode.experiments import load_spec, run_spec, validate_spec
+from tooldecode.experiments import SpecError, load_spec, run_spec, validate_spec
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -30,7 +30,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         server = server_kwargs(args)
     out = Path(args.out) if args.out else Path("runs") / (spec.name + ("-quick" if args.quick else ""))
-    run_spec(spec, out, fresh=args.fresh, progress=not args.no_progress, server=server)
+    if args.modes:
+        unknown = sorted(set(args.modes) - set(spec.modes))
+        if unknown:
+            raise SpecError(
+                f"--modes: {', '.join(unknown)} not among {spec.path or spec.name}'s modes "
+                f"({', '.join(spec.modes)}); name modes of the spec"
+            )
+    run_spec(spec, out, fresh=args.fresh, progress=not args.no_progress, server=server, only_modes=args.modes)
     print(f"run written: {out}")
     if args.report:
         from tooldecode.report import report
@@ -62,6 +69,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_switch(p, "--report", "write summary.md and report.html when done")
     add_switch(p, "--no-progress")
     p.add_argument("--backend", help="run on this backend instead of the spec's (llamacpp, hf, openai)")
+    p.add_argument(
+        "--modes",
+        nargs="+",
+        metavar="MODE",
+        help="draw only these modes' arms now; the run stays the spec's, and a later call without "
+        "--modes draws the rest (e.g. the cheap arms first)",
+    )
     add_switch(
         p,
         "--fill-slots",

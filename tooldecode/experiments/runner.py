@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,12 +90,20 @@ def _say_kept(err: ToolDecodeError, out: Path) -> ToolDecodeError:
 
 
 def run_spec(
-    spec: Spec, out: Path, *, fresh: bool = False, progress: bool = True, server: dict[str, Any] | None = None
+    spec: Spec,
+    out: Path,
+    *,
+    fresh: bool = False,
+    progress: bool = True,
+    server: dict[str, Any] | None = None,
+    only_modes: Sequence[str] | None = None,
 ) -> Path:
     """Run every arm × scenario × seed of ``spec`` into ``out`` (resuming what is already there).
 
     ``server``: options of the ``openai`` backend (``base_url``, ``api_key_env``, ``kind``); where the
-    server is is not part of the run's config, so a run resumes against a restarted server."""
+    server is is not part of the run's config, so a run resumes against a restarted server.
+    ``only_modes``: draw only the arms of these modes now (the manifest is the whole spec's, and a later
+    call draws the rest)."""
     from tooldecode.runs import MANIFEST, RunLock, RunStore
 
     validate_spec(spec)
@@ -147,7 +155,7 @@ def run_spec(
         for sc in scenarios
         for seed in spec.seeds
         for arm in arms
-        if arm["model"] == model
+        if arm["model"] == model and (not only_modes or arm["mode"] in only_modes)
     ]
     total = (
         sum(spec.n_for(arm["mode"], arm["level"]) for arm, _, _ in jobs) if not spec.samples_nothing else 0
