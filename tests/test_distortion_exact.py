@@ -214,3 +214,32 @@ def test_adaptive_sampler_is_exact_and_learns(setup):
     late = sum(attempts[n // 2 :]) / (n - n // 2)
     assert late < 0.5 / exact.p_valid and late < 3
     assert trie.alive >= exact.p_valid - 1e-6  # alive mass bounds P(valid) from above
+
+
+def test_adaptive_sampler_in_parallel_rounds_is_exact(setup):
+    """Rounds of 4 walks in one batch, knowledge frozen within a round, the accepted walk of lowest index
+    kept: still P_L (the same check as one walk at a time), with fewer decode steps per sample."""
+    from tooldecode.sampling import Trie, sample_adaptive
+
+    be, ids, mask, exact, _ = setup
+    n = 160
+    trie = Trie()
+    out = sample_adaptive(
+        be, ids, n, SamplingParams(max_new_tokens=12, seed=5, top_logprobs=0), mask=mask, trie=trie, walks=4
+    )
+    assert all(s.error is None and s.finish_reason == "stop" for s in out) and len(out) == n
+    assert {s.timing["walks"] for s in out} == {4}
+    p_l = exact.by_text(exact.p_l())
+    counts = Counter(s.text for s in out)
+    assert set(counts) <= set(p_l)
+    for text, p in p_l.items():
+        assert abs(counts[text] / n - p) <= Z * math.sqrt(p * (1 - p) / n) + 1e-9, (text, counts[text], p)
+    q_yes = sum(p for t, p in exact.by_text(exact.q()).items() if t.startswith("Yes"))
+    got = sum(c for t, c in counts.items() if t.startswith("Yes")) / n
+    assert q_yes - got > Z * math.sqrt(q_yes * (1 - q_yes) / n) / 2
+    assert trie.alive >= exact.p_valid - 1e-6
+    # resumable: output i depends on (seed, i) and on what was learned before it, as with one walk
+    again = sample_adaptive(
+        be, ids, 3, SamplingParams(max_new_tokens=12, seed=5, top_logprobs=0), mask=mask, walks=4
+    )
+    assert [s.text for s in again] == [s.text for s in out[:3]]

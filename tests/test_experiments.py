@@ -53,6 +53,12 @@ def test_spec_errors_are_one_line(tmp_path):
     bad.write_text('name = "x"\nmodels = ["m"]\nstreams = "per-sample"\n')
     with pytest.raises(SpecError, match="'streams' must be 'scenario' or 'shared'"):
         load_spec(bad)
+    bad.write_text('name = "x"\nmodels = ["m"]\n[aligned]\nmethod = "sir"\nwalks = 4\n')
+    with pytest.raises(SpecError, match="walks applies to method = .adaptive. only"):
+        load_spec(bad)
+    bad.write_text('name = "x"\nmodels = ["m"]\n[aligned]\nmethod = "adaptive"\nwalks = 0\n')
+    with pytest.raises(SpecError, match="walks must be a whole number"):
+        load_spec(bad)
     assert scenario_stream("a") != scenario_stream("b") and scenario_stream("a") == scenario_stream("a")
 
 

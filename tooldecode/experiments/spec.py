@@ -263,13 +263,18 @@ def _check_types(raw: dict[str, Any], p: Path) -> None:
 
 def _check_aligned(aligned: dict[str, Any], fail: Callable[[str], None]) -> None:
     """The [aligned] table: particles ≥ 1, method of ALIGNED_METHODS, target of ALIGNED_TARGETS,
-    max_rounds ≥ 1 (rejection: rounds of ``particles`` draws before a sample becomes an error record)."""
+    max_rounds ≥ 1 (rejection: rounds of ``particles`` draws before a sample becomes an error record),
+    walks ≥ 1 (adaptive only: attempts decoded together in one round)."""
     from tooldecode.sampling import ALIGNED_METHODS, ALIGNED_TARGETS
 
-    unknown = sorted(set(aligned) - {"particles", "method", "target", "max_rounds"})
+    unknown = sorted(set(aligned) - {"particles", "method", "target", "max_rounds", "walks"})
     if unknown:
-        fail(f"[aligned] has unknown keys {unknown}; use particles, method, target, max_rounds")
-    for key in ("particles", "max_rounds"):
+        fail(f"[aligned] has unknown keys {unknown}; use particles, method, target, max_rounds, walks")
+    if aligned.get("walks", 1) != 1 and aligned.get("method", "sir") != "adaptive":
+        fail(
+            f'[aligned] walks applies to method = "adaptive" only, got method {aligned.get("method", "sir")!r}'
+        )
+    for key in ("particles", "max_rounds", "walks"):
         k = aligned.get(key, 1)
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             fail(f"[aligned] {key} must be a whole number ≥ 1, got {k!r}")

@@ -22,6 +22,14 @@ on it again, so the acceptance rate climbs towards 1.
 
 The outputs of one call share the trie (later outputs are cheaper); output ``i`` then depends on
 ``(seed, i)`` and on the attempts of the outputs before it in the call.
+
+Walks in parallel (``walks`` > 1): a round starts ``walks`` attempts from the same knowledge, one batch of
+sequences, and keeps the accepted attempt of lowest index once every attempt before it is rejected
+(later ones are abandoned). Still exact: within a round the knowledge is frozen (what a rejected attempt
+teaches is learned after the round), so each attempt's proposal telescopes to P(y) / alive as before,
+the attempts are independent given the knowledge, and which one is kept depends only on the rejection
+of those before it, never on what the kept one wrote. A round costs one batched decode step per token
+instead of one step per walk's token; it learns less between attempts, so it takes more walks.
 """
 
 from __future__ import annotations
@@ -145,6 +153,115 @@ def _attempt(
         x = np.array(backend.step([tok], [0])[0], dtype=np.float32)
 
 
+@dataclass
+class _Walk:
+    """One attempt of a parallel round: its row, matcher, random stream and where it stands."""
+
+    row: int
+    matcher: Matcher
+    rng: np.random.Generator
+    node: _Node
+    x: np.ndarray
+    path: list[tuple[_Node, float]] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+    logps: list[float] = field(default_factory=list)
+    text: bytes = b""
+    state: str = "running"  # running | accepted | rejected | abandoned
+    finish: str = ""
+    leaf: _Node | None = None
+
+
+def _walk_step(backend: Backend, w: _Walk, params: SamplingParams, target: str) -> int | None:
+    """One token of walk ``w`` under the frozen knowledge (``_attempt``'s step); the token to feed the
+    backend next, or ``None`` when the walk has ended (its ``state`` says how)."""
+    eog = backend.eog_ids
+    allowed = w.matcher.allowed()
+    if w.matcher.done():
+        allowed = np.zeros_like(allowed)
+        allowed[list(eog)] = True
+    z = w.x.astype(np.float64) - float(w.x.max())
+    p = np.exp(z)
+    total = float(p.sum())
+    p /= total
+    wt = np.where(allowed, p, 0.0)
+    forbidden = max(0.0, 1.0 - float(wt.sum()))
+    node = w.node
+    for c, kid in node.kids.items():
+        wt[c] *= kid.alive
+    unknown = 0.0 if node.known else forbidden
+    mass = float(wt.sum()) + unknown
+    w.path.append((node, forbidden))
+    if mass <= 0.0 or w.rng.random() * mass < unknown:
+        w.state, w.finish = "rejected", "rejected"
+        return None
+    cum = np.cumsum(wt)
+    tok = int(min(np.searchsorted(cum, w.rng.random() * cum[-1], side="right"), wt.size - 1))
+    node.p.setdefault(tok, float(p[tok]))
+    child = node.kids.setdefault(tok, _Node())
+    w.ids.append(tok)
+    w.logps.append(float(z[tok]) - math.log(total))
+    if tok in eog:
+        w.state, w.finish = "accepted", "stop"
+        return None
+    w.matcher.accept(tok)
+    w.text += backend.token_bytes(tok)
+    if params.stop and _hit_stop(w.text, params.stop):
+        w.state, w.finish = "accepted", "stop"
+        return None
+    w.node = child
+    if len(w.ids) >= params.max_new_tokens:
+        if target == "prefix":
+            w.state, w.finish = "accepted", "length"
+        else:
+            w.state, w.finish, w.leaf = "rejected", "length", child
+        return None
+    return tok
+
+
+def _round(
+    backend: Backend,
+    first: np.ndarray,
+    walks: list[_Walk],
+    params: SamplingParams,
+    target: str,
+) -> tuple[_Walk | None, int]:
+    """Run ``walks`` (rows 0..k-1, each just reset to the prompt) as one batch: the kept walk (the accepted
+    one of lowest index whose predecessors were all rejected; ``None`` when all were) and the tokens
+    decoded. Rejections are learned after the round, abandoned walks teach nothing."""
+    for w in walks:
+        w.x = first
+    tokens = 0
+    while True:
+        feed: list[tuple[_Walk, int]] = []
+        for w in walks:
+            if w.state == "running":
+                tok = _walk_step(backend, w, params, target)
+                if tok is not None:
+                    feed.append((w, tok))
+        decided = None
+        for w in walks:  # in index order: the first not rejected decides
+            if w.state == "rejected":
+                continue
+            decided = w if w.state == "accepted" else None
+            break
+        head = next((j for j, w in enumerate(walks) if w.state == "accepted"), len(walks))
+        for j, w in enumerate(walks):
+            if j > head and w.state == "running":
+                w.state = "abandoned"
+        feed = [(w, tok) for w, tok in feed if w.state == "running"]
+        if decided is not None or not feed:
+            break
+        out = backend.step([tok for _, tok in feed], [w.row for w, _ in feed])
+        for k, (w, _) in enumerate(feed):
+            w.x = np.array(out[k], dtype=np.float32)
+    for w in walks:
+        tokens += len(w.ids)
+        if w.state == "rejected":
+            _learn(w.path, w.leaf)
+    kept = next((w for w in walks if w.state != "rejected"), None)
+    return (kept if kept is not None and kept.state == "accepted" else None), tokens
+
+
 def sample_adaptive(
     backend: Backend,
     prompt: str | Sequence[int],
@@ -158,6 +275,7 @@ def sample_adaptive(
     start_index: int = 0,
     trie: Trie | None = None,
     on_batch: Callable[[list[Sample]], None] | None = None,
+    walks: int = 1,
     **_: object,
 ) -> list[Sample]:
     """Draw ``n`` exact samples of P_L(y) ∝ P(y)·1[y valid] by adaptive rejection (module docstring).
@@ -168,6 +286,8 @@ def sample_adaptive(
     sample that finds no valid sequence within ``max_attempts`` walks is an error record. Each sample's
     ``timing`` carries ``attempts`` (walks, the rejected ones included) and ``tokens`` (tokens decoded by all
     of them): the cost. Needs temperature 1 without truncation (the proposal is the model itself).
+    ``walks`` > 1: rounds of that many attempts in one batch (module docstring; ``timing["walks"]``);
+    their random streams differ from the one-at-a-time walks', so the draws do too.
     """
     why = aligned_supported(params)
     if why:
@@ -181,6 +301,9 @@ def sample_adaptive(
     trie = trie if trie is not None else Trie()
     out: list[Sample] = []
     t0 = time.perf_counter()
+    if walks > 1:
+        return _sample_rounds(backend, ids, n, params, mask, prefill, prefill_ids, target, max_attempts,
+                              start_index, trie, on_batch, walks)  # fmt: skip
     first = np.array(backend.begin(ids, 1)[0], dtype=np.float32)
     try:
         for i in range(start_index, start_index + n):
@@ -219,6 +342,83 @@ def sample_adaptive(
                 s = Sample(
                     i, params.seed, text, toks, lps, [None] * len(toks), [], None, None, finish, None, timing
                 )
+            out.append(s)
+            if on_batch is not None:
+                on_batch([s])
+    finally:
+        backend.end()
+    return out
+
+
+def _sample_rounds(
+    backend: Backend,
+    ids: list[int],
+    n: int,
+    params: SamplingParams,
+    mask: MaskEngine,
+    prefill: str,
+    prefill_ids: list[int],
+    target: str,
+    max_attempts: int,
+    start_index: int,
+    trie: Trie,
+    on_batch: Callable[[list[Sample]], None] | None,
+    k: int,
+) -> list[Sample]:
+    """``sample_adaptive`` in rounds of ``k`` walks: output ``i``'s round ``r`` walk ``j`` draws from the
+    stream ``(stream_key(params, i, 0xCA25), r, j)``."""
+    out: list[Sample] = []
+    t0 = time.perf_counter()
+    first = np.array(backend.begin(ids, k)[0], dtype=np.float32)
+    fresh = True
+    try:
+        for i in range(start_index, start_index + n):
+            t_start = time.perf_counter() - t0
+            key = stream_key(params, i, 0xCA25)
+            attempts = tokens = 0
+            kept: _Walk | None = None
+            r = 0
+            while attempts < max_attempts and kept is None:
+                width = min(k, max_attempts - attempts)
+                if not fresh:  # every row back to the prompt
+                    if getattr(backend, "can_restart", False):
+                        for row in range(k):
+                            backend.restart(row)  # type: ignore[attr-defined]
+                    else:
+                        first = np.array(backend.begin(ids, k)[0], dtype=np.float32)
+                fresh = False
+                walks = [
+                    _Walk(
+                        j,
+                        mask.matcher(prefill, prefill_ids),
+                        np.random.default_rng([key, r, j]),
+                        trie.root,
+                        first,
+                    )
+                    for j in range(width)
+                ]
+                kept, used = _round(backend, first, walks, params, target)
+                ran = sum(1 for w in walks if w.state != "abandoned")
+                attempts += ran
+                tokens += used
+                trie.attempts += ran
+                trie.rejected += sum(1 for w in walks if w.state == "rejected")
+                r += 1
+            timing = {
+                "start_s": round(t_start, 4),
+                "end_s": round(time.perf_counter() - t0, 4),
+                "attempts": attempts,
+                "tokens": tokens,
+                "alive": round(trie.alive, 6),
+                "walks": k,
+            }
+            if kept is None:
+                s = Sample(i, params.seed, "", [], [], [], [], None, None, "error",
+                           f"no valid sequence in {max_attempts} attempts", timing)  # fmt: skip
+            else:
+                text = backend.detokenize([t for t in kept.ids if t not in backend.eog_ids])
+                s = Sample(i, params.seed, text, kept.ids, kept.logps, [None] * len(kept.ids), [], None, None,
+                           kept.finish, None, timing)  # fmt: skip
             out.append(s)
             if on_batch is not None:
                 on_batch([s])

@@ -69,6 +69,7 @@ def sample_aligned(
     batch_size: int | None = None,
     start_index: int = 0,
     on_batch: Callable[[list[Sample]], None] | None = None,
+    walks: int = 1,
 ) -> list[AlignedSample]:
     """Draw ``n`` samples of the model conditioned on the grammar, P_L(y) ∝ P(y)·1[y valid].
 
@@ -89,7 +90,9 @@ def sample_aligned(
       acceptance the sample is an error record (it is never replaced by an unweighted one).
 
     - ``method="adaptive"``: exact like rejection, with a proposal that learns where the invalid mass is
-      (``tooldecode.sampling.adaptive``, as CARS does); ``particles`` × ``max_rounds`` bounds the walks
+      (``tooldecode.sampling.adaptive``, as CARS does), one walk at a time, or (``walks`` > 1) in rounds
+      of ``walks`` walks decoded as one batch from the same knowledge; ``particles`` × ``max_rounds``
+      bounds the walks
       per output (a walk is a partial draw: most rejected ones stop within a few tokens).
 
     Output ``i`` depends only on ``(params.seed, i)``: resumable like ``sample`` (``adaptive``: and on the
@@ -103,7 +106,7 @@ def sample_aligned(
             _adaptive_record(s)
             for s in sample_adaptive(
                 backend, prompt, n, params, mask=mask, prefill=prefill, target=target,
-                max_attempts=plan.k * plan.max_rounds, start_index=start_index,
+                max_attempts=plan.k * plan.max_rounds, start_index=start_index, walks=walks,
                 on_batch=(lambda b: on_batch([_adaptive_record(x) for x in b])) if on_batch else None,
             )
         ]  # fmt: skip
@@ -218,7 +221,7 @@ def _adaptive_record(s: Sample) -> AlignedSample:
     """An adaptive sample as an aligned record: ``particles`` holds its cost (walks and tokens)."""
     t = s.timing
     info = {"method": "adaptive", "drawn": t.get("attempts", 0), "tokens": t.get("tokens", 0),
-            "alive": t.get("alive")}  # fmt: skip
+            "alive": t.get("alive"), "walks": t.get("walks", 1)}  # fmt: skip
     return AlignedSample(**{**s.__dict__, "particles": info})
 
 
