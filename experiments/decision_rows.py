@@ -192,4 +192,74 @@ def decision_block(runs: dict[str, Run], spec_name: str = "e20-decision-l2") -> 
     )
 
 
-__all__ = ["COMPARISONS", "by_model", "decision_block", "decision_runs", "row_decision_l2"]
+#: the sampled specs whose L2 draws check the exact rows (E17, E18 and the engines' defaults)
+SAMPLED_SPECS = ("e17-strict-cost", "e18-remedies", "e18-remedies-engines")
+COMPARISON_FIGURE = Path("docs/figures/exact-vs-sampled.png")
+
+
+def comparison_block(
+    runs: dict[str, Run], spec_name: str = "e20-decision-l2", figure_root: Path | None = None
+) -> str:
+    """Exact against sampled at L2: per model, policy and measure, the exact mean over the scenarios the
+    sampled runs drew and the sampled rate over the same scenarios, each with its 95% interval over
+    scenarios, and whether the exact mean lies inside the sampled interval. With ``figure_root``, the
+    figure (exact on x, sampled on y) is written to ``COMPARISON_FIGURE`` under it (the text names it
+    either way). A line saying what is missing when there is nothing to compare."""
+    from tooldecode.distortion.decision_table import compare_sampled, plot_comparison
+
+    found = decision_runs([r for r in runs.values() if r.spec == spec_name])
+    sampled = [r for r in runs.values() if r.spec in SAMPLED_SPECS]
+    if not found or not sampled:
+        return (
+            "Exact against sampled: no committed run of "
+            + ("E17/E18" if found else f"`{spec_name}`")
+            + " to compare yet (`python -m scripts.jobqueue status` lists the jobs)."
+        )
+    rows = [row for _, rs in by_model(found).values() for row in rs]
+    comparison = compare_sampled(rows, sampled)
+    if not comparison:
+        return "Exact against sampled: the sampled runs share no model, policy and scenario with the exact rows yet."
+    lines = [
+        "**Exact against sampled at L2** (the exact mean over the scenarios the draws cover, and the rate of "
+        "those draws; % [95% interval over scenarios])",
+        "",
+        "| model | policy | sampled remedy | measure | exact | sampled | draws | exact inside the sampled interval |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    inside = 0
+    for c in comparison:
+        e, s = c["exact"], c["sampled"]
+        ok = s.lo - 1e-12 <= e.rate <= s.hi + 1e-12
+        inside += ok
+        lines.append(
+            f"| {short(c['model'])} | {c['policy']} | {c['remedy']} | {c['measure'].removeprefix('p_').replace('_', ' ')} | "
+            f"{_pct_ci(e)} | {_pct_ci(s)} | {s.n} | {'yes' if ok else '**no**'} |"
+        )
+    lines.append("")
+    lines.append(
+        f"{inside} of {len(comparison)} exact means lie inside the sampled interval. strict-aligned's exact "
+        "column is the decision table's estimate (live paths, g = 1), not an exact probability. Source: "
+        f"{source([r for r, _ in found] + sampled)}."
+    )
+    if figure_root is not None:
+        plot_comparison(comparison, figure_root / COMPARISON_FIGURE)
+    lines.append(f"\n![Exact against sampled at L2]({COMPARISON_FIGURE}) (`make findings` draws it)")
+    return "\n".join(lines)
+
+
+def _pct_ci(r) -> str:  # noqa: ANN001 - a ClusterRate
+    if math.isnan(r.lo):
+        return f"{100 * r.rate:.1f}"
+    return f"{100 * r.rate:.1f} [{100 * r.lo:.1f}, {100 * r.hi:.1f}]"
+
+
+__all__ = [
+    "COMPARISONS",
+    "COMPARISON_FIGURE",
+    "SAMPLED_SPECS",
+    "by_model",
+    "comparison_block",
+    "decision_block",
+    "decision_runs",
+    "row_decision_l2",
+]

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from experiments import study
-from experiments.decision_rows import decision_block
+from experiments.decision_rows import comparison_block, decision_block
 from experiments.headline import FIGURE, headline_table, write_figure
 from experiments.study import build_rows, provenance, reruns, write_findings
 from tooldecode.runs import load_runs
@@ -142,7 +142,11 @@ def main() -> None:
         "with per-scenario streams; whiskers: cluster-robust 95% interval of each class's share)."
     )
     readme = with_summary((ROOT / "README.md").read_text(encoding="utf-8"), block)
-    readme = with_summary(readme, decision_block(runs), DECISION)
+    readme = with_summary(
+        readme,
+        decision_block(runs) + "\n\n" + comparison_block(runs, figure_root=ROOT if args.figure else None),
+        DECISION,
+    )
     Path(args.readme_out).write_text(readme, encoding="utf-8")
     print(f"wrote {path} ({len(rows)} rows) and the summary in {args.readme_out}")
 

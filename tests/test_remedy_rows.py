@@ -103,3 +103,10 @@ def test_row_remedies_reads_e17_and_e18_runs_of_a_model(tmp_path):
     assert described["measured"].startswith("loose 100.0%") and "(n=3)" in described["measured"]
     assert "strict 0.0%" in described["measured"] and "strict-prefix 100.0%" in described["measured"]
     assert "e17-strict-cost" in described["source"] and "e18-remedies" in described["source"]
+
+
+def test_the_comparison_block_says_what_is_missing():
+    """No exact rows, or no sampled run: one line naming what to run, never an empty table."""
+    from experiments.decision_rows import comparison_block
+
+    assert comparison_block({}).startswith("Exact against sampled: no committed run of `e20-decision-l2`")

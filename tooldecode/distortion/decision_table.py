@@ -264,26 +264,40 @@ def plot_comparison(comparison: Sequence[dict[str, Any]], path: str | Path) -> P
         return None
     measures = list(COMPARED)
     fig, axes = plt.subplots(1, len(measures), figsize=(4 * len(measures), 4), squeeze=False)
+    # one colour per policy and one marker per model, the same in every panel
+    policies = sorted({c["policy"] for c in comparison}, key=_order)
+    models = sorted({c["model"] for c in comparison})
+    palette = plt.get_cmap("tab10")
+    colour = {p: palette(i % 10) for i, p in enumerate(policies)}
+    marker = {m: "osD^v"[i % 5] for i, m in enumerate(models)}
+    seen: set[str] = set()
     for ax, measure in zip(axes[0], measures, strict=True):
         pts = [c for c in comparison if c["measure"] == measure]
         for c in pts:
             e, s = c["exact"], c["sampled"]
+            label = f"{c['policy']} ({c['model'][:18]})"
             ax.errorbar(
                 e.rate,
                 s.rate,
-                xerr=[[e.rate - e.lo], [e.hi - e.rate]],
-                yerr=[[s.rate - s.lo], [s.hi - s.rate]],
-                fmt="o",
+                xerr=[[max(0.0, e.rate - e.lo)], [max(0.0, e.hi - e.rate)]],
+                yerr=[[max(0.0, s.rate - s.lo)], [max(0.0, s.hi - s.rate)]],
+                fmt=marker[c["model"]],
+                color=colour[c["policy"]],
                 capsize=2,
-                label=f"{c['policy']} ({c['model'][:18]})",
+                label=label if label not in seen else None,
             )
+            seen.add(label)
         ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--")
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.set_xlabel("exact (mean over scenarios)")
         ax.set_ylabel("sampled (L2 draws)")
         ax.set_title(_LABELS[measure])
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    handles, labels = [], []
+    for ax in axes[0]:
+        h, lab = ax.get_legend_handles_labels()
+        handles += h
+        labels += lab
     if handles:
         fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7)
         fig.subplots_adjust(bottom=0.3)
