@@ -349,6 +349,11 @@ class HFBackend(Backend):
             self._slot_pos[s] += 1
         return out.logits[list(slots), -1, :].float().cpu().numpy()
 
+    @property
+    def slot_columns(self) -> int:
+        """Columns of the slots' batch cache now (0 outside a stream): what the cutting keeps small."""
+        return 0 if self._slots_mask is None else int(self._slots_mask.shape[1])
+
     def close_slots(self) -> None:
         self._slots_kv, self._slots_mask, self._slot_pos, self._fresh = None, None, [], set()
 
