@@ -189,6 +189,20 @@ def test_aligned_prefix_target_keeps_cut_particles(setup):
         sample_aligned(be, ids, 1, SamplingParams(max_new_tokens=1), mask=mask, target="whole")
 
 
+def _draws_p_l(out, exact, n: int) -> None:
+    """``out`` are n exact draws of P_L: every frequency within Z standard errors of the enumeration's P_L,
+    and "Yes…" clearly below Q's share (the masked sampler's bias, which an exact sampler must not have)."""
+    assert all(s.error is None and s.finish_reason == "stop" for s in out) and len(out) == n
+    p_l = exact.by_text(exact.p_l())
+    counts = Counter(s.text for s in out)
+    assert set(counts) <= set(p_l)
+    for text, p in p_l.items():
+        assert abs(counts[text] / n - p) <= Z * math.sqrt(p * (1 - p) / n) + 1e-9, (text, counts[text], p)
+    q_yes = sum(p for t, p in exact.by_text(exact.q()).items() if t.startswith("Yes"))
+    got = sum(c for t, c in counts.items() if t.startswith("Yes")) / n
+    assert q_yes - got > Z * math.sqrt(q_yes * (1 - q_yes) / n) / 2
+
+
 def test_adaptive_sampler_is_exact_and_learns(setup):
     """The adaptive exact sampler (CARS-style) draws P_L: its frequencies match the exact P_L of the
     enumeration, far from Q's; what it learns makes later samples cheaper than plain rejection."""
@@ -200,15 +214,7 @@ def test_adaptive_sampler_is_exact_and_learns(setup):
     out = sample_adaptive(
         be, ids, n, SamplingParams(max_new_tokens=12, seed=11, top_logprobs=0), mask=mask, trie=trie
     )
-    assert all(s.error is None and s.finish_reason == "stop" for s in out) and len(out) == n
-    p_l = exact.by_text(exact.p_l())
-    counts = Counter(s.text for s in out)
-    assert set(counts) <= set(p_l)
-    for text, p in p_l.items():
-        assert abs(counts[text] / n - p) <= Z * math.sqrt(p * (1 - p) / n) + 1e-9, (text, counts[text], p)
-    q_yes = sum(p for t, p in exact.by_text(exact.q()).items() if t.startswith("Yes"))
-    got = sum(c for t, c in counts.items() if t.startswith("Yes")) / n
-    assert q_yes - got > Z * math.sqrt(q_yes * (1 - q_yes) / n) / 2
+    _draws_p_l(out, exact, n)
     # the cost: walks per sample fall below plain rejection's 1 / P(valid) once the trie has learned
     attempts = [s.timing["attempts"] for s in out]
     late = sum(attempts[n // 2 :]) / (n - n // 2)
@@ -218,28 +224,17 @@ def test_adaptive_sampler_is_exact_and_learns(setup):
 
 def test_adaptive_sampler_in_parallel_rounds_is_exact(setup):
     """Rounds of 4 walks in one batch, knowledge frozen within a round, the accepted walk of lowest index
-    kept: still P_L (the same check as one walk at a time), with fewer decode steps per sample."""
+    kept: still P_L (the same check as one walk at a time)."""
     from tooldecode.sampling import Trie, sample_adaptive
 
     be, ids, mask, exact, _ = setup
     n = 160
     trie = Trie()
-    out = sample_adaptive(
-        be, ids, n, SamplingParams(max_new_tokens=12, seed=5, top_logprobs=0), mask=mask, trie=trie, walks=4
-    )
-    assert all(s.error is None and s.finish_reason == "stop" for s in out) and len(out) == n
+    params = SamplingParams(max_new_tokens=12, seed=5, top_logprobs=0)
+    out = sample_adaptive(be, ids, n, params, mask=mask, trie=trie, walks=4)
+    _draws_p_l(out, exact, n)
     assert {s.timing["walks"] for s in out} == {4}
-    p_l = exact.by_text(exact.p_l())
-    counts = Counter(s.text for s in out)
-    assert set(counts) <= set(p_l)
-    for text, p in p_l.items():
-        assert abs(counts[text] / n - p) <= Z * math.sqrt(p * (1 - p) / n) + 1e-9, (text, counts[text], p)
-    q_yes = sum(p for t, p in exact.by_text(exact.q()).items() if t.startswith("Yes"))
-    got = sum(c for t, c in counts.items() if t.startswith("Yes")) / n
-    assert q_yes - got > Z * math.sqrt(q_yes * (1 - q_yes) / n) / 2
     assert trie.alive >= exact.p_valid - 1e-6
     # resumable: output i depends on (seed, i) and on what was learned before it, as with one walk
-    again = sample_adaptive(
-        be, ids, 3, SamplingParams(max_new_tokens=12, seed=5, top_logprobs=0), mask=mask, walks=4
-    )
+    again = sample_adaptive(be, ids, 3, params, mask=mask, walks=4)
     assert [s.text for s in again] == [s.text for s in out[:3]]

@@ -40,6 +40,32 @@ def _requests(be, n: int, sink: dict, masked: bool = True) -> list[DrawRequest]:
     return reqs
 
 
+def _job_by_job(be, n: int) -> dict:
+    ref: dict = {}
+    for k, req in enumerate(_requests(be, n, {})):
+        for s in sample(be, req.prompt_ids, n, req.params, mask=req.mask, batch_size=n):
+            ref[(k, s.index)] = s
+    return ref
+
+
+def _agreement(ref: dict, got: dict, first_tol: float) -> tuple[int, list[float]]:
+    """Draws that flip a token, and |Δ log p| before the flip; the first token's log-probability agrees
+    within ``first_tol``, and the masked request's draws follow the grammar whatever shares their steps."""
+    assert set(got) == set(ref)
+    flips, before = 0, []
+    for key, a in ref.items():
+        b = got[key]
+        assert b.logprobs[0] == pytest.approx(a.logprobs[0], abs=first_tol)
+        for ta, tb, la, lb in zip(a.token_ids, b.token_ids, a.logprobs, b.logprobs, strict=False):
+            if ta != tb:
+                flips += 1
+                break
+            before.append(abs(la - lb))
+        if key[0] == 2:
+            assert b.finish_reason == "stop" and json.loads(b.text)["a"] >= 1
+    return flips, before
+
+
 def test_one_prompt_in_one_stream_is_the_job_by_job_sampler_exactly(llama_smol):
     """With as many slots as draws and one prompt nothing is refilled: the same cells, the same numbers."""
     got: dict = {}
@@ -58,24 +84,10 @@ def test_a_draw_does_not_depend_on_which_draws_share_its_steps(llama_smol):
     tolerance until a token flips, and the flip rate is bounded (measured 3 of 24 on this machine; the
     job-by-job sampler's own refills flip about as often)."""
     n = 8
-    ref: dict = {}
-    for k, req in enumerate(_requests(llama_smol, n, {})):
-        for s in sample(llama_smol, req.prompt_ids, n, req.params, mask=req.mask, batch_size=n):
-            ref[(k, s.index)] = s
+    ref = _job_by_job(llama_smol, n)
     got: dict = {}
     sample_queue(llama_smol, _requests(llama_smol, n, got), slots=5)
-    assert set(got) == set(ref)
-    flips, before = 0, []
-    for key, a in ref.items():
-        b = got[key]
-        assert b.logprobs[0] == pytest.approx(a.logprobs[0], abs=1e-5)
-        for ta, tb, la, lb in zip(a.token_ids, b.token_ids, a.logprobs, b.logprobs, strict=False):
-            if ta != tb:
-                flips += 1
-                break
-            before.append(abs(la - lb))
-        if key[0] == 2:  # the masked request's draws follow the grammar whatever shares their steps
-            assert b.finish_reason == "stop" and json.loads(b.text)["a"] >= 1
+    flips, before = _agreement(ref, got, 1e-5)
     print(
         f"queue vs job by job: {flips} of {len(ref)} draws flip a token; max |Δ log p| before a flip "
         f"{max(before):.4f}"
@@ -92,10 +104,7 @@ def test_the_transformers_backend_fills_slots_across_prompts_as_llama_cpp_does(h
     log-probability is the same, and later ones agree until a token flips (measured: no flip in 24 draws
     of 8 a prompt on this machine, |Δ log p| at most 3e-5)."""
     n = 4
-    ref: dict = {}
-    for k, req in enumerate(_requests(hf_smol, n, {})):
-        for s in sample(hf_smol, req.prompt_ids, n, req.params, mask=req.mask, batch_size=n):
-            ref[(k, s.index)] = s
+    ref = _job_by_job(hf_smol, n)
     got: dict = {}
     assert hf_smol.can_assign
     widths: list[int] = []
@@ -112,18 +121,7 @@ def test_the_transformers_backend_fills_slots_across_prompts_as_llama_cpp_does(h
     finally:
         del hf_smol.TRIM_COLUMNS, hf_smol.step_slots
     assert any(b < a for a, b in zip(widths, widths[1:], strict=False))  # the cache was cut as rows ended
-    assert set(got) == set(ref)
-    flips, before = 0, []
-    for key, a in ref.items():
-        b = got[key]
-        assert b.logprobs[0] == pytest.approx(a.logprobs[0], abs=1e-4)
-        for ta, tb, la, lb in zip(a.token_ids, b.token_ids, a.logprobs, b.logprobs, strict=False):
-            if ta != tb:
-                flips += 1
-                break
-            before.append(abs(la - lb))
-        if key[0] == 2:
-            assert b.finish_reason == "stop" and json.loads(b.text)["a"] >= 1
+    flips, before = _agreement(ref, got, 1e-4)
     print(
         f"hf queue vs job by job: {flips} of {len(ref)} draws flip a token; max |Δ log p| {max(before):.2e}"
     )

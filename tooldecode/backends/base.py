@@ -46,6 +46,16 @@ def cpu_threads(requested: int | None = None) -> int:
     return os.cpu_count() or 1
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share: what a cached prompt saves a new one."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 class Backend(ABC):
     name: str = "?"
     model: ModelRef

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from tooldecode.backends.base import Backend, byte_level_decoder, cpu_threads
+from tooldecode.backends.base import Backend, byte_level_decoder, common_prefix, cpu_threads
 from tooldecode.errors import ModelError
 from tooldecode.models import ModelRef
 
@@ -167,12 +167,7 @@ class HFBackend(Backend):
 
     def _prefill(self, ids: list[int]) -> Any:
         """Logits after the last id; the prompt cache stays in self._cached_kv."""
-        common = 0
-        for a, b in zip(self._cached_ids, ids, strict=False):
-            if a != b:
-                break
-            common += 1
-        common = min(common, len(ids) - 1)
+        common = min(common_prefix(self._cached_ids, ids), len(ids) - 1)
         if self._cached_kv is not None and common > 0:
             extra = self._cached_kv.get_seq_length() - common
             if extra > 0:
@@ -242,11 +237,7 @@ class HFBackend(Backend):
             return kv, (None if have_logits else logits)
         best, donor = 0, None
         for held, (kv, _) in self._prompts.items():
-            common = 0
-            for a, b in zip(held, key, strict=False):
-                if a != b:
-                    break
-                common += 1
+            common = common_prefix(held, key)
             if common > best:
                 best, donor = common, kv
         keep = min(best, len(ids) - 1)

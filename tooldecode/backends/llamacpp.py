@@ -20,7 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from tooldecode.backends.base import Backend, cpu_threads, feed_branches, llama_piece, llama_tokenize
+from tooldecode.backends.base import (
+    Backend,
+    common_prefix,
+    cpu_threads,
+    feed_branches,
+    llama_piece,
+    llama_tokenize,
+)
 from tooldecode.backends.prefix_store import ENV as PREFIX_ENV
 from tooldecode.backends.prefix_store import PrefixStore
 from tooldecode.errors import ModelError
@@ -254,11 +261,7 @@ class LlamaCppBackend(Backend):
         """Bring sequence 0 to ``ids`` (aligned chunks, prefix reuse) and return logits at want_positions."""
         if len(ids) > self.n_ctx:
             raise ModelError(f"prompt of {len(ids)} tokens exceeds the context of {self.n_ctx}; raise n_ctx")
-        common = 0
-        for a, b in zip(self._cached, ids, strict=False):
-            if a != b:
-                break
-            common += 1
+        common = common_prefix(self._cached, ids)
         first_want = min(want_positions) if want_positions else len(ids) - 1
         keep = min(common, first_want, len(ids) - 1)
         keep -= keep % self.n_batch  # chunks stay aligned to absolute positions
@@ -356,11 +359,7 @@ class LlamaCppBackend(Backend):
         for other, held in [(0, self._cached)] + [
             (k + 1, p) for k, p in enumerate(self._slot_prompts) if k != slot and p
         ]:
-            common = 0
-            for a, b in zip(held, ids, strict=False):
-                if a != b:
-                    break
-                common += 1
+            common = common_prefix(held, ids)
             if common > best:
                 best, donor = common, other
         if have_logits and best == len(ids):

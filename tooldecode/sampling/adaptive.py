@@ -105,52 +105,16 @@ def _attempt(
     rng: np.random.Generator,
     target: str,
 ) -> tuple[bool, list[int], list[float], str]:
-    """One walk from the root: (accepted, tokens, their log-probabilities, finish reason)."""
-    eog = backend.eog_ids
-    node = trie.root
-    path: list[tuple[_Node, float]] = []
-    ids: list[int] = []
-    logps: list[float] = []
-    text = b""
-    x = first
+    """One walk from the root: (accepted, tokens, their log-probabilities, finish reason); a rejected walk's
+    lesson is learned at once."""
+    w = _Walk(0, matcher, rng, trie.root, first)
     while True:
-        allowed = matcher.allowed()
-        if matcher.done():
-            allowed = np.zeros_like(allowed)
-            allowed[list(eog)] = True
-        z = x.astype(np.float64) - float(x.max())
-        p = np.exp(z)
-        total = float(p.sum())
-        p /= total
-        w = np.where(allowed, p, 0.0)
-        forbidden = max(0.0, 1.0 - float(w.sum()))
-        for c, kid in node.kids.items():
-            w[c] *= kid.alive
-        unknown = 0.0 if node.known else forbidden  # forbidden mass not yet known dead: drawing it rejects
-        mass = float(w.sum()) + unknown
-        path.append((node, forbidden))
-        if mass <= 0.0 or rng.random() * mass < unknown:
-            _learn(path, None)
-            return False, ids, logps, "rejected"
-        cum = np.cumsum(w)
-        tok = int(min(np.searchsorted(cum, rng.random() * cum[-1], side="right"), w.size - 1))
-        node.p[tok] = float(p[tok])
-        child = node.kids.setdefault(tok, _Node())
-        ids.append(tok)
-        logps.append(float(z[tok]) - math.log(total))
-        if tok in eog:
-            return True, ids, logps, "stop"
-        matcher.accept(tok)
-        text += backend.token_bytes(tok)
-        if params.stop and _hit_stop(text, params.stop):
-            return True, ids, logps, "stop"
-        node = child
-        if len(ids) >= params.max_new_tokens:
-            if target == "prefix":
-                return True, ids, logps, "length"
-            _learn(path, node)
-            return False, ids, logps, "length"
-        x = np.array(backend.step([tok], [0])[0], dtype=np.float32)
+        tok = _walk_step(backend, w, params, target)
+        if tok is None:
+            if w.state == "rejected":
+                _learn(w.path, w.leaf)
+            return w.state == "accepted", w.ids, w.logps, w.finish
+        w.x = np.array(backend.step([tok], [0])[0], dtype=np.float32)
 
 
 @dataclass
@@ -172,8 +136,9 @@ class _Walk:
 
 
 def _walk_step(backend: Backend, w: _Walk, params: SamplingParams, target: str) -> int | None:
-    """One token of walk ``w`` under the frozen knowledge (``_attempt``'s step); the token to feed the
-    backend next, or ``None`` when the walk has ended (its ``state`` says how)."""
+    """One token of walk ``w`` under the knowledge as it stands (frozen for the walk's length in a parallel
+    round); the token to feed the backend next, or ``None`` when the walk has ended (its ``state`` and
+    ``finish`` say how; a rejected walk's lesson is in ``path`` and ``leaf``, learned by the caller)."""
     eog = backend.eog_ids
     allowed = w.matcher.allowed()
     if w.matcher.done():
@@ -196,7 +161,7 @@ def _walk_step(backend: Backend, w: _Walk, params: SamplingParams, target: str) 
         return None
     cum = np.cumsum(wt)
     tok = int(min(np.searchsorted(cum, w.rng.random() * cum[-1], side="right"), wt.size - 1))
-    node.p.setdefault(tok, float(p[tok]))
+    node.p[tok] = float(p[tok])
     child = node.kids.setdefault(tok, _Node())
     w.ids.append(tok)
     w.logps.append(float(z[tok]) - math.log(total))
@@ -326,22 +291,7 @@ def sample_adaptive(
                     got = (toks, lps, finish)
                     break
                 trie.rejected += 1
-            timing = {
-                "start_s": round(t_start, 4),
-                "end_s": round(time.perf_counter() - t0, 4),
-                "attempts": k,
-                "tokens": tokens,
-                "alive": round(trie.alive, 6),
-            }
-            if got is None:
-                s = Sample(i, params.seed, "", [], [], [], [], None, None, "error",
-                           f"no valid sequence in {max_attempts} attempts", timing)  # fmt: skip
-            else:
-                toks, lps, finish = got
-                text = backend.detokenize([t for t in toks if t not in backend.eog_ids])
-                s = Sample(
-                    i, params.seed, text, toks, lps, [None] * len(toks), [], None, None, finish, None, timing
-                )
+            s = _output(backend, i, params, got, max_attempts, (t0, t_start), k, tokens, trie)
             out.append(s)
             if on_batch is not None:
                 on_batch([s])
@@ -404,24 +354,44 @@ def _sample_rounds(
                 trie.attempts += ran
                 trie.rejected += sum(1 for w in walks if w.state == "rejected")
                 r += 1
-            timing = {
-                "start_s": round(t_start, 4),
-                "end_s": round(time.perf_counter() - t0, 4),
-                "attempts": attempts,
-                "tokens": tokens,
-                "alive": round(trie.alive, 6),
-                "walks": k,
-            }
-            if kept is None:
-                s = Sample(i, params.seed, "", [], [], [], [], None, None, "error",
-                           f"no valid sequence in {max_attempts} attempts", timing)  # fmt: skip
-            else:
-                text = backend.detokenize([t for t in kept.ids if t not in backend.eog_ids])
-                s = Sample(i, params.seed, text, kept.ids, kept.logps, [None] * len(kept.ids), [], None, None,
-                           kept.finish, None, timing)  # fmt: skip
+            got = (kept.ids, kept.logps, kept.finish) if kept is not None else None
+            s = _output(backend, i, params, got, max_attempts, (t0, t_start), attempts, tokens, trie, walks=k)
             out.append(s)
             if on_batch is not None:
                 on_batch([s])
     finally:
         backend.end()
     return out
+
+
+def _output(
+    backend: Backend,
+    i: int,
+    params: SamplingParams,
+    got: tuple[list[int], list[float], str] | None,
+    max_attempts: int,
+    clock: tuple[float, float],
+    attempts: int,
+    tokens: int,
+    trie: Trie,
+    walks: int | None = None,
+) -> Sample:
+    """Output ``i`` from its kept walk (tokens, log-probabilities, finish), or an error record when no walk
+    was accepted within ``max_attempts``; ``timing`` carries its cost (``clock``: the call's start and
+    this output's start, in seconds)."""
+    t0, t_start = clock
+    timing: dict = {
+        "start_s": round(t_start, 4),
+        "end_s": round(time.perf_counter() - t0, 4),
+        "attempts": attempts,
+        "tokens": tokens,
+        "alive": round(trie.alive, 6),
+    }
+    if walks is not None:
+        timing["walks"] = walks
+    if got is None:
+        return Sample(i, params.seed, "", [], [], [], [], None, None, "error",
+                      f"no valid sequence in {max_attempts} attempts", timing)  # fmt: skip
+    toks, lps, finish = got
+    text = backend.detokenize([t for t in toks if t not in backend.eog_ids])
+    return Sample(i, params.seed, text, toks, lps, [None] * len(toks), [], None, None, finish, None, timing)
