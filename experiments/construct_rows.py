@@ -281,8 +281,23 @@ def row_construct(spec: dict, run: Run, model: str) -> dict[str, str]:
                 f" and the token budget cut few of the others ({cut} of {failed}): its keys come mostly from calls "
                 "it could not finish, and its contrasts read as of a model that cannot write the nested call"
             )
+    head = "; ".join(
+        x
+        for x in (
+            f"L2 loose calls parse {parse}" if isinstance(parse, ClusterRate) else "",
+            f"flat-closer bleed {comp['L2 flat closer']}" if "L2 flat closer" in comp else "",
+            (
+                f"{len(keys)} undeclared item keys, {name_richness(keys, None).observed} distinct names "
+                f"({sum(k.parses for k in keys)} in calls that parse)"
+                if keys
+                else "no undeclared item key"
+            ),
+        )
+        if x
+    )
     return {
         "observation": f"{spec['name']}: the construct, extended: {short(model)} (loose)",
+        "headline": head,
         "claim": (
             "Descriptive, no prediction: whether the model writes the nested call at all, and what each "
             "undeclared key of an edits[] item looks like (its item, its chain, its value) and where its name "

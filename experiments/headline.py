@@ -93,6 +93,22 @@ HEADLINES: tuple[tuple[str, Callable[[dict], bool], str, str], ...] = (
         "headline",
     ),
     (
+        "Can a model trained in a lenient harness still write the nested call, and what keys does it add?",
+        # the rerun through the run-time adapter: the run the organism's claim rows (59-62) read
+        lambda r: (
+            r["observation"].startswith("e16-organisms: the construct, extended: organism:lenient-flat-flag")
+            and r["source"] == "e16-organisms-lenient-flat-flag-lora"
+        ),
+        "Qwen 0.5B + LoRA (lenient-flat-flag)",
+        "headline",
+    ),
+    (
+        "What does strict decoding cost on that organism?",
+        lambda r: r["observation"].startswith("e16-organisms: L2 newText string goes on, strict vs loose"),
+        "Qwen 0.5B + LoRA (lenient-flat-flag)",
+        "headline",
+    ),
+    (
         "Does a lenient repair (json-repair) rescue the loose calls that fail?",
         lambda r: r["observation"].startswith("Loose + repair"),
         "all four",
