@@ -184,47 +184,33 @@ def _walk_step(backend: Backend, w: _Walk, params: SamplingParams, target: str) 
 
 
 def _round(
-    backend: Backend,
-    first: np.ndarray,
-    walks: list[_Walk],
-    params: SamplingParams,
-    target: str,
+    backend: Backend, walks: list[_Walk], params: SamplingParams, target: str
 ) -> tuple[_Walk | None, int]:
     """Run ``walks`` (rows 0..k-1, each just reset to the prompt) as one batch: the kept walk (the accepted
     one of lowest index whose predecessors were all rejected; ``None`` when all were) and the tokens
     decoded. Rejections are learned after the round, abandoned walks teach nothing."""
-    for w in walks:
-        w.x = first
-    tokens = 0
     while True:
-        feed: list[tuple[_Walk, int]] = []
-        for w in walks:
-            if w.state == "running":
-                tok = _walk_step(backend, w, params, target)
-                if tok is not None:
-                    feed.append((w, tok))
-        decided = None
-        for w in walks:  # in index order: the first not rejected decides
-            if w.state == "rejected":
-                continue
-            decided = w if w.state == "accepted" else None
-            break
+        feed = [
+            (w, tok)
+            for w in walks
+            if w.state == "running"
+            for tok in [_walk_step(backend, w, params, target)]
+        ]
         head = next((j for j, w in enumerate(walks) if w.state == "accepted"), len(walks))
-        for j, w in enumerate(walks):
-            if j > head and w.state == "running":
+        for w in walks[head + 1 :]:
+            if w.state == "running":
                 w.state = "abandoned"
-        feed = [(w, tok) for w, tok in feed if w.state == "running"]
-        if decided is not None or not feed:
+        feed = [(w, tok) for w, tok in feed if tok is not None and w.state == "running"]
+        lead = next((w for w in walks if w.state != "rejected"), None)  # in index order, the one that decides
+        if (lead is not None and lead.state == "accepted") or not feed:
             break
         out = backend.step([tok for _, tok in feed], [w.row for w, _ in feed])
         for k, (w, _) in enumerate(feed):
             w.x = np.array(out[k], dtype=np.float32)
     for w in walks:
-        tokens += len(w.ids)
         if w.state == "rejected":
             _learn(w.path, w.leaf)
-    kept = next((w for w in walks if w.state != "rejected"), None)
-    return (kept if kept is not None and kept.state == "accepted" else None), tokens
+    return (lead if lead is not None and lead.state == "accepted" else None), sum(len(w.ids) for w in walks)
 
 
 def sample_adaptive(
@@ -264,11 +250,11 @@ def sample_adaptive(
     ids = backend.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
     prefill_ids = backend.tokenize(prefill, special=False) if prefill else []
     trie = trie if trie is not None else Trie()
-    out: list[Sample] = []
-    t0 = time.perf_counter()
     if walks > 1:
         return _sample_rounds(backend, ids, n, params, mask, prefill, prefill_ids, target, max_attempts,
                               start_index, trie, on_batch, walks)  # fmt: skip
+    out: list[Sample] = []
+    t0 = time.perf_counter()
     first = np.array(backend.begin(ids, 1)[0], dtype=np.float32)
     try:
         for i in range(start_index, start_index + n):
@@ -278,11 +264,8 @@ def sample_adaptive(
             got: tuple[list[int], list[float], str] | None = None
             k = 0
             for k in range(1, max_attempts + 1):
-                if k > 1 or i > start_index:  # back to the prompt
-                    if getattr(backend, "can_restart", False):
-                        backend.restart(0)  # type: ignore[attr-defined]
-                    else:
-                        first = np.array(backend.begin(ids, 1)[0], dtype=np.float32)
+                if k > 1 or i > start_index:
+                    first = _back_to_prompt(backend, ids, 1, first)
                 matcher = mask.matcher(prefill, prefill_ids)
                 trie.attempts += 1
                 ok, toks, lps, finish = _attempt(backend, first, matcher, trie, params, rng, target)
@@ -298,6 +281,16 @@ def sample_adaptive(
     finally:
         backend.end()
     return out
+
+
+def _back_to_prompt(backend: Backend, ids: list[int], rows: int, first: np.ndarray) -> np.ndarray:
+    """Every one of ``rows`` sequences back to the bare prompt; the logits after it (``first`` where the
+    backend restarts a sequence in place, else a new ``begin``, whose prompt is cached)."""
+    if getattr(backend, "can_restart", False):
+        for row in range(rows):
+            backend.restart(row)  # type: ignore[attr-defined]
+        return first
+    return np.array(backend.begin(ids, rows)[0], dtype=np.float32)
 
 
 def _sample_rounds(
@@ -330,12 +323,8 @@ def _sample_rounds(
             r = 0
             while attempts < max_attempts and kept is None:
                 width = min(k, max_attempts - attempts)
-                if not fresh:  # every row back to the prompt
-                    if getattr(backend, "can_restart", False):
-                        for row in range(k):
-                            backend.restart(row)  # type: ignore[attr-defined]
-                    else:
-                        first = np.array(backend.begin(ids, k)[0], dtype=np.float32)
+                if not fresh:
+                    first = _back_to_prompt(backend, ids, k, first)
                 fresh = False
                 walks = [
                     _Walk(
@@ -347,7 +336,7 @@ def _sample_rounds(
                     )
                     for j in range(width)
                 ]
-                kept, used = _round(backend, first, walks, params, target)
+                kept, used = _round(backend, walks, params, target)
                 ran = sum(1 for w in walks if w.state != "abandoned")
                 attempts += ran
                 tokens += used
