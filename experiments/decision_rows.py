@@ -205,7 +205,12 @@ def comparison_block(
     scenarios, and whether the exact mean lies inside the sampled interval. With ``figure_root``, the
     figure (exact on x, sampled on y) is written to ``COMPARISON_FIGURE`` under it (the text names it
     either way). A line saying what is missing when there is nothing to compare."""
-    from tooldecode.distortion.decision_table import compare_sampled, plot_comparison
+    from tooldecode.distortion.decision_table import (
+        compare_sampled,
+        exact_inside,
+        format_comparison,
+        plot_comparison,
+    )
 
     found = decision_runs([r for r in runs.values() if r.spec == spec_name])
     sampled = [r for r in runs.values() if r.spec in SAMPLED_SPECS]
@@ -219,38 +224,20 @@ def comparison_block(
     comparison = compare_sampled(rows, sampled)
     if not comparison:
         return "Exact against sampled: the sampled runs share no model, policy and scenario with the exact rows yet."
+    inside = sum(exact_inside(c) for c in comparison)
     lines = [
         "**Exact against sampled at L2** (the exact mean over the scenarios the draws cover, and the rate of "
         "those draws; % [95% interval over scenarios])",
         "",
-        "| model | policy | sampled remedy | measure | exact | sampled | draws | exact inside the sampled interval |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    inside = 0
-    for c in comparison:
-        e, s = c["exact"], c["sampled"]
-        ok = s.lo - 1e-12 <= e.rate <= s.hi + 1e-12
-        inside += ok
-        lines.append(
-            f"| {short(c['model'])} | {c['policy']} | {c['remedy']} | {c['measure'].removeprefix('p_').replace('_', ' ')} | "
-            f"{_pct_ci(e)} | {_pct_ci(s)} | {s.n} | {'yes' if ok else '**no**'} |"
-        )
-    lines.append("")
-    lines.append(
+        format_comparison(comparison),
         f"{inside} of {len(comparison)} exact means lie inside the sampled interval. strict-aligned's exact "
         "column is the decision table's estimate (live paths, g = 1), not an exact probability. Source: "
-        f"{source([r for r, _ in found] + sampled)}."
-    )
+        f"{source([r for r, _ in found] + sampled)}.",
+    ]
     if figure_root is not None:
         plot_comparison(comparison, figure_root / COMPARISON_FIGURE)
     lines.append(f"\n![Exact against sampled at L2]({COMPARISON_FIGURE}) (`make findings` draws it)")
     return "\n".join(lines)
-
-
-def _pct_ci(r) -> str:  # noqa: ANN001 - a ClusterRate
-    if math.isnan(r.lo):
-        return f"{100 * r.rate:.1f}"
-    return f"{100 * r.rate:.1f} [{100 * r.lo:.1f}, {100 * r.hi:.1f}]"
 
 
 __all__ = [

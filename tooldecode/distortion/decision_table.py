@@ -31,6 +31,7 @@ __all__ = [
     "SAMPLED_REMEDY",
     "compare_sampled",
     "decision_table",
+    "exact_inside",
     "format_comparison",
     "format_decision_table",
     "plot_comparison",
@@ -238,16 +239,24 @@ def compare_sampled(rows: Iterable[DecisionRow], runs: Sequence[Any]) -> list[di
     return out
 
 
+def exact_inside(c: dict[str, Any]) -> bool:
+    """Whether a comparison's exact mean lies inside the sampled rate's 95% interval."""
+    e, s = c["exact"], c["sampled"]
+    return bool(s.lo - 1e-12 <= e.rate <= s.hi + 1e-12)
+
+
 def format_comparison(comparison: Sequence[dict[str, Any]]) -> str:
-    """The comparison as Markdown: exact and sampled side by side (percent [95% interval over scenarios])."""
+    """The comparison as Markdown: exact and sampled side by side (percent [95% interval over scenarios]),
+    and whether the exact mean lies inside the sampled interval."""
     lines = [
-        "| model | policy | sampled remedy | measure | exact | sampled | draws |",
-        "|---|---|---|---|---|---|---|",
+        "| model | policy | sampled remedy | measure | exact | sampled | draws | exact inside the sampled interval |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for c in comparison:
         lines.append(
             f"| {c['model']} | {c['policy']} | {c['remedy']} | {_LABELS[c['measure']]} | "
-            f"{_pct(c['exact'])} | {_pct(c['sampled'])} | {c['sampled'].n} |"
+            f"{_pct(c['exact'])} | {_pct(c['sampled'])} | {c['sampled'].n} | "
+            f"{'yes' if exact_inside(c) else '**no**'} |"
         )
     return "\n".join(lines) + "\n"
 
