@@ -170,7 +170,7 @@ def _recommend(table: list[dict]) -> str:
 def decision_block(runs: dict[str, Run], spec_name: str = "e20-decision-l2") -> str:
     """The README's decision table (Markdown) from the committed runs of ``spec_name`` with a
     ``decision.jsonl``, with the plain-words reading per model; a line saying so when there is none."""
-    from tooldecode.distortion.decision_table import decision_table, format_decision_table
+    from tooldecode.distortion.decision_table import decision_table, format_decision_table, with_draw_validity
 
     found = decision_runs([r for r in runs.values() if r.spec == spec_name])
     if not found:
@@ -179,7 +179,8 @@ def decision_block(runs: dict[str, Run], spec_name: str = "e20-decision-l2") -> 
             "(`python -m scripts.jobqueue run --worktree DIR --only e20-decision-l2-organism e20-decision-l2-base`)."
         )
     merged = by_model(found)
-    rows = [row for _, rs in merged.values() for row in rs]
+    sampled = [r for r in runs.values() if r.spec in SAMPLED_SPECS]
+    rows = with_draw_validity([row for _, rs in merged.values() for row in rs], sampled)
     table = decision_table(rows)
     reading = [_recommend([t for t in table if t["model"] == m]) for m in sorted({t["model"] for t in table})]
     return (
@@ -187,8 +188,14 @@ def decision_block(runs: dict[str, Run], spec_name: str = "e20-decision-l2") -> 
         + "\nRead per model (the policy with the highest P(correct) is the one to run; strict is worth turning on "
         "only where its P(correct) is not below loose's):\n\n"
         + "\n".join(f"- {line}" for line in reading)
-        + f"\n\nSource: {source([r for r, _ in found])}; "
-        + f"`tooldecode decision {' '.join(f'runs/{r.name}' for r, _ in found)}` prints it."
+        + "\n\nstrict-aligned's row is an estimate (its method column says which): where the model's loose L2 "
+        "draws are committed, loose's exact masses weighed by the share of those draws in each bucket that ended "
+        "as a valid call; otherwise the live paths of the strict grammar with every V = 1, a lower bound of its "
+        "P(correct) (docs/strict-cost.md)."
+        + f"\n\nSource: {source([r for r, _ in found] + sampled)}; "
+        + f"`tooldecode decision {' '.join(f'runs/{r.name}' for r, _ in found)}"
+        + "".join(f" --valid-from runs/{r.name}" for r in sampled)
+        + "` prints it."
     )
 
 
@@ -210,6 +217,7 @@ def comparison_block(
         exact_inside,
         format_comparison,
         plot_comparison,
+        with_draw_validity,
     )
 
     found = decision_runs([r for r in runs.values() if r.spec == spec_name])
@@ -220,7 +228,7 @@ def comparison_block(
             + ("E17/E18" if found else f"`{spec_name}`")
             + " to compare yet (`python -m scripts.jobqueue status` lists the jobs)."
         )
-    rows = [row for _, rs in by_model(found).values() for row in rs]
+    rows = with_draw_validity([row for _, rs in by_model(found).values() for row in rs], sampled)
     comparison = compare_sampled(rows, sampled)
     if not comparison:
         return "Exact against sampled: the sampled runs share no model, policy and scenario with the exact rows yet."
@@ -231,7 +239,8 @@ def comparison_block(
         "",
         format_comparison(comparison),
         f"{inside} of {len(comparison)} exact means lie inside the sampled interval. strict-aligned's exact "
-        "column is the decision table's estimate (live paths, g = 1), not an exact probability. Source: "
+        "column is the decision table's estimate (its method there), not an exact probability; its draws (the "
+        "adaptive exact sampler) are the reference it is checked against. Source: "
         f"{source([r for r, _ in found] + sampled)}.",
     ]
     if figure_root is not None:

@@ -57,6 +57,49 @@ def test_strict_aligned_renormalises_the_live_mass_by_the_stated_rule():
     assert half.p_goes_on == pytest.approx(0.15 / 0.45)
 
 
+def _draw(model: str, bucket: str, valid: bool, correct: bool = False, remedy: str = "loose") -> dict:
+    flags = {b: b == bucket for b in ("close", "goes_on", "invented", "other")}
+    return {"model": model, "scenario": "s", "remedy": remedy, **flags, "valid": valid, "correct": correct}
+
+
+def test_strict_aligned_from_loose_draws_weighs_each_bucket_by_its_valid_share():
+    """P_A(b) = P(b)·V(b) / Σ: loose's exact masses, V from the loose draws of each bucket (close_complete
+    ends valid, V = 1); the range comes from the shares' Wilson bounds and never falls below the live
+    bound; masked draws and other models do not count."""
+    from tooldecode.distortion.decision_table import (
+        aligned_from_draws,
+        validity_by_bucket,
+        with_draw_validity,
+    )
+
+    draws = [_draw("m", "close", True, True)] * 3 + [_draw("m", "close", False)] * 4
+    draws += [_draw("m", "goes_on", True)] + [_draw("m", "goes_on", False)] * 3
+    draws += [_draw("m", "invented", False)] * 2 + [_draw("m", "other", False)] * 2
+    draws += [_draw("m", "goes_on", True, remedy="strict")] * 5 + [_draw("other-model", "close", True)]
+    v = validity_by_bucket(draws)["m"]
+    assert v["close_complete"] == (3, 3) and v["close_diverges"] == (0, 4) and v["goes_on"] == (1, 4)
+    assert v["invented"] == (0, 2) and v["other"] == (0, 2) and v["all"] == (1, 12)
+    loose = DecisionRow(
+        model="m", model_sha256="x", scenario="s", policy="loose", engine=None, method="exact",
+        p_close=0.4, p_close_complete=0.1, p_close_diverges=0.3, p_close_unresolved=0.0, p_goes_on=0.4,
+        p_invented=0.1, p_other=0.1, p_undetermined=0.0, p_correct=0.1, p_correct_lo=0.1, p_correct_hi=0.1,
+    )  # fmt: skip
+    est = aligned_from_draws(loose, v, live_bound=0.15)
+    assert est.policy == "strict-aligned" and est.total == pytest.approx(1.0)
+    assert est.p_correct == pytest.approx(0.1 / (0.1 + 0.4 * 0.25)) == pytest.approx(0.5)
+    assert est.p_goes_on == pytest.approx(0.5) and est.p_invented == est.p_close_diverges == 0.0
+    assert 0.15 <= est.p_correct_lo < 0.5 < est.p_correct_hi <= 1.0
+    assert "goes on 1/4" in est.method and "close diverges 0/4" in est.method
+    live = aligned_row(
+        {**dict.fromkeys(BUCKETS, 0.0), "close_complete": 0.1, "close_diverges": 0.3, "goes_on": 0.4},
+        "xgrammar",
+        {"model": "m", "model_sha256": "x", "scenario": "s"},
+    )
+    other = DecisionRow(**{**live.to_json(), "model": "n"})
+    out = with_draw_validity([loose, live, other], [])
+    assert out == [loose, live, other]  # no draws: as they are
+
+
 def _row(scenario: str, policy: str, correct: float, engine: str | None = None) -> DecisionRow:
     return DecisionRow(
         model="m",
@@ -407,7 +450,12 @@ def test_a_spec_runs_the_decision_into_its_run_and_sets_it_against_the_draws(tmp
     """``tooldecode run`` on a spec with a [decision] table writes decision.jsonl (resumed, not recomputed),
     and the comparison reads the same run's L2 draws."""
     from tooldecode.distortion.decision import read_decision_rows
-    from tooldecode.distortion.decision_table import compare_sampled, format_comparison, sampled_decisions
+    from tooldecode.distortion.decision_table import (
+        compare_sampled,
+        format_comparison,
+        sampled_decisions,
+        with_draw_validity,
+    )
     from tooldecode.experiments import load_spec, run_spec
 
     (tmp_path / "s.toml").write_text(RUN_SPEC)
@@ -436,3 +484,34 @@ def test_a_spec_runs_the_decision_into_its_run_and_sets_it_against_the_draws(tmp
     assert {("loose", "p_correct"), ("strict", "p_close"), ("loose+drop-unknown-keys", "p_correct")} <= got
     assert all(c["sampled"].n in (2, 4) and c["exact"].g == 1 for c in comparison)
     assert "| strict | strict | goes on |" in format_comparison(comparison)
+    assert all(isinstance(d["valid"], bool) and isinstance(d["correct"], bool) for d in drawn)
+    estimated = with_draw_validity(rows, [out])  # strict-aligned from the run's own loose draws
+    aligned = [r for r in estimated if r.policy == "strict-aligned"]
+    assert len(aligned) == 1 and aligned[0].method.startswith("estimate: loose's exact masses")
+    assert aligned[0].total == pytest.approx(1.0) and aligned[0].p_invented == 0.0
+    assert aligned[0].p_correct_lo <= aligned[0].p_correct <= aligned[0].p_correct_hi
+    assert [r for r in estimated if r.policy != "strict-aligned"] == [
+        r for r in rows if r.policy != "strict-aligned"
+    ]
+
+
+def test_the_decision_command_estimates_strict_aligned_from_a_sampled_run(capsys):
+    """`tooldecode decision RUN --valid-from SAMPLED` on the committed runs: the base's strict-aligned row
+    becomes the draw-based estimate; a folder without samples, or both validity flags, is one clear line."""
+    from pathlib import Path
+
+    from tooldecode.cli import main
+
+    root = Path(__file__).resolve().parents[1] / "runs"
+    exact, sampled = root / "e20-decision-l2-base", root / "e17-strict-cost-base"
+    if not (exact / "decision.jsonl").is_file() or not (sampled / "samples.jsonl").is_file():
+        pytest.skip("the committed E20 and E17 runs of the base are not in this checkout")
+    assert main(["decision", str(exact), "--valid-from", str(sampled)]) == 0
+    out = capsys.readouterr().out
+    aligned = [line for line in out.splitlines() if line.startswith("| strict-aligned |")]
+    assert len(aligned) == 1 and "estimate: loose's exact masses" in aligned[0]
+    assert main(["decision", str(exact), "--valid-from", str(exact / "nowhere")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no samples.jsonl there" in err
+    assert main(["decision", str(exact), "--valid-from", str(sampled), "--goes-on-valid", "0.5"]) == 2
+    assert "give one of them" in capsys.readouterr().err

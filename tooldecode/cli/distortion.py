@@ -87,6 +87,7 @@ def _cmd_decision(args: argparse.Namespace) -> int:
     scenarios with a 95% t interval over scenarios, and P(correct) against loose's, paired over
     scenarios. With --sampled, the exact probabilities next to the rates sampled in E17/E18 runs (L2).
     """
+    from tooldecode.distortion import DistortionError
     from tooldecode.distortion.decision import DecisionRow, read_decision_rows
     from tooldecode.distortion.decision_table import (
         compare_sampled,
@@ -94,6 +95,7 @@ def _cmd_decision(args: argparse.Namespace) -> int:
         format_comparison,
         format_decision_table,
         plot_comparison,
+        with_draw_validity,
         with_goes_on_validity,
     )
     from tooldecode.validate import check_options
@@ -103,13 +105,22 @@ def _cmd_decision(args: argparse.Namespace) -> int:
     for run in args.runs:
         path = Path(run)
         if not (path / "decision.jsonl").is_file():
-            from tooldecode.distortion import DistortionError
-
             raise DistortionError(
                 f"{path} has no decision.jsonl; run a spec with a [decision] table into it first "
                 "(tooldecode run experiments/e20_decision_l2.toml --out runs/<name>)"
             )
         rows += read_decision_rows(path)
+    if args.goes_on_valid is not None and args.valid_from:
+        raise DistortionError(
+            "decision: --goes-on-valid and --valid-from both set strict-aligned's validity; give one of them"
+        )
+    for run in args.valid_from:
+        if not (Path(run) / "samples.jsonl").is_file():
+            raise DistortionError(
+                f"decision: --valid-from {run}: no samples.jsonl there; give a sampled run folder"
+            )
+    if args.valid_from:
+        rows = with_draw_validity(rows, [Path(r) for r in args.valid_from])
     if args.goes_on_valid is not None:
         rows = [
             with_goes_on_validity(r, args.goes_on_valid) if r.policy == "strict-aligned" else r for r in rows
@@ -139,6 +150,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="E17/E18 runs to set the sampled L2 rates against",
     )
     d.add_argument("--figure", type=Path, help="with --sampled: save exact against sampled as this image")
+    d.add_argument(
+        "--valid-from",
+        nargs="*",
+        default=[],
+        metavar="RUN",
+        help="strict-aligned from loose's exact masses and the share of these runs' loose L2 draws in each "
+        "bucket that ended valid (per model, the run with the most such draws)",
+    )
     d.add_argument(
         "--goes-on-valid",
         type=float,

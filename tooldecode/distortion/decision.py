@@ -577,9 +577,10 @@ def aligned_row(
     and that dead paths have V = 0. Assumed: V = 1 for the close and open buckets (a closed item whose
     call then closes as the gold's is valid once the wrapper ends, which is not expanded) and V = g for
     a string that goes on. With V(close_complete) = 1, P_A(correct) falls as g rises: g = 1 (the default)
-    gives its lower bound over g, with the open mass counted valid and wrong; ``p_correct_hi`` is g = 0
-    with the open mass counted correct. g can be estimated from sampled draws whose string went on (the
-    share of them that ended as a valid call)."""
+    gives its lower bound, with the open mass counted valid and wrong (a bound over every V, since V ≤ 1);
+    ``p_correct_hi`` is g = 0 with the open mass counted correct, the top over g only: where a close that
+    diverges from the gold rarely ends valid, V(close_diverges) < 1 and P_A(correct) is higher still.
+    ``tooldecode.distortion.decision_table.aligned_from_draws`` estimates every V from loose draws."""
     g = float(goes_on_valid)
     weights = {k: live.get(k, 0.0) * (g if k == "goes_on" else 1.0) for k in BUCKETS}
     z = sum(weights.values())

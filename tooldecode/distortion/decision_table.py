@@ -37,7 +37,10 @@ __all__ = [
     "plot_comparison",
     "rows_by",
     "sampled_decisions",
+    "validity_by_bucket",
+    "with_draw_validity",
     "with_goes_on_validity",
+    "aligned_from_draws",
 ]
 
 # the row's probabilities a table column shows, in order
@@ -165,10 +168,11 @@ def format_decision_table(table: Sequence[dict[str, Any]]) -> str:
 
 def sampled_decisions(run: Any) -> list[dict[str, Any]]:
     """One row per L2 draw of a run's loose and masked arms: ``{model, scenario, remedy, close, goes_on,
-    invented, other}`` (the draw's first decision after the prefill, classified as the exact rows are;
-    ``run`` a loaded ``tooldecode.runs.Run`` or its folder)."""
+    invented, other, valid, correct}`` (the draw's first decision after the prefill, classified as the
+    exact rows are, and whether the whole call ended valid and correct; ``run`` a loaded
+    ``tooldecode.runs.Run`` or its folder)."""
     from tooldecode.classify import CLOSE, classify_continuation, key_context
-    from tooldecode.distortion.remedies import remedy_name
+    from tooldecode.distortion.remedies import draw_outcome, remedy_name
     from tooldecode.runs import Run, load_run
 
     if not isinstance(run, Run):
@@ -184,14 +188,150 @@ def sampled_decisions(run: Any) -> list[dict[str, Any]]:
         ctx = key_context(r.prefill, list(r.tools or ()), expected_tool=arm.expected_tool)
         c = classify_continuation(r.text, context=ctx, pending='"', final=True)
         bucket = "close" if c.group == CLOSE else bucket_of(c, ctx)[0]
+        outcome, _ = draw_outcome(run, r)
         out.append(
             {
                 "model": str(arm.model),
                 "scenario": r.scenario,
                 "remedy": remedy,
                 **{b: bucket == b for b in ("close", "goes_on", "invented", "other")},
+                "valid": bool(outcome.get("valid")),
+                "correct": bool(outcome.get("correct")),
             }
         )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# strict-aligned from the loose draws' validity
+
+#: the buckets whose validity the loose draws estimate (close_complete ends valid: V = 1; an invented key
+#: is outside the closed schema: V = 0)
+_V_BUCKETS = ("close_diverges", "goes_on", "other")
+
+
+def validity_by_bucket(decisions: Iterable[dict[str, Any]]) -> dict[str, dict[str, tuple[int, int]]]:
+    """Per model, per bucket of the decision: (draws that ended as a valid call, draws) over the loose L2
+    draws of ``decisions`` (``sampled_decisions``' rows). A draw that closes the string and ends valid and
+    correct is ``close_complete``; any other close is ``close_diverges``; ``all`` pools the buckets other
+    than ``close_complete``."""
+    out: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for d in decisions:
+        if d["remedy"] != "loose":
+            continue
+        if d["close"]:
+            bucket = "close_complete" if d["valid"] and d["correct"] else "close_diverges"
+        else:
+            bucket = next(b for b in ("goes_on", "invented", "other") if d[b])
+        for b in (bucket, "all") if bucket != "close_complete" else (bucket,):
+            out[d["model"]][b][0] += int(d["valid"])
+            out[d["model"]][b][1] += 1
+    return {m: {b: (k, n) for b, (k, n) in v.items()} for m, v in out.items()}
+
+
+def aligned_from_draws(
+    loose: DecisionRow, validity: dict[str, tuple[int, int]], live_bound: float | None = None
+) -> DecisionRow:
+    """strict-aligned at the decision of one scenario, estimated from loose's exact masses and the loose
+    draws' validity.
+
+    The model conditioned on a valid complete call gives each bucket P_A(b) = P(b and valid) / P(valid),
+    and P(b and valid) = P(b)·V(b), with P(b) loose's exact mass and V(b) the probability that a loose
+    continuation in b ends as a valid call within the cap. V(close_complete) = 1 (the call closes as the
+    gold's), V(invented) = 0 (a key the closed schema does not declare); every other V is the share of the model's loose L2 draws in that bucket that ended valid
+    (``validity``, pooled over scenarios: ``validity_by_bucket``), the unresolved close taking
+    close_diverges' share and the undetermined mass the pooled share. The range of P_A(correct): the
+    buckets' 95% Wilson bounds, with the open mass (unresolved close, undetermined) counted wrong at the
+    low end and correct at the high end; the low end is at least ``live_bound`` (the live-path bound
+    ``aligned_row`` computes with every V = 1), a bound that needs no estimate."""
+    from tooldecode.stats import wilson
+
+    def share(b: str) -> tuple[float, float, float]:
+        k, n = validity.get(b, (0, 0))
+        if n == 0:
+            k, n = validity.get("all", (0, 0))
+        if n == 0:
+            return 1.0, 0.0, 1.0
+        w = wilson(k, n)
+        return k / n, w.lo, w.hi
+
+    v = {b: share(b) for b in (*_V_BUCKETS, "all")}
+    mass = {b: float(getattr(loose, f"p_{b}")) for b in BUCKETS}
+    pick = {**{b: b for b in _V_BUCKETS}, "close_unresolved": "close_diverges", "undetermined": "all"}
+
+    def weights(at: int) -> dict[str, float]:
+        fixed = {"close_complete": 1.0, "invented": 0.0}
+        return {b: mass[b] * (fixed[b] if b in fixed else v[pick[b]][at]) for b in BUCKETS}
+
+    w = weights(0)
+    z = sum(w.values())
+    p = {b: (x / z if z > 0 else 0.0) for b, x in w.items()}
+    wl, wh = weights(2), weights(1)  # the low end of P(correct) at the high shares, and the reverse
+    zl = sum(wl.values())
+    lo = wl["close_complete"] / zl if zl > 0 else 0.0
+    open_mass = mass["close_unresolved"] + mass["undetermined"]
+    wh = {**wh, "close_unresolved": 0.0, "undetermined": 0.0}
+    zh = sum(wh.values()) + open_mass
+    hi = (wh["close_complete"] + open_mass) / zh if zh > 0 else 1.0
+    if live_bound is not None:
+        lo = max(lo, live_bound)
+    counts = ", ".join(
+        f"{b.replace('_', ' ')} {validity[b][0]}/{validity[b][1]}" for b in _V_BUCKETS if b in validity
+    )
+    return DecisionRow(
+        model=loose.model,
+        model_sha256=loose.model_sha256,
+        scenario=loose.scenario,
+        policy="strict-aligned",
+        engine=None,
+        method="estimate: loose's exact masses × the share of the model's loose L2 draws in each bucket "
+        f"that ended valid ({counts or 'no draws'}; range: their 95% Wilson bounds)",
+        p_close=p["close_complete"] + p["close_diverges"] + p["close_unresolved"],
+        p_close_complete=p["close_complete"],
+        p_close_diverges=p["close_diverges"],
+        p_close_unresolved=p["close_unresolved"],
+        p_goes_on=p["goes_on"],
+        p_invented=p["invented"],
+        p_other=p["other"],
+        p_undetermined=p["undetermined"],
+        p_correct=p["close_complete"],
+        p_correct_lo=min(lo, p["close_complete"]),
+        p_correct_hi=max(min(1.0, hi), p["close_complete"]),
+        kinds={f"valid_{b}": v[b][0] for b in (*_V_BUCKETS, "all")},
+        mask_removed=None,
+        boundary=loose.boundary,
+        pending=loose.pending,
+        prefix_as_sampled=loose.prefix_as_sampled,
+        variant_label=loose.variant_label,
+        prompt_sha256=loose.prompt_sha256,
+        seconds=0.0,
+    )
+
+
+def with_draw_validity(rows: Iterable[DecisionRow], runs: Sequence[Any]) -> list[DecisionRow]:
+    """``rows`` with each model's strict-aligned rows replaced by ``aligned_from_draws`` where the sampled
+    ``runs`` hold loose L2 draws of that model (the run with the most of them, since E17 and E18 draw
+    loose on the same streams); the other rows, and the models without draws, as they are. The
+    live-path row's ``p_correct_lo`` stays as the floor of the estimate's range."""
+    from tooldecode.runs import Run, load_run
+
+    validity: dict[str, dict[str, tuple[int, int]]] = {}
+    for given in runs:
+        run = given if isinstance(given, Run) else load_run(given)
+        for model, v in validity_by_bucket(sampled_decisions(run)).items():
+            if sum(n for b, (_, n) in v.items() if b != "all") > sum(
+                n for b, (_, n) in validity.get(model, {}).items() if b != "all"
+            ):
+                validity[model] = v
+    rows = list(rows)
+    loose = {(r.model, r.scenario): r for r in rows if r.policy == "loose"}
+    out = []
+    for r in rows:
+        lo = loose.get((r.model, r.scenario))
+        if r.policy == "strict-aligned" and r.model in validity and lo is not None:
+            est = aligned_from_draws(lo, validity[r.model], live_bound=r.p_correct_lo)
+            r = DecisionRow(**{**est.to_json(), "engine": r.engine, "seconds": r.seconds})
+        out.append(r)
     return out
 
 

@@ -101,13 +101,24 @@ def _wall(records: list[SampleRecord]) -> dict[str, float]:
     return out
 
 
+def draw_outcome(run: Run, record: SampleRecord) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The outcome of one draw of ``run`` as its user sees the edit (``scoring.stored_outcome``: valid,
+    applies, correct, works, wrong but valid, cut) and its stored verdict (``{}`` where it has none)."""
+    from tooldecode.scoring import record_context, stored_outcome
+
+    verdict = run.verdict(record)
+    v = verdict.to_json() if verdict is not None else {}
+    tools, _, _, scenario = record_context(record, run.manifest)
+    return stored_outcome(v, scenario, tools, record.finish_reason), v
+
+
 def remedy_rows(
     run: Run | str | Path, *, max_retries: int = MAX_RETRIES, remedies: Sequence[str] | None = None
 ) -> list[dict[str, Any]]:
     """One row per call of every remedy of a run (a loaded run or its folder): ``{model, level, remedy,
     scenario, retries, <MEASURES>, tokens, wall}``; only those named in ``remedies`` where given (two
     runs that share arms on the same streams, E17 and E18, each give the remedies the other lacks)."""
-    from tooldecode.scoring import record_context, stored_outcome
+    from tooldecode.scoring import record_context
 
     if not isinstance(run, Run):
         run = load_run(run)
@@ -117,10 +128,7 @@ def remedy_rows(
     loose: dict[tuple, list[SampleRecord]] = defaultdict(list)
 
     def outcome_of(r: SampleRecord) -> tuple[dict, dict]:
-        verdict = run.verdict(r)
-        v = verdict.to_json() if verdict is not None else {}
-        tools, _, _, scenario = record_context(r, run.manifest)
-        return stored_outcome(v, scenario, tools, r.finish_reason), v
+        return draw_outcome(run, r)
 
     for r in run.samples:
         if r.error and not r.particles:
