@@ -165,12 +165,13 @@ def _claim(stem: str) -> str:
     return str(tomllib.loads(path.read_text(encoding="utf-8")).get("claim", "")) if path.is_file() else ""
 
 
-def row_remedies(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
-    """The rows of ``remedy_effects`` from the committed runs of E17 (``rs``) and of E18 and E18-engines
-    (found in ``runs`` by their spec names), model by model."""
+def remedy_calls(rs: Sequence[Run], runs: dict[str, Run]) -> tuple[list[dict], dict[str, list[Run]]]:
+    """Every call of ``remedy_rows`` from the committed runs of E17 (``rs``; all E17 runs in ``runs`` where
+    empty) and of E18 and E18-engines (found in ``runs`` by their spec names), model by model: strict and
+    strict-aligned from E17, the loose remedies from E18 where the model has it (else E17), and the runs
+    each model's calls came from."""
     from tooldecode.distortion.remedies import remedy_rows
 
-    del spec
     by_spec = {k: [r for r in runs.values() if r.spec == name] for k, name in SPECS.items()}
     by_spec["e17"] = list(rs) or by_spec["e17"]
     calls: list[dict] = []
@@ -193,8 +194,70 @@ def row_remedies(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
         mine += [c for run in (*e18, *eng) for c in scored_rows(run, False)]
         calls += [c for c in mine if str(c["model"]) == model]
         used[model] = [*e17, *e18, *eng]
+    return calls, used
+
+
+def row_remedies(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
+    """The rows of ``remedy_effects`` from the committed runs of E17 (``rs``) and of E18 and E18-engines
+    (found in ``runs`` by their spec names), model by model."""
+    del spec
+    calls, used = remedy_calls(rs, runs)
     claims = {"e17": _claim("e17_strict_cost"), "e18": _claim("e18_remedies")}
     return remedy_effects(calls, claims, {m: source(rs_) for m, rs_ in used.items()})
 
 
-__all__ = ["COMPARISONS", "remedy_effects", "row_remedies"]
+def remedy_reading(table: Sequence[dict[str, Any]]) -> str:
+    """The plain-words reading of one (model, level): which remedy's calls work most often (with its
+    interval and number of calls; none where no call works), and strict against loose on works and on
+    valid but wrong."""
+    by = {t["remedy"]: t for t in table}
+    t0 = table[0]
+    head = f"**{short(t0['model'])}, {t0['level']}**: "
+    best = max(table, key=lambda t: (t["all"]["works"].rate, t["n"]))
+    w = best["all"]["works"]
+    if w.rate == 0:
+        parts = [head + f"no remedy's call works (0 of {sum(t['n'] for t in table)} calls)"]
+    else:
+        parts = [
+            head + f"the calls that work most often are {best['remedy']}'s "
+            f"({100 * w.rate:.1f}% [{100 * w.lo:.1f}, {100 * w.hi:.1f}], {best['n']} calls)"
+        ]
+    if "strict" in by and "loose" in by:
+        s, lo = by["strict"]["all"], by["loose"]["all"]
+        parts.append(
+            f"strict's calls work {100 * s['works'].rate:.1f}% against loose's {100 * lo['works'].rate:.1f}%, "
+            f"and are valid but wrong {100 * s['wrong_but_valid'].rate:.1f}% against "
+            f"{100 * lo['wrong_but_valid'].rate:.1f}%"
+        )
+    return "; ".join(parts) + "."
+
+
+def sampled_block(runs: dict[str, Run]) -> str:
+    """The README's sampled decision table: per model and level, every remedy's calls (``remedy_table``:
+    invented keys, valid, applies, correct, works, wrong but valid, cut, tokens per call, calls per
+    second), with a plain-words line per model and level; a line saying so when no E17 run is committed."""
+    from tooldecode.distortion.remedies import format_remedies, remedy_table
+
+    calls, used = remedy_calls([], runs)
+    if not calls:
+        return "Sampled, L1 and L2: no E17 run is committed yet (`python -m scripts.jobqueue status` lists the jobs)."
+    table = remedy_table(calls)
+    cells = sorted({(t["model"], t["level"]) for t in table})
+    order = {r: k for k, r in enumerate(ORDER)}
+    table = sorted(
+        table, key=lambda t: (t["model"], t["level"], order.get(t["remedy"], len(ORDER)), t["remedy"])
+    )
+    reading = [remedy_reading([t for t in table if (t["model"], t["level"]) == c]) for c in cells]
+    runs_used = sorted({r.name for rs_ in used.values() for r in rs_})
+    return (
+        "**Sampled, L1 and L2: did the edit work** (every remedy's calls; % [95% interval over scenarios]; "
+        "works = valid and the file edited as expected; L1 writes the whole call, L2 is forced through the "
+        "gold newText; calls/s: calls over the sum of the draws' own wall times on the 2 CPU cores the runs used, so a draw that shared its batch with others or was in flight while its run was paused counts that time)\n\n"
+        + format_remedies(table)
+        + "\n"
+        + "\n".join(f"- {line}" for line in reading)
+        + f"\n\nSource: {', '.join(runs_used)}. Runs not yet complete are listed in FINDINGS under what remains."
+    )
+
+
+__all__ = ["COMPARISONS", "remedy_calls", "remedy_effects", "remedy_reading", "row_remedies", "sampled_block"]

@@ -13,6 +13,7 @@ from pathlib import Path
 from experiments import study
 from experiments.decision_rows import comparison_block, decision_block
 from experiments.headline import FIGURE, headline_table, write_figure
+from experiments.remedy_rows import sampled_block
 from experiments.study import build_rows, provenance, reruns, write_findings
 from tooldecode.runs import load_runs
 
@@ -144,7 +145,11 @@ def main() -> None:
     readme = with_summary((ROOT / "README.md").read_text(encoding="utf-8"), block)
     readme = with_summary(
         readme,
-        decision_block(runs) + "\n\n" + comparison_block(runs, figure_root=ROOT if args.figure else None),
+        decision_block(runs)
+        + "\n\n"
+        + sampled_block(runs)
+        + "\n\n"
+        + comparison_block(runs, figure_root=ROOT if args.figure else None),
         DECISION,
     )
     Path(args.readme_out).write_text(readme, encoding="utf-8")

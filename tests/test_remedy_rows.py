@@ -110,3 +110,18 @@ def test_the_comparison_block_says_what_is_missing():
     from experiments.decision_rows import comparison_block
 
     assert comparison_block({}).startswith("Exact against sampled: no committed run of `e20-decision-l2`")
+
+
+def test_the_readme_reading_names_the_remedy_that_works_and_says_when_none_does():
+    from experiments.remedy_rows import remedy_reading
+    from tooldecode.distortion.remedies import format_remedies, remedy_table
+
+    calls = [dict(c, works=c["correct"] and c["valid"]) for c in _calls(strict_wrong=3)]
+    table = remedy_table(calls)
+    line = remedy_reading(table)
+    assert line.startswith("**m, L1**: the calls that work most often are strict-prefix's (100.0% [")
+    assert "48 calls)" in line and "strict's calls work 37.5% against loose's 25.0%" in line
+    assert "valid but wrong 62.5% against 8.3%" in line
+    assert "| m | L1 | strict-prefix | 48 |" in format_remedies(table)
+    none = [dict(c, correct=False, works=False) for c in _calls(strict_wrong=3)]
+    assert "no remedy's call works (0 of 144 calls)" in remedy_reading(remedy_table(none))

@@ -211,7 +211,7 @@ def format_remedies(table: Sequence[dict[str, Any]]) -> str:
     lines = [head, "|" + "---|" * 15]
     for t in table:
         a = t["all"]
-        cps = f"{t['calls_per_s']:.2f}" if t["calls_per_s"] else "n/a"
+        cps = f"{t['calls_per_s']:.3g}" if t["calls_per_s"] else "n/a"
         lines.append(
             f"| {t['model']} | {t['level']} | {t['remedy']} | {t['n']} | "
             + " | ".join(pct(a[m]) for m in MEASURES)
