@@ -182,7 +182,7 @@ def test_remedy_rows_retry_repair_and_masked_arms(tmp_path):
     }
     (d / "t-two.json").write_text(json.dumps(doc))
 
-    def rec(mode, i, item, finish="stop", **arm):
+    def rec(mode, i, item, finish="stop", timing=None, **arm):
         args = {"path": "a.ini", "edits": [item]}
         text = "<tool_call>\n" + json.dumps({"name": "edit", "arguments": args}) + "\n</tool_call>"
         return make_sample(
@@ -193,7 +193,7 @@ def test_remedy_rows_retry_repair_and_masked_arms(tmp_path):
             index=i,
             token_ids=[1] * 10,
             finish_reason=finish,
-            timing={"end_s": 1.0},
+            timing=timing or {"end_s": 1.0},
         )
 
     good = {"oldText": "a = 1", "newText": "a = 10"}
@@ -228,6 +228,15 @@ def test_remedy_rows_retry_repair_and_masked_arms(tmp_path):
     retry = next(t for t in table if t["remedy"] == "loose+retry")
     assert retry["n"] == 3 and retry["retries_per_call"] == 1.0 and retry["all"]["works"].k == 2
     assert "| m | L1 | loose+retry | 3 |" in format_remedies(table)
+    # 6 loose calls of one call at end_s 1.0: 1/6 s each, 6 calls/s; a draw of 8 filled slots that held
+    # its slot 3 s after a 1 s prefill counts 0.5 s
+    assert next(t for t in table if t["remedy"] == "loose")["calls_per_s"] == pytest.approx(6.0)
+    filled = rec("strict", 2, good, timing={"prefill_s": 1.0, "start_s": 10.0, "end_s": 13.0, "slots": 8})
+    store = RunStore.create(tmp_path / "filled", build_manifest({"scenario_dirs": [str(d)]}))
+    store.append([filled])
+    store.close()
+    (one,) = remedy_rows(tmp_path / "filled")
+    assert one["wall"] == pytest.approx(0.5)
 
 
 def test_no_reference_says_the_reference_was_not_replayed(capsys):

@@ -87,13 +87,27 @@ def _repaired(record: SampleRecord, manifest: dict, scenario: Any) -> tuple[dict
 
 
 def _wall(records: list[SampleRecord]) -> dict[str, float]:
-    """Seconds of decoding per sample: each sampling call's wall time (its last ``end_s``) shared among its
-    samples (a call = the records of one arm, scenario and seed; copies of another arm's draws cost 0)."""
+    """Seconds of decoding per sample (copies of another arm's draws cost 0).
+
+    A draw of filled slots (its ``timing`` names ``slots``) held its slot from ``start_s`` to ``end_s``
+    after its prompt's ``prefill_s``, sharing every step with the other slots: its share is that time over
+    the slots. Any other draw: its sampling call's wall time (the last ``end_s``) shared among the call's
+    samples (a call = the records of one arm, scenario and seed)."""
     calls: dict[tuple, list[SampleRecord]] = defaultdict(list)
-    for r in records:
-        if not r.copy_of:
-            calls[(r.arm.backend, r.label, r.scenario, r.seed)].append(r)
     out: dict[str, float] = {}
+    for r in records:
+        if r.copy_of:
+            continue
+        t = r.timing or {}
+        if t.get("slots"):
+            held = (
+                float(t.get("end_s") or 0.0)
+                - float(t.get("start_s") or 0.0)
+                + float(t.get("prefill_s") or 0.0)
+            )
+            out[r.key] = max(0.0, held) / float(t["slots"])
+        else:
+            calls[(r.arm.backend, r.label, r.scenario, r.seed)].append(r)
     for recs in calls.values():
         end = max(float((r.timing or {}).get("end_s") or 0.0) for r in recs)
         for r in recs:
