@@ -237,6 +237,30 @@ def test_remedy_rows_retry_repair_and_masked_arms(tmp_path):
     store.close()
     (one,) = remedy_rows(tmp_path / "filled")
     assert one["wall"] == pytest.approx(0.5)
+    # strict-aligned: walks per call and acceptance (accepted samples over walks); an error record whose
+    # walks ran out counts its walks and no acceptance
+    aligned = [
+        make_sample(
+            r["text"],
+            arm=r["arm"],
+            key=f"strict-aligned/t-two/0/{i}",
+            scenario="t-two",
+            index=i,
+            token_ids=[1] * 10,
+            timing={"end_s": 1.0},
+            particles={"method": "adaptive", "drawn": drawn},
+            error=error,
+            finish_reason="error" if error else "stop",
+        )  # fmt: skip
+        for i, (drawn, error) in enumerate([(3, None), (1, None), (8, "no walk accepted within 8")])
+        for r in [rec("strict-aligned", i, good)]
+    ]
+    store = RunStore.create(tmp_path / "aligned", build_manifest({"scenario_dirs": [str(d)]}))
+    store.append(aligned)
+    store.close()
+    (t,) = remedy_table(remedy_rows(tmp_path / "aligned"))
+    assert t["walks_per_call"] == pytest.approx(4.0) and t["acceptance"] == pytest.approx(2 / 12)
+    assert "| 4.0 (16.7%) |" in format_remedies([t]) and format_remedies(table).count("| — |") == len(table)
 
 
 def test_no_reference_says_the_reference_was_not_replayed(capsys):

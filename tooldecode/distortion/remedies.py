@@ -157,7 +157,16 @@ def remedy_rows(
         if name is None:
             continue
         o, v = outcome_of(r)
-        rows.append({**head, "remedy": name, "retries": 0, **_row(o, v, _tokens(r), wall.get(r.key, 0.0))})
+        walks = (r.particles or {}).get("drawn") if name == "strict-aligned" else None
+        rows.append(
+            {
+                **head,
+                "remedy": name,
+                "retries": 0,
+                **_row(o, v, _tokens(r), wall.get(r.key, 0.0)),
+                **({"walks": int(walks), "accepted": not r.error} if walks is not None else {}),
+            }
+        )
     for recs in loose.values():
         recs.sort(key=lambda r: r.index)
         arm = recs[0].arm
@@ -184,9 +193,22 @@ def remedy_rows(
     return rows if remedies is None else [r for r in rows if r["remedy"] in remedies]
 
 
+def _walks(rs: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+    walked = [r for r in rs if "walks" in r]
+    total = sum(r["walks"] for r in walked)
+    if not walked or total == 0:
+        return {"walks_per_call": None, "acceptance": None}
+    return {
+        "walks_per_call": total / len(walked),
+        "acceptance": sum(bool(r["accepted"]) for r in walked) / total,
+    }
+
+
 def remedy_table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (model, level, remedy): each measure over all calls and over the calls that ended before the cap
-    (``ClusterRate``s over scenarios), tokens per call, calls per second, retries per call."""
+    (``ClusterRate``s over scenarios), tokens per call, calls per second, retries per call, and for
+    strict-aligned the sampler's walks per call and acceptance rate (accepted samples over walks; None
+    for the other remedies)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
         groups[(str(r["model"]), str(r["level"]), r["remedy"])].append(r)
@@ -210,6 +232,7 @@ def remedy_table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "tokens_per_call": sum(r["tokens"] for r in rs) / len(rs),
                 "calls_per_s": len(rs) / wall if wall > 0 else None,
                 "retries_per_call": sum(r["retries"] for r in rs) / len(rs),
+                **_walks(rs),
             }
         )
     return out
@@ -221,14 +244,20 @@ def format_remedies(table: Sequence[dict[str, Any]]) -> str:
     def pct(c: Any) -> str:
         return f"{100 * c.rate:.1f} [{100 * c.lo:.1f}, {100 * c.hi:.1f}]" if c.n else "n/a"
 
-    head = "| model | level | remedy | n | invented | valid | applies | correct | works | wrong but valid | cut | correct (completed) | tokens/call | calls/s | retries/call |"
-    lines = [head, "|" + "---|" * 15]
+    head = "| model | level | remedy | n | invented | valid | applies | correct | works | wrong but valid | cut | correct (completed) | tokens/call | calls/s | retries/call | walks/call (accepted) |"
+    lines = [head, "|" + "---|" * 16]
     for t in table:
         a = t["all"]
         cps = f"{t['calls_per_s']:.3g}" if t["calls_per_s"] else "n/a"
         lines.append(
             f"| {t['model']} | {t['level']} | {t['remedy']} | {t['n']} | "
             + " | ".join(pct(a[m]) for m in MEASURES)
-            + f" | {pct(t['completed']['correct'])} | {t['tokens_per_call']:.1f} | {cps} | {t['retries_per_call']:.2f} |"
+            + f" | {pct(t['completed']['correct'])} | {t['tokens_per_call']:.1f} | {cps} | {t['retries_per_call']:.2f} | "
+            + (
+                f"{t['walks_per_call']:.1f} ({100 * t['acceptance']:.1f}%)"
+                if t.get("walks_per_call") is not None
+                else "—"
+            )
+            + " |"
         )
     return "\n".join(lines) + "\n"
