@@ -51,7 +51,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -81,6 +81,7 @@ __all__ = [
     "DecisionConfig",
     "DecisionRow",
     "aligned_row",
+    "bucket_fields",
     "bucket_of",
     "decision_rows",
     "read_decision_rows",
@@ -197,6 +198,33 @@ class DecisionRow:
         if missing:
             raise ValueError(f"decision row {d.get('scenario', '?')}: missing field(s) {', '.join(missing)}")
         return cls(**{k: d[k] for k in names if k in d})
+
+
+class BucketFields(TypedDict):
+    """The bucket probabilities of a ``DecisionRow``."""
+
+    p_close: float
+    p_close_complete: float
+    p_close_diverges: float
+    p_close_unresolved: float
+    p_goes_on: float
+    p_invented: float
+    p_other: float
+    p_undetermined: float
+
+
+def bucket_fields(b: Mapping[str, float]) -> BucketFields:
+    """A row's bucket probabilities (``p_close`` the sum of the three closes) from a bucket → mass map."""
+    return BucketFields(
+        p_close=b["close_complete"] + b["close_diverges"] + b["close_unresolved"],
+        p_close_complete=b["close_complete"],
+        p_close_diverges=b["close_diverges"],
+        p_close_unresolved=b["close_unresolved"],
+        p_goes_on=b["goes_on"],
+        p_invented=b["invented"],
+        p_other=b["other"],
+        p_undetermined=b["undetermined"],
+    )
 
 
 def read_decision_rows(path: str | Path) -> list[DecisionRow]:
@@ -541,20 +569,12 @@ def _row(
     *,
     drop: bool = False,
 ) -> DecisionRow:
-    close = b["close_complete"] + b["close_diverges"] + b["close_unresolved"]
     correct = b["close_complete"] + (b["invented"] if drop else 0.0)
     return DecisionRow(
         policy=policy,
         engine=engine,
         method=method,
-        p_close=close,
-        p_close_complete=b["close_complete"],
-        p_close_diverges=b["close_diverges"],
-        p_close_unresolved=b["close_unresolved"],
-        p_goes_on=b["goes_on"],
-        p_invented=b["invented"],
-        p_other=b["other"],
-        p_undetermined=b["undetermined"],
+        **bucket_fields(b),
         p_correct=correct,
         p_correct_lo=correct,
         p_correct_hi=min(1.0, correct + b["close_unresolved"] + b["undetermined"]),
@@ -595,14 +615,7 @@ def aligned_row(
         policy="strict-aligned",
         engine=engine,
         method=method,
-        p_close=p["close_complete"] + p["close_diverges"] + p["close_unresolved"],
-        p_close_complete=p["close_complete"],
-        p_close_diverges=p["close_diverges"],
-        p_close_unresolved=p["close_unresolved"],
-        p_goes_on=p["goes_on"],
-        p_invented=p["invented"],
-        p_other=p["other"],
-        p_undetermined=p["undetermined"],
+        **bucket_fields(p),
         p_correct=p["close_complete"],
         p_correct_lo=(live.get("close_complete", 0.0) / sum(live.get(k, 0.0) for k in BUCKETS))
         if z > 0

@@ -22,7 +22,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tooldecode.distortion.decision import BUCKETS, POLICIES, DecisionRow, aligned_row, bucket_of
+from tooldecode.distortion.decision import (
+    BUCKETS,
+    POLICIES,
+    DecisionRow,
+    aligned_row,
+    bucket_fields,
+    bucket_of,
+)
 from tooldecode.stats import cluster_rate, paired_clusters
 
 __all__ = [
@@ -286,14 +293,7 @@ def aligned_from_draws(
         engine=None,
         method="estimate: loose's exact masses × the share of the model's loose L2 draws in each bucket "
         f"that ended valid ({counts or 'no draws'}; range: their 95% Wilson bounds)",
-        p_close=p["close_complete"] + p["close_diverges"] + p["close_unresolved"],
-        p_close_complete=p["close_complete"],
-        p_close_diverges=p["close_diverges"],
-        p_close_unresolved=p["close_unresolved"],
-        p_goes_on=p["goes_on"],
-        p_invented=p["invented"],
-        p_other=p["other"],
-        p_undetermined=p["undetermined"],
+        **bucket_fields(p),
         p_correct=p["close_complete"],
         p_correct_lo=min(lo, p["close_complete"]),
         p_correct_hi=max(min(1.0, hi), p["close_complete"]),
