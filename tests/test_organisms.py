@@ -387,7 +387,9 @@ def organisms_notebook(smol_ref, tmp_path_factory):
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_a_tiny_organism_trains_and_loads_through_both_backends(organisms_notebook, smol_ref, smol_base):
+def test_a_tiny_organism_trains_and_loads_through_both_backends(
+    organisms_notebook, smol_ref, smol_base, capsys
+):
     import torch
 
     from tooldecode.backends import load_backend
@@ -430,6 +432,17 @@ def test_a_tiny_organism_trains_and_loads_through_both_backends(organisms_notebo
         assert np.abs(log_softmax(base) - lb).max() > 1e-3
     finally:
         llama.close()
+    # `tooldecode organisms check` keeps its result beside the organism; a second check that finds the
+    # same leaves that file as it is (a committed organism checked on a new machine stays clean)
+    from tooldecode.cli import main
+
+    name = f"{recipe.name}@{smol_ref.id}"
+    assert main(["organisms", "check", name, "--tokens", "3"]) == 0
+    assert "written: " in capsys.readouterr().out
+    before = (folder / "channel.json").read_bytes()
+    assert main(["organisms", "check", name, "--tokens", "3"]) == 0
+    assert "kept (it found what the last check found)" in capsys.readouterr().out
+    assert (folder / "channel.json").read_bytes() == before
 
 
 @pytest.mark.model

@@ -149,7 +149,7 @@ def _cmd_commit(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from tooldecode.organisms.store import write_check
+    from tooldecode.organisms.store import CHECK_FILE, write_check
     from tooldecode.trial import channel_agreement
 
     name = args.name if args.name.startswith(ORGANISM_PREFIX) else ORGANISM_PREFIX + args.name
@@ -157,7 +157,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
     assert ref.adapter is not None
     res = channel_agreement(name, n_tokens=args.tokens)
     print("\n".join(res.lines()))
-    print(f"written: {write_check(ref.adapter.folder.parent, res.to_json())}")
+    kept = ref.adapter.folder.parent / CHECK_FILE
+    before = kept.read_bytes() if kept.is_file() else None
+    path = write_check(ref.adapter.folder.parent, res.to_json())
+    unchanged = before is not None and path.read_bytes() == before
+    print(f"{'kept (it found what the last check found)' if unchanged else 'written'}: {path}")
     return 0
 
 

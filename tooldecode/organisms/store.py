@@ -267,11 +267,28 @@ def read_manifest(folder: Path) -> dict[str, Any]:
 CHECK_FILE = "channel.json"
 
 
+#: fields of a channel check that differ from one machine to the next without changing what it found
+_CHECK_TIMING = ("load_s",)
+
+
 def write_check(folder: Path, result: dict[str, Any]) -> Path:
     """Keep a channel check's result (``tooldecode.trial.channel_agreement``) beside the organism, with
-    the GGUF sha256 it was made on; atomic (temp + rename). Never touches the manifest."""
+    the GGUF sha256 it was made on; atomic (temp + rename). Never touches the manifest. A check that
+    finds what the kept one found (its timings aside) leaves the kept file as it is, so checking a
+    committed organism on another machine does not change the checkout."""
     manifest = read_manifest(folder)
     record = {"adapter_sha256": manifest.get("adapter", {}).get("sha256"), **result}
+    kept = folder / CHECK_FILE
+    if kept.is_file():
+        try:
+            old = json.loads(kept.read_text())
+        except (OSError, ValueError):
+            old = None
+        same = json.loads(json.dumps(record, ensure_ascii=False))  # as it would read back
+        if isinstance(old, dict) and {k: v for k, v in old.items() if k not in _CHECK_TIMING} == {
+            k: v for k, v in same.items() if k not in _CHECK_TIMING
+        }:
+            return kept
     tmp = folder / (CHECK_FILE + ".partial")
     tmp.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     os.replace(tmp, folder / CHECK_FILE)
