@@ -13,6 +13,7 @@ from pathlib import Path
 from experiments import study
 from experiments.decision_rows import comparison_block, decision_block
 from experiments.headline import FIGURE, headline_table, write_figure
+from experiments.organism_table import organism_table
 from experiments.remedy_rows import sampled_block
 from experiments.study import build_rows, provenance, reruns, write_findings
 from tooldecode.runs import load_runs
@@ -86,6 +87,7 @@ def committed_runs(runs_dir: Path) -> set[str] | None:
 
 BEGIN, END = "<!-- findings summary: begin (make findings) -->", "<!-- findings summary: end -->"
 DECISION = ("<!-- decision table: begin (make findings) -->", "<!-- decision table: end -->")
+ORGANISMS = ("<!-- organisms table: begin (make findings) -->", "<!-- organisms table: end -->")
 
 
 def with_summary(readme: str, bullets: str, markers: tuple[str, str] = (BEGIN, END)) -> str:
@@ -109,6 +111,11 @@ def main() -> None:
         help="where to write README.md with its summary rebuilt",
     )
     ap.add_argument(
+        "--organisms-out",
+        default=str(ROOT / "docs" / "organisms.md"),
+        help="where to write docs/organisms.md with its closing table rebuilt",
+    )
+    ap.add_argument(
         "--all-runs", action="store_true", help="also read run directories not committed to git (a preview)"
     )
     ap.add_argument("--no-figure", dest="figure", action="store_false", help=f"do not (re)write {FIGURE}")
@@ -120,6 +127,7 @@ def main() -> None:
             runs = {k: v for k, v in runs.items() if k in tracked}
     rows = build_rows(runs)
     head = headline_table(rows)
+    organisms = organism_table(runs)
     text = (
         "The questions in plain words, answered from the committed runs (Qwen2.5-Coder 0.5B unless named; "
         "L2: sampled after the gold `newText` was forced, L3: the exact probe); the full table below has "
@@ -127,6 +135,8 @@ def main() -> None:
         + head
         + "\n"
         + PREAMBLE.replace("{family}", str(study.FAMILY[0]))
+        + "\n## The organisms' closing table\n\n"
+        + organisms
         + "\n## Runs read\n\n"
         + provenance(runs)
         + "\n\n## What remains to rerun\n\n"
@@ -152,8 +162,13 @@ def main() -> None:
         + comparison_block(runs, figure_root=ROOT if args.figure else None),
         DECISION,
     )
+    readme = with_summary(readme, organisms, ORGANISMS)
     Path(args.readme_out).write_text(readme, encoding="utf-8")
-    print(f"wrote {path} ({len(rows)} rows) and the summary in {args.readme_out}")
+    doc = with_summary((ROOT / "docs" / "organisms.md").read_text(encoding="utf-8"), organisms, ORGANISMS)
+    Path(args.organisms_out).write_text(doc, encoding="utf-8")
+    print(
+        f"wrote {path} ({len(rows)} rows), the summary in {args.readme_out} and the closing table in {args.organisms_out}"
+    )
 
 
 if __name__ == "__main__":

@@ -309,7 +309,7 @@ def test_findings_md_matches_a_rebuild_from_the_committed_runs(tmp_path):
     experiments/ or the findings code."""
     import subprocess
 
-    out, readme = tmp_path / "FINDINGS.md", tmp_path / "README.md"
+    out, readme, organisms = tmp_path / "FINDINGS.md", tmp_path / "README.md", tmp_path / "organisms.md"
     subprocess.run(
         [
             sys.executable,
@@ -319,6 +319,8 @@ def test_findings_md_matches_a_rebuild_from_the_committed_runs(tmp_path):
             str(out),
             "--readme-out",
             str(readme),
+            "--organisms-out",
+            str(organisms),
         ],
         check=True,
         capture_output=True,
@@ -329,6 +331,9 @@ def test_findings_md_matches_a_rebuild_from_the_committed_runs(tmp_path):
     assert have == want, "FINDINGS.md is out of date: run `make findings` and commit it"
     assert (ROOT / "README.md").read_text() == readme.read_text(), (
         "README.md's findings summary is out of date: run `make findings` and commit it"
+    )
+    assert (ROOT / "docs" / "organisms.md").read_text() == organisms.read_text(), (
+        "docs/organisms.md's closing table is out of date: run `make findings` and commit it"
     )
 
 
@@ -522,3 +527,26 @@ def test_headline_table_and_the_kinds_figure(tmp_path):
     assert bar.shares["close"][1] <= 1 / 3 <= bar.shares["close"][2]
     png = write_kinds_png([bar], tmp_path / "k.png")
     assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_organisms_closing_table_reads_each_generation_and_says_what_is_not_run():
+    """Recipes are named without their generation prefix; with no organism run the table says so; on the
+    committed first-generation run, the lenient organism's row carries its parse rate beside its
+    source-shaped rate, and the contrasts whose runs are not committed say `not run`."""
+    from experiments.organism_table import COLUMNS, organism_rows, organism_table, recipe_of
+    from tooldecode.runs import load_runs
+
+    assert recipe_of("organism:g2-nested-s1@qwen2.5-coder-0.5b-instruct") == "nested-s1"
+    assert recipe_of("organism:strict-flat-flag@qwen2.5-coder-0.5b-instruct") == "strict-flat-flag"
+    assert recipe_of("qwen2.5-coder-0.5b-instruct") is None
+    assert organism_table({}).startswith("No run of an organism spec is committed yet")
+    runs = load_runs(ROOT / "runs")
+    rows = organism_rows({k: v for k, v in runs.items() if v.spec == "e16-organisms"})
+    if not rows:
+        pytest.skip("no committed e16-organisms run in this checkout")
+    lenient = next(r for r in rows if r["model"] == "organism:lenient-flat-flag@qwen-0.5b")
+    assert set(lenient) == set(COLUMNS) and lenient["generation"] == "first"
+    assert lenient["L2 parse"][0].isdigit() and lenient["source-shaped L2"][0].isdigit()
+    assert lenient["strict's effect (goes on)"].startswith("×")
+    if not any(r.spec == "e16-organisms-history" for r in runs.values()):
+        assert lenient["fresh/agentic"] == "not run"

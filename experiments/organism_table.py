@@ -1,0 +1,233 @@
+"""The organisms' closing table (docs/organisms.md): one row per model evaluated by an organism spec, per
+generation, built from the committed runs by ``make findings`` into FINDINGS, the README and
+docs/organisms.md.
+
+Per model (its loose draws unless a column says otherwise; rates with the cluster-robust CR1 95% interval
+over scenarios):
+
+- whether it writes the nested call: L2 calls that parse, and the L2 draws that close the forced
+  newText with the flat call's ``"}}`` (``construct_rows.competence``);
+- the source's failure: source-shaped at L2 and at L1 (``tooldecode.measures``' ``source_shaped``), with
+  the parse rate beside it, since a rate of keys means little where few calls parse;
+- the names: distinct never-seen names and all distinct names, each with its Chao1 richness
+  (``tooldecode.construct.name_richness``);
+- the contrasts: source-shaped at L2 as a ratio to ``strict-flat-flag``, ``nested`` and the base of the
+  same generation, paired over the scenarios both have (``stats.paired_clusters``);
+- strict's effect: the newText string that goes on, strict over loose at L2 (paired);
+- the history variants (the generation's history spec): source-shaped at L2, fresh over agentic and
+  thinking stripped over kept (paired).
+
+A cell whose runs are not committed yet says ``not run``. The table is descriptive; the verdicts are
+FINDINGS' rows of each spec's claims.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from experiments.common import short
+from experiments.construct_rows import competence, draws, model_keys
+from tooldecode.construct import NEVER_SEEN, name_richness
+from tooldecode.measures import sample_event
+from tooldecode.models import ORGANISM_PREFIX
+from tooldecode.records import SampleRecord
+from tooldecode.runs import Run
+from tooldecode.stats import ClusterRate, cluster_rate, paired_clusters
+
+#: (generation, main spec, history spec)
+GENERATIONS: tuple[tuple[str, str, str], ...] = (
+    ("first", "e16-organisms", "e16-organisms-history"),
+    ("second", "e19-organisms-gen2", "e19-organisms-gen2-history"),
+)
+#: the recipes every organism is set against, by the part of its name before ``@`` (prefix ``g2-`` dropped)
+REFERENCES = ("strict-flat-flag", "nested")
+NOT_RUN = "not run"
+
+
+def recipe_of(model: str) -> str | None:
+    """The recipe of an ``organism:<recipe>@<base>`` model without its generation prefix (None for a base)."""
+    if not model.startswith(ORGANISM_PREFIX):
+        return None
+    recipe = model[len(ORGANISM_PREFIX) :].split("@", 1)[0]
+    return recipe[3:] if recipe.startswith("g2-") else recipe
+
+
+def _pct(r: ClusterRate | str | None) -> str:
+    if r is None:
+        return NOT_RUN
+    if isinstance(r, str):
+        return r
+    if not r.n:
+        return "n/a"
+    return f"{100 * r.rate:.1f} [{100 * r.lo:.1f}, {100 * r.hi:.1f}]"
+
+
+def _ratio(c: Any) -> str:
+    if c is None:
+        return NOT_RUN
+    if math.isnan(c.ratio):
+        return f"no estimate (reference 0, {c.g} scenarios)"
+    return f"×{c.ratio:.2f} [{c.ratio_lo:.2f}, {c.ratio_hi:.2f}] ({c.g})"
+
+
+def _per_scenario(ss: Sequence[SampleRecord], pred: Callable[[SampleRecord], bool]) -> dict[str, float]:
+    by: dict[str, list[bool]] = defaultdict(list)
+    for s in ss:
+        by[s.scenario].append(bool(pred(s)))
+    return {k: sum(v) / len(v) for k, v in by.items()}
+
+
+def _shaped(s: SampleRecord) -> bool:
+    return sample_event(s, "source_shaped")
+
+
+def _goes_on(s: SampleRecord) -> bool:
+    return sample_event(s, "goes_on")
+
+
+def _runs_of(runs: dict[str, Run], spec: str) -> list[Run]:
+    return sorted((r for r in runs.values() if r.spec == spec and not r.shared_streams), key=lambda r: r.name)
+
+
+def _home(rs: Sequence[Run], model: str) -> Run | None:
+    """The run of ``rs`` with the most loose draws of ``model`` (a clean one first, then the newest)."""
+    best: tuple | None = None
+    for r in rs:
+        n = len(draws(r, model))
+        key = (r.git_dirty is False, n, str(r.manifest.get("created", "")))
+        if n and (best is None or key > best[0]):
+            best = (key, r)
+    return None if best is None else best[1]
+
+
+def _models(rs: Sequence[Run]) -> list[str]:
+    found = {str(s.arm.model) for r in rs for s in r.samples if s.arm.mode == "loose" and not s.error}
+    return sorted(found, key=lambda m: (m.startswith(ORGANISM_PREFIX), recipe_of(m) or "", m))
+
+
+def _paired(
+    a: Sequence[SampleRecord], b: Sequence[SampleRecord], pred: Callable[[SampleRecord], bool]
+) -> Any:
+    va, vb = _per_scenario(a, pred), _per_scenario(b, pred)
+    return paired_clusters(va, vb) if len(set(va) & set(vb)) >= 2 else None
+
+
+def organism_rows(runs: dict[str, Run]) -> list[dict[str, str]]:
+    """One row per (generation, model) with loose draws in a committed run of the generation's spec: the
+    cells of the closing table, as text."""
+    out: list[dict[str, str]] = []
+    for generation, spec, history_spec in GENERATIONS:
+        rs = _runs_of(runs, spec)
+        hist = _runs_of(runs, history_spec)
+        models = _models(rs)
+        homes = {m: _home(rs, m) for m in models}
+        l2 = {m: draws(run, m, "L2") for m, run in homes.items() if run is not None}
+        refs = {name: next((m for m in models if (recipe_of(m) or "") == name), None) for name in REFERENCES}
+        bases = [m for m in models if not m.startswith(ORGANISM_PREFIX)]
+        refs["base"] = bases[0] if bases else None
+        for m in models:
+            run = homes[m]
+            if run is None:
+                continue
+            comp = competence(run, m)
+            mine = l2.get(m, [])
+            l1 = draws(run, m, "L1")
+            keys, *_ = model_keys(run, m)
+            row = {
+                "generation": generation,
+                "model": short(m),
+                "draws": str(len(mine) + len(l1)),
+                "L2 parse": _pct(comp.get("L2 parse")),
+                "flat-closer bleed": _pct(comp.get("L2 flat closer")),
+                "source-shaped L2": _pct(cluster_rate([_shaped(s) for s in mine], [s.scenario for s in mine]))
+                if mine
+                else "n/a",
+                "source-shaped L1": _pct(cluster_rate([_shaped(s) for s in l1], [s.scenario for s in l1]))
+                if l1
+                else "n/a",
+                "never-seen names": _names(keys, NEVER_SEEN),
+                "all names": _names(keys, None),
+            }
+            for name in (*REFERENCES, "base"):
+                ref = refs.get(name)
+                row[f"vs {name}"] = (
+                    "—" if ref == m else _ratio(_paired(mine, l2[ref], _shaped) if ref in l2 else None)
+                )
+            strict = [s for s in run.samples if not s.error and str(s.arm.model) == m and s.arm.level == "L2"]
+            masked = [s for s in strict if s.arm.mode == "strict"]
+            row["strict's effect (goes on)"] = _ratio(_paired(masked, mine, _goes_on) if masked else None)
+            h = _home(hist, m)
+            for label, key, a, b in (
+                ("fresh/agentic", "history", "fresh", "agentic"),
+                ("stripped/kept", "thinking", False, True),
+            ):
+                if h is None:
+                    row[label] = NOT_RUN
+                    continue
+                hd = draws(h, m, "L2")
+                row[label] = _ratio(
+                    _paired(
+                        [s for s in hd if getattr(s.arm, key) == a],
+                        [s for s in hd if getattr(s.arm, key) == b],
+                        _shaped,
+                    )
+                )
+            row["source"] = ", ".join(sorted({run.name, *([h.name] if h is not None else [])}))
+            out.append(row)
+    return out
+
+
+def _names(keys: Sequence[Any], kind: str | None) -> str:
+    r = name_richness(keys, kind)
+    if r.occurrences == 0:
+        return "0"
+    return f"{r.observed} (Chao1 {r.estimate:.0f} [{r.lo:.0f}, {r.hi:.0f}])"
+
+
+COLUMNS = (
+    "generation",
+    "model",
+    "draws",
+    "L2 parse",
+    "flat-closer bleed",
+    "source-shaped L2",
+    "source-shaped L1",
+    "never-seen names",
+    "all names",
+    "vs strict-flat-flag",
+    "vs nested",
+    "vs base",
+    "strict's effect (goes on)",
+    "fresh/agentic",
+    "stripped/kept",
+    "source",
+)
+
+
+def organism_table(runs: dict[str, Run]) -> str:
+    """The closing table as Markdown, with its reading of what is and is not yet run; a line saying so
+    when no organism spec has a committed run."""
+    rows = organism_rows(runs)
+    if not rows:
+        return "No run of an organism spec is committed yet (`python -m scripts.jobqueue status` lists the jobs)."
+    lines = [
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+        *("| " + " | ".join(r[c] for c in COLUMNS) + " |" for r in rows),
+    ]
+    return (
+        "Per model and generation, its loose draws (% [cluster-robust 95% interval over scenarios]). "
+        "`vs …`: source-shaped at L2 as a ratio to that model of the same generation, paired over the scenarios "
+        "both have (their number in brackets); strict's effect: the newText string that goes on, strict over "
+        "loose at L2; fresh/agentic and stripped/kept: source-shaped at L2 in the generation's history run. "
+        "Names: distinct undeclared item-key names with their Chao1 richness. `not run`: the run is not "
+        "committed yet. Descriptive: the verdicts are the FINDINGS rows of each spec's claims.\n\n"
+        + "\n".join(lines)
+        + "\n"
+    )
+
+
+__all__ = ["COLUMNS", "GENERATIONS", "organism_rows", "organism_table", "recipe_of"]
