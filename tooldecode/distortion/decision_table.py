@@ -245,8 +245,9 @@ def aligned_from_draws(
     The model conditioned on a valid complete call gives each bucket P_A(b) = P(b and valid) / P(valid),
     and P(b and valid) = P(b)·V(b), with P(b) loose's exact mass and V(b) the probability that a loose
     continuation in b ends as a valid call within the cap. V(close_complete) = 1 (the call closes as the
-    gold's), V(invented) = 0 (a key the closed schema does not declare); every other V is the share of the model's loose L2 draws in that bucket that ended valid
-    (``validity``, pooled over scenarios: ``validity_by_bucket``), the unresolved close taking
+    gold's), V(invented) = 0 (a key the closed schema does not declare); every other V is the share of
+    the model's loose L2 draws in that bucket that ended valid (``validity``, pooled over scenarios:
+    ``validity_by_bucket``), the unresolved close taking
     close_diverges' share and the undetermined mass the pooled share. The range of P_A(correct): the
     buckets' 95% Wilson bounds, with the open mass (unresolved close, undetermined) counted wrong at the
     low end and correct at the high end; the low end is at least ``live_bound`` (the live-path bound
