@@ -145,8 +145,11 @@ def _recommend(table: list[dict]) -> str:
     strict stands against loose and loose + drop-unknown-keys (paired over scenarios)."""
     by = {t["policy"]: t for t in table}
     model = short(table[0]["model"])
-    best = max(table, key=lambda t: t["p_correct"].rate)
-    parts = [f"**{model}**: the highest P(correct) is {best['policy']}'s ({_pct(best['p_correct'].rate)})"]
+    exact = [t for t in table if not str(t["method"]).startswith("estimate")] or table
+    best = max(exact, key=lambda t: t["p_correct"].rate)
+    parts = [
+        f"**{model}**: the highest exact P(correct) is {best['policy']}'s ({_pct(best['p_correct'].rate)})"
+    ]
     strict = by.get("strict")
     if strict is not None and strict["vs_loose"] is not None:
         d = strict["vs_loose"]
@@ -164,6 +167,12 @@ def _recommend(table: list[dict]) -> str:
     for other in ("strict-prefix", "loose+drop-unknown-keys"):
         if other in by:
             parts.append(f"{other}: {_pct(by[other]['p_correct'].rate)}")
+    aligned = by.get("strict-aligned")
+    if aligned is not None and str(aligned["method"]).startswith("estimate"):
+        parts.append(
+            f"strict-aligned (an estimate, not exact): {_pct(aligned['p_correct'].rate)}, range "
+            f"{_pct(aligned['correct_lo'])}–{_pct(aligned['correct_hi'])}"
+        )
     return "; ".join(parts) + "."
 
 
@@ -185,7 +194,7 @@ def decision_block(runs: dict[str, Run], spec_name: str = "e20-decision-l2") -> 
     reading = [_recommend([t for t in table if t["model"] == m]) for m in sorted({t["model"] for t in table})]
     return (
         format_decision_table(table)
-        + "\nRead per model (the policy with the highest P(correct) is the one to run; strict is worth turning on "
+        + "\nRead per model (the policy with the highest exact P(correct) is the one to run; strict is worth turning on "
         "only where its P(correct) is not below loose's):\n\n"
         + "\n".join(f"- {line}" for line in reading)
         + "\n\nstrict-aligned's row is an estimate (its method column says which): where the model's loose L2 "

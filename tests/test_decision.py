@@ -86,9 +86,11 @@ def test_strict_aligned_from_loose_draws_weighs_each_bucket_by_its_valid_share()
     )  # fmt: skip
     est = aligned_from_draws(loose, v, live_bound=0.15)
     assert est.policy == "strict-aligned" and est.total == pytest.approx(1.0)
-    assert est.p_correct == pytest.approx(0.1 / (0.1 + 0.4 * 0.25)) == pytest.approx(0.5)
-    assert est.p_goes_on == pytest.approx(0.5) and est.p_invented == est.p_close_diverges == 0.0
-    assert 0.15 <= est.p_correct_lo < 0.5 < est.p_correct_hi <= 1.0
+    # Jeffreys' points (k + 1/2) / (n + 1): close_diverges 0.1, goes_on 0.3, other 1/6; invented 0
+    z = 0.1 + 0.3 * 0.1 + 0.4 * 0.3 + 0.1 / 6
+    assert est.p_correct == pytest.approx(0.1 / z) and est.p_goes_on == pytest.approx(0.12 / z)
+    assert est.p_invented == 0.0 and est.p_close_diverges == pytest.approx(0.03 / z)
+    assert 0.15 <= est.p_correct_lo < est.p_correct < est.p_correct_hi <= 1.0
     assert "goes on 1/4" in est.method and "close diverges 0/4" in est.method
     live = aligned_row(
         {**dict.fromkeys(BUCKETS, 0.0), "close_complete": 0.1, "close_diverges": 0.3, "goes_on": 0.4},

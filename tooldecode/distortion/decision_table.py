@@ -247,7 +247,8 @@ def aligned_from_draws(
     continuation in b ends as a valid call within the cap. V(close_complete) = 1 (the call closes as the
     gold's), V(invented) = 0 (a key the closed schema does not declare); every other V is the share of
     the model's loose L2 draws in that bucket that ended valid (``validity``, pooled over scenarios:
-    ``validity_by_bucket``), the unresolved close taking
+    ``validity_by_bucket``; the point is Jeffreys' (k + ½)/(n + 1), so a bucket with no valid draw in n
+    keeps a small share instead of none), the unresolved close taking
     close_diverges' share and the undetermined mass the pooled share. The range of P_A(correct): the
     buckets' 95% Wilson bounds, with the open mass (unresolved close, undetermined) counted wrong at the
     low end and correct at the high end; the low end is at least ``live_bound`` (the live-path bound
@@ -261,7 +262,7 @@ def aligned_from_draws(
         if n == 0:
             return 1.0, 0.0, 1.0
         w = wilson(k, n)
-        return k / n, w.lo, w.hi
+        return (k + 0.5) / (n + 1), w.lo, w.hi  # Jeffreys' point: 0 of n is not taken as a share of 0
 
     v = {b: share(b) for b in (*_V_BUCKETS, "all")}
     mass = {b: float(getattr(loose, f"p_{b}")) for b in BUCKETS}
