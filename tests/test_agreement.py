@@ -24,17 +24,19 @@ def test_the_two_backends_agree_on_smollm2(smol_ref):
     assert json.loads(json.dumps(res.to_json()))["identical"] is True
 
 
+MANIFEST = {
+    "organism": "r@m",
+    "data_sha256": "cd" * 32,
+    "steps": 1,
+    "train_wall_s": 1.0,
+    "tokens_per_s": 1.0,
+    "adapter": {"folder": "adapter", "sha256": "ab" * 32, "bytes": 1},
+    "base_model": {"id": "m", "family": "qwen2.5"},
+}
+
+
 def test_a_check_is_kept_beside_the_organism_with_its_adapter_hash(tmp_path):
-    manifest = {
-        "organism": "r@m",
-        "data_sha256": "cd" * 32,
-        "steps": 1,
-        "train_wall_s": 1.0,
-        "tokens_per_s": 1.0,
-        "adapter": {"folder": "adapter", "sha256": "ab" * 32, "bytes": 1},
-        "base_model": {"id": "m", "family": "qwen2.5"},
-    }
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "manifest.json").write_text(json.dumps(MANIFEST))
     path = write_check(tmp_path, {"identical": False, "first_diff": 3})
     assert path == tmp_path / CHECK_FILE
     assert json.loads(path.read_text()) == {"adapter_sha256": "ab" * 32, "identical": False, "first_diff": 3}
@@ -44,16 +46,7 @@ def test_a_check_is_kept_beside_the_organism_with_its_adapter_hash(tmp_path):
 def test_a_check_that_finds_the_same_leaves_the_kept_file_alone(tmp_path):
     """Checking a committed organism on another machine changes only its load times: the kept file stays
     byte for byte; a check that finds something else replaces it."""
-    manifest = {
-        "organism": "r@m",
-        "data_sha256": "cd" * 32,
-        "steps": 1,
-        "train_wall_s": 1.0,
-        "tokens_per_s": 1.0,
-        "adapter": {"folder": "adapter", "sha256": "ab" * 32, "bytes": 1},
-        "base_model": {"id": "m", "family": "qwen2.5"},
-    }
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "manifest.json").write_text(json.dumps(MANIFEST))
     path = write_check(tmp_path, {"identical": True, "first_diff": None, "load_s": {"hf": 17.7}})
     before = path.read_bytes()
     assert write_check(tmp_path, {"identical": True, "first_diff": None, "load_s": {"hf": 13.3}}) == path
