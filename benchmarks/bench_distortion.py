@@ -13,8 +13,16 @@ masked particles, at most 16 rounds, each accepted with probability w) against t
 model with the mass known to be invalid removed, learned from each rejection), same prompts, same cap,
 the ``complete`` target (a call completed within the cap), per scenario and pooled.
 
+With ``--queue`` instead: the adaptive sampler one walk at a time, request by request (``sample_adaptive``,
+as strict-aligned drew before) against the same requests' walks sharing decode steps in slots
+(``sample_adaptive_queue``, what a ``fill_slots`` run does): E17's L2 prompts (agentic, gold-prefix) of
+the given scenarios, the ``prefix`` target at ``--tokens`` (so a walk's length is bounded), ``--samples``
+outputs each. Prints walk tokens per second of each, the ratios ``queue_vs_one_by_one_tokens_per_s`` and
+``_seconds``, and the share of outputs that are the same draw (text and walks) both ways.
+
 Prints `name: value` lines. Usage: python benchmarks/bench_distortion.py [--quick] [--samples 16]
        python benchmarks/bench_distortion.py --adaptive --model smollm2-135m-instruct --samples 4 [--toy]
+       python benchmarks/bench_distortion.py --queue --samples 2 --tokens 128 --batch 8
 """
 
 from __future__ import annotations
@@ -50,7 +58,11 @@ def main() -> None:
         default="py-pagination-off-by-one,c-config-trim-crlf,toml-entry-point-colon",
         help="comma-separated scenario ids (--adaptive)",
     )
+    ap.add_argument("--queue", action="store_true", help="adaptive one by one vs in shared slots (see above)")
     args = ap.parse_args()
+    if args.queue:
+        adaptive_queue_vs_one_by_one(args)
+        return
     if args.adaptive:
         adaptive_vs_plain(args)
         return
@@ -163,6 +175,67 @@ def adaptive_vs_plain(args: argparse.Namespace) -> None:
         print(f"all.{method}_accepted: {ok}")
         print(f"all.{method}_tokens_per_accepted_sample: {tokens / max(ok, 1):.1f}")
         print(f"all.{method}_s_per_accepted_sample: {dt / max(ok, 1):.2f}")
+    be.close()
+
+
+def adaptive_queue_vs_one_by_one(args: argparse.Namespace) -> None:
+    """Walk tokens per second of the adaptive sampler request by request vs in shared slots."""
+    import os
+
+    from tooldecode.sampling import AdaptiveRequest, sample_adaptive, sample_adaptive_queue
+
+    ref = resolve(args.model, fetch=True)
+    be = load_backend("llamacpp", ref, n_ctx=32768, max_seqs=max(args.batch, 16) + 1)
+    n = 1 if args.quick else args.samples
+    opts = TranscriptOptions(history="agentic", toolset="nested", conditioning="gold-prefix")
+    reqs = []
+    for k, sid in enumerate(args.scenarios.split(",")):
+        prompt = render_prompt(get_scenario(sid), ref, opts)
+        g = render_toolset(list(prompt.tools), format="gbnf", wire=prompt.wire, mode="strict", ws="bounded")
+        params = SamplingParams(max_new_tokens=args.tokens, stop=tuple(prompt.stop), seed=0, stream=k,
+                                top_logprobs=0)  # fmt: skip
+        reqs.append(AdaptiveRequest(be.tokenize(prompt.text), n, params, compile_mask("xgrammar", g, be),
+                                    prefill=prompt.prefill, target="prefix", max_attempts=128))  # fmt: skip
+    print(f"model: {args.model}")
+    print(f"load_average_at_start: {os.getloadavg()[0]:.2f}")
+    print(f"requests: {len(reqs)}  outputs_each: {n}  max_new_tokens: {args.tokens}  slots: {args.batch}")
+    t0 = time.perf_counter()
+    alone = [
+        sample_adaptive(
+            be,
+            r.prompt_ids,
+            r.n,
+            r.params,
+            mask=r.mask,
+            prefill=r.prefill,
+            target=r.target,
+            max_attempts=r.max_attempts,
+        )  # fmt: skip
+        for r in reqs
+    ]
+    t_alone = time.perf_counter() - t0
+    got: dict[int, list] = {k: [] for k in range(len(reqs))}
+    for k, r in enumerate(reqs):
+        r.on_batch = got[k].extend
+    t0 = time.perf_counter()
+    sample_adaptive_queue(be, reqs, slots=args.batch)
+    t_queue = time.perf_counter() - t0
+    tok_alone = sum(s.timing["tokens"] for out in alone for s in out)
+    tok_queue = sum(s.timing["tokens"] for out in got.values() for s in out)
+    same = sum(
+        (a.text, a.timing["attempts"]) == (b.text, b.timing["attempts"])
+        for k, out in enumerate(alone)
+        for a, b in zip(out, got[k], strict=True)
+    )
+    print(f"one_by_one_walk_tokens_per_s: {tok_alone / t_alone:.1f}")
+    print(f"queue_walk_tokens_per_s: {tok_queue / t_queue:.1f}")
+    print(f"one_by_one_s: {t_alone:.1f}")
+    print(f"queue_s: {t_queue:.1f}")
+    print(f"same_draw_share: {same}/{len(reqs) * n}")
+    # the draws differ where a batched step's float order flips a token, and a walk's length with them:
+    # the throughput (walk tokens per second) is the comparable figure, the seconds are the run's
+    print(f"queue_vs_one_by_one_tokens_per_s: {(tok_queue / t_queue) / (tok_alone / t_alone):.2f}")
+    print(f"queue_vs_one_by_one_seconds: {t_alone / t_queue:.2f}")
     be.close()
 
 

@@ -238,3 +238,61 @@ def test_adaptive_sampler_in_parallel_rounds_is_exact(setup):
     # resumable: output i depends on (seed, i) and on what was learned before it, as with one walk
     again = sample_adaptive(be, ids, 3, params, mask=mask, walks=4)
     assert [s.text for s in again] == [s.text for s in out[:3]]
+
+
+def test_adaptive_queue_draws_what_one_walk_at_a_time_draws(setup):
+    """Several requests' walks share decode steps (``sample_adaptive_queue``, 2 slots for 3 requests on two
+    prompts): each request's outputs are the ones ``sample_adaptive`` draws alone, walk for walk (same
+    texts and same walks per output, up to a token flipped by a batched step's float order), so they are
+    P_L's draws; each output's timing names the slots that shared its steps."""
+    from tooldecode.sampling import AdaptiveRequest, sample_adaptive, sample_adaptive_queue
+
+    be, ids, mask, exact, _ = setup
+    other = be.tokenize(PROMPT.replace("Is the sky blue?", "Is grass green?"))
+    plan = [(ids, 60, 7, 0), (other, 20, 7, 0), (ids, 60, 8, 5)]  # prompt, n, seed, start index
+    got: dict[int, list] = {k: [] for k in range(len(plan))}
+    reqs = [
+        AdaptiveRequest(
+            list(p), n, SamplingParams(max_new_tokens=12, seed=seed, top_logprobs=0), mask,
+            start_index=start, on_batch=got[k].extend,
+        )
+        for k, (p, n, seed, start) in enumerate(plan)
+    ]  # fmt: skip
+    sample_adaptive_queue(be, reqs, slots=2)
+    flips = 0
+    for k, (p, n, seed, start) in enumerate(plan):
+        alone = sample_adaptive(
+            be, p, n, SamplingParams(max_new_tokens=12, seed=seed, top_logprobs=0), mask=mask,
+            start_index=start,
+        )  # fmt: skip
+        assert [s.index for s in got[k]] == list(range(start, start + n))
+        flips += sum(
+            (a.text, a.timing["attempts"]) != (b.text, b.timing["attempts"])
+            for a, b in zip(alone, got[k], strict=True)
+        )
+        assert {s.timing["slots"] for s in got[k]} == {2}
+    print(f"adaptive queue vs one walk at a time: {flips} of 140 outputs differ")
+    assert flips <= 2, flips
+    _draws_p_l(got[0] + got[2], exact, 120)
+
+
+def test_the_aligned_trial_queues_its_adaptive_draws_only(llama_smol):
+    """A strict-aligned trial with the adaptive method, one walk at a time, is an item of the shared queue
+    (its bound on walks from particles x max_rounds); other methods and parallel walks draw on their own."""
+    from tooldecode.sampling import AdaptiveRequest
+    from tooldecode.scenarios import load_scenarios
+    from tooldecode.trial import Trial
+
+    sc = next(iter(load_scenarios()))
+    arm = {
+        "model": "smollm2-135m-instruct",
+        "backend": "llamacpp",
+        "mode": "strict-aligned",
+        "temperature": 1.0,
+    }
+    params = SamplingParams(max_new_tokens=8, seed=0)
+    adaptive = {"method": "adaptive", "target": "complete", "particles": 8, "max_rounds": 4}
+    req = Trial(arm, sc, aligned=adaptive).request(llama_smol, 2, params, start_index=3)
+    assert isinstance(req, AdaptiveRequest) and (req.n, req.start_index, req.max_attempts) == (2, 3, 32)
+    assert Trial(arm, sc, aligned={**adaptive, "walks": 4}).request(llama_smol, 2, params) is None
+    assert Trial(arm, sc, aligned={"method": "sir"}).request(llama_smol, 2, params) is None

@@ -384,6 +384,15 @@ class LlamaCppBackend(Backend):
         self._slot_prompts[slot], self._slot_pos[slot] = ids, len(ids)
         return out
 
+    def restart_slot(self, slot: int) -> None:
+        """Slot ``slot`` back to its bare prompt: what it generated is dropped, its prompt's cells are kept
+        (the logits after the prompt are the caller's, from ``assign``)."""
+        held = self._slot_prompts[slot]
+        if not held:
+            raise ValueError(f"slot {slot} holds no prompt; give it one with assign")
+        self._lc.llama_memory_seq_rm(self._mem(), slot + 1, len(held), -1)
+        self._slot_pos[slot] = len(held)
+
     def step_slots(self, tokens: Sequence[int], slots: Sequence[int]) -> np.ndarray:
         """One token for each slot in ``slots``, one batch; a view of their logits (valid until the next
         decode)."""

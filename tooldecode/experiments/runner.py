@@ -385,11 +385,14 @@ class QueuePlan:
         self.followers: dict[tuple, list[tuple[list[str], Condition, set[int]]]] = {}
 
     def draw(self, spec: Spec, models: ModelCache) -> None:
-        from tooldecode.sampling import sample_queue
+        from tooldecode.sampling import AdaptiveRequest, sample_adaptive_queue, sample_queue
 
         if self.requests and self.backend is not None:
             be = models.get(*self.backend)
-            sample_queue(be, self.requests, spec.batch_size or be.suggest_batch_size(0, spec.max_new_tokens))
+            slots = spec.batch_size or be.suggest_batch_size(0, spec.max_new_tokens)
+            plain = [r for r in self.requests if not isinstance(r, AdaptiveRequest)]
+            sample_queue(be, plain, slots)
+            sample_adaptive_queue(be, [r for r in self.requests if isinstance(r, AdaptiveRequest)], slots)
         self.requests, self.backend = [], None
         self.owned.clear()
         self.followers.clear()

@@ -12,12 +12,13 @@ numerics for different batch shapes, see ``Backend.info()["eval_mode"]``).
 
 from __future__ import annotations
 
-from tooldecode.sampling.adaptive import Trie, sample_adaptive
+from tooldecode.sampling.adaptive import AdaptiveRequest, Trie, sample_adaptive, sample_adaptive_queue
 from tooldecode.sampling.aligned import (
     ALIGNED_METHODS,
     ALIGNED_PARTICLES,
     ALIGNED_TARGETS,
     AlignedSample,
+    aligned_request,
     log_weight,
     sample_aligned,
 )
@@ -25,6 +26,7 @@ from tooldecode.sampling.draw import DrawRequest, sample, sample_queue
 from tooldecode.sampling.params import Sample, SamplingParams, aligned_supported, stream_key
 
 __all__ = [
+    "AdaptiveRequest",
     "ALIGNED_METHODS",
     "ALIGNED_PARTICLES",
     "ALIGNED_TARGETS",
@@ -33,10 +35,12 @@ __all__ = [
     "Sample",
     "SamplingParams",
     "Trie",
+    "aligned_request",
     "aligned_supported",
     "log_weight",
     "sample",
     "sample_adaptive",
+    "sample_adaptive_queue",
     "sample_aligned",
     "sample_queue",
     "stream_key",

@@ -384,3 +384,191 @@ def _output(
     toks, lps, finish = got
     text = backend.detokenize([t for t in toks if t not in backend.eog_ids])
     return Sample(i, params.seed, text, toks, lps, [None] * len(toks), [], None, None, finish, None, timing)
+
+
+@dataclass
+class AdaptiveRequest:
+    """Outputs ``start_index`` … ``start_index + n - 1`` of ``sample_adaptive`` (one walk at a time) on one
+    prompt: one item of the queue ``sample_adaptive_queue`` draws from.
+
+    ``prompt_ids`` are the prompt's token ids; ``prefill`` the part of the prompt the call already contains
+    (the mask's matcher is advanced over it); ``max_attempts`` the walks an output may take before it is an
+    error record; ``trie`` the knowledge to start from (a fresh one by default); ``on_batch`` receives this
+    request's outputs as they finish.
+    """
+
+    prompt_ids: list[int]
+    n: int
+    params: SamplingParams
+    mask: MaskEngine
+    prefill: str = ""
+    target: str = "complete"
+    max_attempts: int = 4096
+    start_index: int = 0
+    trie: Trie | None = None
+    on_batch: Callable[[list[Sample]], None] | None = None
+
+
+@dataclass
+class _Job:
+    """One request in a slot: the output it is drawing, its walk, and the cost so far."""
+
+    req: AdaptiveRequest
+    trie: Trie
+    prefill_ids: list[int]
+    first: np.ndarray
+    t_prefill: float
+    i: int = 0
+    rng: np.random.Generator | None = None
+    walk: _Walk | None = None
+    attempts: int = 0
+    tokens: int = 0
+    t_start: float = 0.0
+
+
+def sample_adaptive_queue(backend: Backend, requests: Sequence[AdaptiveRequest], slots: int = 8) -> None:
+    """``sample_adaptive`` (one walk at a time) for every request, the requests' walks sharing decode steps.
+
+    Each request keeps to itself what makes its outputs what they are: its trie, its outputs in order,
+    output ``i``'s random stream ``stream_key(params, i, 0xCA25)`` for all its walks, and each walk learning
+    from the rejections before it. Only the decode steps are shared: a slot holds one request, walks it
+    from its prompt, restarts it there after each walk, and takes the next waiting request (in request
+    order) once the request's outputs are all drawn. So an output is the one ``sample_adaptive`` draws with
+    ``walks=1``, up to the floating-point order of a batched step (as in ``sample_queue``). Each output's
+    ``timing`` names the ``slots`` that shared its steps and its prompt's ``prefill_s``; ``start_s`` and
+    ``end_s`` are the seconds from the queue's start.
+
+    On a backend without slots (``can_assign`` false) the requests are drawn one after another with
+    ``sample_adaptive``.
+    """
+    reqs = [r for r in requests if r.n > 0]
+    for r in reqs:
+        why = aligned_supported(r.params)
+        if why:
+            raise MaskError(
+                f"adaptive exact sampling cannot draw with {why}; use temperature 1.0 without truncation"
+            )
+        if r.target not in ADAPTIVE_TARGETS:
+            raise MaskError(f"unknown target {r.target!r}; choose one of: {', '.join(ADAPTIVE_TARGETS)}")
+    if not reqs:
+        return
+    if not getattr(backend, "can_assign", False):
+        for r in reqs:
+            sample_adaptive(
+                backend, r.prompt_ids, r.n, r.params, mask=r.mask, prefill=r.prefill, target=r.target,
+                max_attempts=r.max_attempts, start_index=r.start_index, trie=r.trie, on_batch=r.on_batch,
+            )  # fmt: skip
+        return
+    _adaptive_stream(backend, reqs, max(1, slots))
+
+
+def _adaptive_stream(  # noqa: C901 - the decode loop of the shared queue: refill, step, restart in one place
+    backend: Backend, reqs: list[AdaptiveRequest], slots: int
+) -> None:
+    t0 = time.perf_counter()
+    waiting = list(reversed(reqs))
+    n_slots = min(slots, len(reqs))
+    first: dict[tuple[int, ...], np.ndarray] = {}
+    jobs: dict[int, _Job] = {}
+    restart = getattr(backend, "restart_slot", None)
+    capacity = getattr(backend, "n_ctx", None)
+
+    def fits(r: AdaptiveRequest) -> bool:
+        """Whether the cache holds ``r``'s prompt and walk beside the requests in the slots (as
+        ``sample_queue`` counts it); otherwise it waits for a slot's request to end."""
+        if capacity is None or not jobs:
+            return True
+        prompts = {tuple(j.req.prompt_ids) for j in jobs.values()} | {tuple(r.prompt_ids)}
+        need = sum(len(p) for p in prompts) + max(len(p) for p in prompts)
+        need += sum(j.req.params.max_new_tokens for j in jobs.values()) + r.params.max_new_tokens
+        return need <= int(capacity)
+
+    def begin_output(job: _Job, i: int) -> None:
+        job.i, job.attempts, job.tokens = i, 0, 0
+        job.rng = np.random.default_rng(stream_key(job.req.params, i, 0xCA25))
+        job.t_start = time.perf_counter() - t0
+
+    def new_walk(slot: int, job: _Job, fresh: bool) -> None:
+        if not fresh:
+            if restart is not None:
+                restart(slot)
+            else:
+                backend.assign(slot, job.req.prompt_ids, have_logits=True)  # type: ignore[attr-defined]
+        job.trie.attempts += 1
+        job.attempts += 1
+        matcher = job.req.mask.matcher(job.req.prefill, job.prefill_ids)
+        job.walk = _Walk(slot, matcher, job.rng, job.trie.root, job.first)  # type: ignore[arg-type]
+
+    def fill(slot: int) -> bool:
+        if not waiting or not fits(waiting[-1]):
+            return False
+        r = waiting.pop()
+        key = tuple(r.prompt_ids)
+        t = time.perf_counter()
+        logits = backend.assign(slot, r.prompt_ids, have_logits=key in first)  # type: ignore[attr-defined]
+        if logits is not None:
+            first.setdefault(key, np.array(logits, dtype=np.float32))
+        prefill_ids = backend.tokenize(r.prefill, special=False) if r.prefill else []
+        job = _Job(r, r.trie if r.trie is not None else Trie(), prefill_ids, first[key],
+                   time.perf_counter() - t)  # fmt: skip
+        jobs[slot] = job
+        begin_output(job, r.start_index)
+        new_walk(slot, job, fresh=True)
+        return True
+
+    def finish(slot: int, job: _Job, got: tuple[list[int], list[float], str] | None) -> Sample:
+        s = _output(backend, job.i, job.req.params, got, job.req.max_attempts, (t0, job.t_start),
+                    job.attempts, job.tokens, job.trie, walks=1)  # fmt: skip
+        s.timing.update({"slots": n_slots, "prefill_s": round(job.t_prefill, 4)})
+        return s
+
+    def advance(slot: int) -> int | None:
+        """The next token of the walk in ``slot``, or ``None`` once the slot's request has drawn all its
+        outputs (the slot is then free). A walk that ends is learned from (rejected) or gives its output
+        (accepted), and the next walk starts at once from the prompt's logits, so a slot feeds a token
+        to every step its request is alive."""
+        job = jobs[slot]
+        while True:
+            w = job.walk
+            assert w is not None
+            tok = _walk_step(backend, w, job.req.params, job.req.target)
+            if tok is not None:
+                return tok
+            job.tokens += len(w.ids)
+            out: Sample | None = None
+            if w.state == "accepted":
+                out = finish(slot, job, (w.ids, w.logps, w.finish))
+            else:
+                _learn(w.path, w.leaf)
+                job.trie.rejected += 1
+                if job.attempts >= job.req.max_attempts:
+                    out = finish(slot, job, None)
+            if out is not None:
+                if job.req.on_batch is not None:
+                    job.req.on_batch([out])
+                if job.i + 1 >= job.req.start_index + job.req.n:
+                    del jobs[slot]
+                    return None
+                begin_output(job, job.i + 1)
+            new_walk(slot, job, fresh=False)
+
+    backend.open_slots(n_slots)  # type: ignore[attr-defined]
+    try:
+        for slot in range(n_slots):
+            if not fill(slot):
+                break
+        while jobs:
+            feed = [(slot, tok) for slot in sorted(jobs) for tok in [advance(slot)] if tok is not None]
+            for slot in range(n_slots):  # free slots take the waiting requests the cache now holds
+                while slot not in jobs and fill(slot):
+                    tok = advance(slot)  # its first token, from its prompt's logits
+                    if tok is not None:
+                        feed.append((slot, tok))
+                if slot not in jobs and waiting:
+                    break
+            if feed:
+                out_logits = backend.step_slots([t for _, t in feed], [s for s, _ in feed])  # type: ignore[attr-defined]
+                for k, (slot, _) in enumerate(feed):
+                    jobs[slot].walk.x = np.array(out_logits[k], dtype=np.float32)  # type: ignore[union-attr]
+    finally:
+        backend.close_slots()  # type: ignore[attr-defined]

@@ -14,6 +14,7 @@ import numpy as np
 from tooldecode.backends.base import Backend
 from tooldecode.errors import MaskError
 from tooldecode.masking import MaskEngine
+from tooldecode.sampling.adaptive import AdaptiveRequest
 from tooldecode.sampling.draw import sample
 from tooldecode.sampling.params import Sample, SamplingParams, aligned_supported, stream_key
 
@@ -215,6 +216,35 @@ def _rejection(
             chosen = len(drawn) - k + hit[0]
             break
     return _pick(i, drawn, plan, time.perf_counter() - t0, chosen=chosen)
+
+
+def aligned_request(
+    prompt_ids: list[int],
+    n: int,
+    params: SamplingParams = SamplingParams(),
+    *,
+    mask: MaskEngine,
+    prefill: str = "",
+    particles: int | None = None,
+    method: str = "sir",
+    max_rounds: int = 64,
+    target: str = "complete",
+    start_index: int = 0,
+    on_batch: Callable[[list[AlignedSample]], None] | None = None,
+    walks: int = 1,
+) -> AdaptiveRequest | None:
+    """``sample_aligned``'s outputs as one item of the shared queue ``sample_adaptive_queue``: for the
+    adaptive method one walk at a time (the draws ``sample_aligned`` makes, its bound on walks per output
+    and its records); ``None`` for the other methods and for parallel walks, which draw through
+    ``sample_aligned``."""
+    if method != "adaptive" or walks != 1:
+        return None
+    plan = _plan(params, method, target, particles, max_rounds, None)
+    return AdaptiveRequest(
+        list(prompt_ids), n, params, mask, prefill=prefill, target=target,
+        max_attempts=plan.k * plan.max_rounds, start_index=start_index,
+        on_batch=(lambda b: on_batch([_adaptive_record(x) for x in b])) if on_batch else None,
+    )  # fmt: skip
 
 
 def _adaptive_record(s: Sample) -> AlignedSample:

@@ -292,13 +292,28 @@ class Trial:
         start_index: int = 0,
         on_batch: Callable[[list[SampleRecord]], None] | None = None,
     ) -> Any:
-        """Samples ``start_index`` … ``start_index + n - 1`` as one item of a shared draw queue
-        (``tooldecode.sampling.DrawRequest`` for ``sample_queue``), where the condition's channel draws
-        with the plain sampler; ``None`` for every other channel (aligned, servers, engine samplers),
-        whose draws go through ``sample``. ``on_batch`` receives the records (``Trial.record``) as the
-        samples complete, as ``sample``'s does."""
-        from tooldecode.sampling import DrawRequest, sample
+        """Samples ``start_index`` … ``start_index + n - 1`` as one item of a shared draw queue, where the
+        condition's channel can share decode steps: ``tooldecode.sampling.DrawRequest`` (for
+        ``sample_queue``) where it draws with the plain sampler, ``tooldecode.sampling.AdaptiveRequest``
+        (for ``sample_adaptive_queue``) for strict-aligned's adaptive sampler one walk at a time; ``None``
+        for every other channel (other aligned methods, servers, engine samplers), whose draws go through
+        ``sample``. ``on_batch`` receives the records (``Trial.record``) as the samples complete, as
+        ``sample``'s does."""
+        from tooldecode.sampling import DrawRequest, aligned_request, sample
 
+        if self.channel == "aligned":
+            return aligned_request(
+                backend.tokenize(self.text),
+                n,
+                params,
+                mask=self.constraint(backend),
+                prefill=self.prompt.prefill,
+                start_index=start_index,
+                on_batch=(lambda batch: on_batch(self._records(batch, params, backend)))
+                if on_batch is not None
+                else None,
+                **self.aligned,
+            )
         draw = self._drawer()
         if draw is not sample:
             return None
