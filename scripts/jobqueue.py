@@ -4,13 +4,16 @@
     python -m scripts.jobqueue run --worktree DIR [--only ID ...]
                                                         # resume the pending jobs in order, in DIR
     python -m scripts.jobqueue mark ID done                # after the job's output is committed
+    python -m scripts.jobqueue stop --worktree DIR         # the running queue stops before its next job
 
 ``run`` needs ``DIR`` to be a clean checkout (``git status --porcelain`` empty, untracked files and the
 rows of runs under ``runs/`` aside: data, not code, as the manifests' ``git_dirty`` counts it) and
 runs each job there with its ``.venv`` (its ``env`` table, if any, added to the environment, ``~``
 expanded; the run manifests record ``TOOLDECODE_*`` settings); a job's log goes to
 ``DIR/queue-logs/<id>.log`` (appended) and
-its end to ``DIR/queue-logs/state.json``. Jobs resume where they stopped, so an interrupted queue is
+its end to ``DIR/queue-logs/state.json``. ``stop`` leaves ``DIR/queue-logs/stop``: the queue running there
+ends once its current job has ended, before the next one starts (and removes the file), so the worktree
+can move to a newer commit between jobs without killing one. Jobs resume where they stopped, so an interrupted queue is
 resumed by the same command. One job at a time: never two model-heavy jobs at once.
 """
 
@@ -114,6 +117,11 @@ def run(data: dict, worktree: Path, only: list[str] | None) -> int:
             continue
         if state.get(job["id"], {}).get("rc") == 0:
             continue
+        stop = logs / "stop"
+        if stop.exists():
+            stop.unlink()
+            print(f"queue: stopped before {job['id']} ({stop} was there)", flush=True)
+            return 0
         cmd = list(job["cmd"])
         if cmd[0] == "tooldecode":
             cmd = [str(py), "-m", "tooldecode", *cmd[1:]]
@@ -150,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run")
     r.add_argument("--worktree", type=Path, required=True)
     r.add_argument("--only", nargs="*")
+    st = sub.add_parser("stop")
+    st.add_argument("--worktree", type=Path, required=True)
     m = sub.add_parser("mark")
     m.add_argument("job")
     m.add_argument("state")
@@ -157,6 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     data = load()
     if args.cmd == "status":
         print("\n".join(status(data)))
+        return 0
+    if args.cmd == "stop":
+        logs = args.worktree.resolve() / "queue-logs"
+        if not logs.is_dir():
+            raise SystemExit(f"queue: {logs} does not exist; no queue has run in {args.worktree}")
+        (logs / "stop").write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
+        print(f"queue: the queue in {args.worktree} stops before its next job")
         return 0
     if args.cmd == "mark":
         mark(QUEUE, args.job, args.state)

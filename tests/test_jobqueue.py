@@ -54,3 +54,23 @@ def test_run_gives_a_job_its_env_and_records_its_end(tmp_path):
     state = json.loads((wt / "queue-logs" / "state.json").read_text())
     assert set(state) == {"j"} and state["j"]["rc"] == 0
     assert "TOOLDECODE_X=~/kv" in (wt / "queue-logs" / "j.log").read_text()
+
+
+def test_stop_ends_the_running_queue_before_its_next_job(tmp_path):
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    subprocess.run(["git", "init", "-q", str(wt)], check=True)
+    (wt / "f").write_text("x")
+    git = ["git", "-C", str(wt), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "f"], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    with pytest.raises(SystemExit, match="no queue has run"):
+        jobqueue.main(["stop", "--worktree", str(wt)])
+    (wt / "queue-logs").mkdir()
+    assert jobqueue.main(["stop", "--worktree", str(wt)]) == 0
+    out = tmp_path / "ran"
+    data = {"job": [{"id": "j", "cmd": [sys.executable, "-c", f"open({str(out)!r}, 'w')"], "minutes": 1,
+                     "state": "pending"}]}  # fmt: skip
+    assert jobqueue.run(data, wt, None) == 0
+    assert not out.exists() and not (wt / "queue-logs" / "stop").exists()  # stopped once, file gone
+    assert jobqueue.run(data, wt, None) == 0 and out.exists()  # the next run goes on
