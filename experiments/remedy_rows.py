@@ -209,19 +209,29 @@ def row_remedies(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
 def remedy_reading(table: Sequence[dict[str, Any]]) -> str:
     """The plain-words reading of one (model, level): which remedy's calls work most often (with its
     interval and number of calls; none where no call works), and strict against loose on works and on
-    valid but wrong."""
+    valid but wrong. Only the remedies drawn on every scenario of the cell compete; one drawn on fewer
+    (a run not yet complete) that works more often is named apart, with its scenarios."""
     by = {t["remedy"]: t for t in table}
     t0 = table[0]
     head = f"**{short(t0['model'])}, {t0['level']}**: "
-    best = max(table, key=lambda t: (t["all"]["works"].rate, t["n"]))
+    full = max(t["all"]["works"].g for t in table)
+    whole = [t for t in table if t["all"]["works"].g == full]
+    best = max(whole, key=lambda t: (t["all"]["works"].rate, t["n"]))
     w = best["all"]["works"]
     if w.rate == 0:
-        parts = [head + f"no remedy's call works (0 of {sum(t['n'] for t in table)} calls)"]
+        parts = [head + f"no remedy's call works (0 of {sum(t['n'] for t in whole)} calls)"]
     else:
         parts = [
             head + f"the calls that work most often are {best['remedy']}'s "
             f"({100 * w.rate:.1f}% [{100 * w.lo:.1f}, {100 * w.hi:.1f}], {best['n']} calls)"
         ]
+    for t in table:
+        p = t["all"]["works"]
+        if p.g < full and p.rate > w.rate:
+            parts.append(
+                f"{t['remedy']}'s {t['n']} calls so far ({p.g} of {full} scenarios, its run not complete) "
+                f"work {100 * p.rate:.1f}% [{100 * p.lo:.1f}, {100 * p.hi:.1f}]"
+            )
     if "strict" in by and "loose" in by:
         s, lo = by["strict"]["all"], by["loose"]["all"]
         parts.append(

@@ -125,3 +125,12 @@ def test_the_readme_reading_names_the_remedy_that_works_and_says_when_none_does(
     assert "| m | L1 | strict-prefix | 48 |" in format_remedies(table)
     none = [dict(c, correct=False, works=False) for c in _calls(strict_wrong=3)]
     assert "no remedy's call works (0 of 144 calls)" in remedy_reading(remedy_table(none))
+    # a remedy drawn on 2 of the 12 scenarios so far does not win the cell: it is named apart
+    few = [c for c in calls if c["remedy"] != "strict-prefix"] + [
+        dict(c, remedy="strict-aligned")
+        for c in calls
+        if c["remedy"] == "strict-prefix" and c["scenario"] in ("s0", "s1")
+    ]
+    line = remedy_reading(remedy_table(few))
+    assert line.startswith("**m, L1**: the calls that work most often are strict's (37.5% ["), line
+    assert "strict-aligned's 8 calls so far (2 of 12 scenarios, its run not complete) work 100.0% [" in line
