@@ -517,3 +517,35 @@ def test_the_decision_command_estimates_strict_aligned_from_a_sampled_run(capsys
     assert err.count("\n") == 0 and "no samples.jsonl there" in err
     assert main(["decision", str(exact), "--valid-from", str(sampled), "--goes-on-valid", "0.5"]) == 2
     assert "give one of them" in capsys.readouterr().err
+
+
+def test_why_outside_gives_the_reason_a_comparison_misses():
+    """A stand-in remedy that reads higher, undetermined mass that reaches the sampled interval, or no
+    structural reason; none for a comparison inside its interval; the table lists each miss."""
+    from tooldecode.distortion.decision_table import format_comparison, why_outside
+    from tooldecode.stats.clusters import ClusterRate
+
+    def rate(r: float, lo: float, hi: float) -> ClusterRate:
+        return ClusterRate(k=r * 10, n=10, g=5, rate=r, lo=lo, hi=hi)
+
+    base = {"model": "m", "policy": "loose", "remedy": "loose", "measure": "p_invented"}
+    inside = {**base, "exact": rate(0.2, 0.1, 0.3), "sampled": rate(0.22, 0.1, 0.35)}
+    assert why_outside(inside) is None
+    open_mass = {**inside, "sampled": rate(0.4, 0.3, 0.5), "undetermined": rate(0.15, 0.1, 0.2)}
+    assert why_outside(open_mass).startswith("the exact rows leave 15.0% of the mass undetermined")
+    assert "between 20.0% and 35.0%" in why_outside(open_mass)
+    closed = {**open_mass, "undetermined": rate(0.05, 0.0, 0.1)}
+    assert why_outside(closed).startswith("no structural reason found")
+    stand_in = {
+        **closed,
+        "policy": "loose+drop-unknown-keys",
+        "remedy": "loose+repair",
+        "measure": "p_correct",
+    }
+    assert why_outside(stand_in).startswith(
+        "loose+repair stands in for loose+drop-unknown-keys and reads higher"
+    )
+    lower = {**stand_in, "exact": rate(0.6, 0.5, 0.7)}  # reads lower: the stand-in reason does not apply
+    assert why_outside(lower).startswith("no structural reason found")
+    table = format_comparison([inside, open_mass])
+    assert table.count("- outside: ") == 1 and "- outside: m, loose, invented key: the exact rows" in table
