@@ -312,3 +312,30 @@ def test_the_gguf_header_reader_agrees_with_the_gguf_package(smol_ref, synthetic
     with pytest.raises(ModelError, match="not a GGUF") as err:
         gguf_layout(bad)
     assert "\n" not in str(err.value)
+
+
+def test_a_fill_slots_run_draws_strict_aligned_through_the_shared_adaptive_queue(tmp_path):
+    """strict-aligned (adaptive, one walk at a time) in a fill_slots run: its draws come from the shared
+    adaptive queue (their timing names the slots), each with its walks, and a resume adds only what is
+    missing."""
+    from tooldecode.experiments import load_spec, run_spec
+
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(
+        'name = "aligned-filled"\nmodels = ["smollm2-135m-instruct"]\nn = 2\nmax_new_tokens = 6\n'
+        'scenarios = ["json-tsconfig-path-aliases", "py-mutable-default-cart"]\n'
+        'modes = ["strict-aligned"]\nbatch_size = 3\nfill_slots = true\n'
+        '[variant]\nconditioning = ["gold-prefix"]\n'
+        '[aligned]\nmethod = "adaptive"\ntarget = "prefix"\nparticles = 4\nmax_rounds = 2\n'
+    )
+    out = tmp_path / "run"
+    run_spec(load_spec(spec_path), out, progress=False)
+    recs = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(recs) == 2 * 2 and {r["arm"]["mode"] for r in recs} == {"strict-aligned"}
+    assert all(r["timing"]["slots"] == 2 and r["particles"]["method"] == "adaptive" for r in recs)
+    assert all(1 <= r["particles"]["drawn"] <= 8 and r["particles"]["walks"] == 1 for r in recs)
+    lines = (out / "samples.jsonl").read_text().splitlines()
+    (out / "samples.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    run_spec(load_spec(spec_path), out, progress=False)
+    again = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert sorted(r["key"] for r in again) == sorted(r["key"] for r in recs)
