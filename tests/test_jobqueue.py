@@ -13,6 +13,18 @@ import pytest
 from scripts import jobqueue
 
 
+def _clean_checkout(tmp_path: Path) -> Path:
+    """A git checkout with one committed file and nothing else: what ``run`` accepts."""
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    subprocess.run(["git", "init", "-q", str(wt)], check=True)
+    (wt / "f").write_text("x")
+    git = ["git", "-C", str(wt), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "f"], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    return wt
+
+
 def test_the_committed_queue_loads_and_states_its_minutes():
     data = jobqueue.load()
     lines = jobqueue.status(data)
@@ -28,13 +40,7 @@ def test_a_job_env_that_is_not_a_table_of_strings_is_one_line(tmp_path):
 
 
 def test_run_gives_a_job_its_env_and_records_its_end(tmp_path):
-    wt = tmp_path / "wt"
-    wt.mkdir()
-    subprocess.run(["git", "init", "-q", str(wt)], check=True)
-    (wt / "f").write_text("x")
-    git = ["git", "-C", str(wt), "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run([*git, "add", "f"], check=True)
-    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    wt = _clean_checkout(tmp_path)
     out = tmp_path / "seen"
     code = f"import os; open({str(out)!r}, 'w').write(os.environ['TOOLDECODE_X'])"
     data = {
@@ -57,13 +63,7 @@ def test_run_gives_a_job_its_env_and_records_its_end(tmp_path):
 
 
 def test_stop_ends_the_running_queue_before_its_next_job(tmp_path):
-    wt = tmp_path / "wt"
-    wt.mkdir()
-    subprocess.run(["git", "init", "-q", str(wt)], check=True)
-    (wt / "f").write_text("x")
-    git = ["git", "-C", str(wt), "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run([*git, "add", "f"], check=True)
-    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    wt = _clean_checkout(tmp_path)
     with pytest.raises(SystemExit, match="no queue has run"):
         jobqueue.main(["stop", "--worktree", str(wt)])
     (wt / "queue-logs").mkdir()

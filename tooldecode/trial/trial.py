@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -302,22 +303,12 @@ class Trial:
         from tooldecode.sampling import DrawRequest, aligned_request, sample
 
         if self.channel == "aligned":
-            return aligned_request(
-                backend.tokenize(self.text),
-                n,
-                params,
-                mask=self.constraint(backend),
-                prefill=self.prompt.prefill,
-                start_index=start_index,
-                on_batch=(lambda batch: on_batch(self._records(batch, params, backend)))
-                if on_batch is not None
-                else None,
-                **self.aligned,
-            )
-        draw = self._drawer()
-        if draw is not sample:
+            make: Callable[..., Any] = functools.partial(aligned_request, **self.aligned)
+        elif self._drawer() is sample:
+            make = DrawRequest
+        else:
             return None
-        return DrawRequest(
+        return make(
             backend.tokenize(self.text),
             n,
             params,
