@@ -86,6 +86,14 @@ def _pct(c: Any) -> str:
     return f"{100 * c.rate:.1f}% [{100 * c.lo:.1f}, {100 * c.hi:.1f}] (n={c.n})" if c.n else "n/a"
 
 
+#: said of a wrong-but-valid row where no call of either arm is correct: the measure is then validity
+BY_CONSTRUCTION = (
+    "; by construction here: no call of either arm is correct, so 'wrong but valid' is 'valid', and a "
+    "masked arm's calls are valid by construction (strict-aligned's always, strict's unless cut): the row "
+    "says the mask turns invalid calls into valid wrong ones, not that it costs correct edits"
+)
+
+
 def remedy_effects(
     calls: Sequence[dict], claims: dict[str, str], sources: dict[str, str]
 ) -> list[dict[str, Any]]:
@@ -122,6 +130,8 @@ def remedy_effects(
                     "_extra": f" {a}: {len(ca)} calls, {b}: {len(cb)} calls"
                     + (" (the draws that ended before the cap: a selection)" if completed else "")
                     + ".",
+                    "_by_construction": measure == "wrong_but_valid"
+                    and not any(c["correct"] for c in (*ca, *cb) if c["scenario"] in shared),
                 }
             )
         parts = []
@@ -156,6 +166,8 @@ def remedy_effects(
         )
         r["measured"] = f"{cmp}{adj} ({METHOD}).{r.pop('_extra')}"
         r["verdict"] = str(verdict)
+        if r.pop("_by_construction"):
+            r["verdict"] += BY_CONSTRUCTION
         r["summary"] = f"{r['observation'].split(': ', 1)[1]}: {100 * cmp.diff:+.1f} pts, {verdict.verdict}"
     return tested + described
 

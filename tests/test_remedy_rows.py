@@ -134,3 +134,19 @@ def test_the_readme_reading_names_the_remedy_that_works_and_says_when_none_does(
     line = remedy_reading(remedy_table(few))
     assert line.startswith("**m, L1**: the calls that work most often are strict's (37.5% ["), line
     assert "strict-aligned's 8 calls so far (2 of 12 scenarios, its run not complete) work 100.0% [" in line
+
+
+def test_a_wrong_but_valid_row_where_nothing_is_correct_says_it_is_by_construction():
+    """Where no call of either arm is correct, wrong-but-valid is validity: the verdict says so; where
+    some call is correct it does not."""
+    from experiments.remedy_rows import BY_CONSTRUCTION
+
+    none = [dict(c, correct=False) for c in _calls(strict_wrong=3)]
+    rows = remedy_effects(none, {"e17": "Strict costs.", "e18": "Prefix keeps."}, {"m": "src"})
+    by = {r["observation"]: r for r in rows}
+    row = by["e17-strict-cost: m: strict's P(wrong but valid) vs loose's, all draws (L1, sampled)"]
+    assert row["verdict"].endswith(BY_CONSTRUCTION)
+    some = remedy_effects(
+        _calls(strict_wrong=3), {"e17": "Strict costs.", "e18": "Prefix keeps."}, {"m": "src"}
+    )
+    assert not any(r["verdict"].endswith(BY_CONSTRUCTION) for r in some)
