@@ -370,8 +370,9 @@ def _sample_jobs(
 
 
 class QueuePlan:
-    """The draws of one model's jobs gathered for ``tooldecode.sampling.sample_queue`` (spec
-    ``fill_slots``): slots are refilled across scenarios and arms instead of job by job.
+    """The draws of one model's jobs gathered for ``tooldecode.sampling.sample_queue`` (plain and masked
+    draws) and ``sample_adaptive_queue`` (strict-aligned's adaptive walks) (spec ``fill_slots``): slots
+    are refilled across scenarios and arms instead of job by job.
 
     ``requests`` are drawn in job order (scenario-major, so the prompts in the cache at one time share
     their history). ``followers`` holds, by draw identity, the arms whose draws copy an earlier arm's

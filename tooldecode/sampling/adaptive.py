@@ -213,6 +213,17 @@ def _round(
     return (lead if lead is not None and lead.state == "accepted" else None), sum(len(w.ids) for w in walks)
 
 
+def _check(params: SamplingParams, target: str) -> None:
+    """The one-line error for what the adaptive sampler cannot draw: truncation, or an unknown target."""
+    why = aligned_supported(params)
+    if why:
+        raise MaskError(
+            f"adaptive exact sampling cannot draw with {why}; use temperature 1.0 without truncation"
+        )
+    if target not in ADAPTIVE_TARGETS:
+        raise MaskError(f"unknown target {target!r}; choose one of: {', '.join(ADAPTIVE_TARGETS)}")
+
+
 def sample_adaptive(
     backend: Backend,
     prompt: str | Sequence[int],
@@ -240,13 +251,7 @@ def sample_adaptive(
     ``walks`` > 1: rounds of that many attempts in one batch (module docstring; ``timing["walks"]``);
     their random streams differ from the one-at-a-time walks', so the draws do too.
     """
-    why = aligned_supported(params)
-    if why:
-        raise MaskError(
-            f"adaptive exact sampling cannot draw with {why}; use temperature 1.0 without truncation"
-        )
-    if target not in ADAPTIVE_TARGETS:
-        raise MaskError(f"unknown target {target!r}; choose one of: {', '.join(ADAPTIVE_TARGETS)}")
+    _check(params, target)
     ids = backend.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
     prefill_ids = backend.tokenize(prefill, special=False) if prefill else []
     trie = trie if trie is not None else Trie()
@@ -443,13 +448,7 @@ def sample_adaptive_queue(backend: Backend, requests: Sequence[AdaptiveRequest],
     """
     reqs = [r for r in requests if r.n > 0]
     for r in reqs:
-        why = aligned_supported(r.params)
-        if why:
-            raise MaskError(
-                f"adaptive exact sampling cannot draw with {why}; use temperature 1.0 without truncation"
-            )
-        if r.target not in ADAPTIVE_TARGETS:
-            raise MaskError(f"unknown target {r.target!r}; choose one of: {', '.join(ADAPTIVE_TARGETS)}")
+        _check(r.params, r.target)
     if not reqs:
         return
     if not getattr(backend, "can_assign", False):
@@ -516,7 +515,7 @@ def _adaptive_stream(  # noqa: C901 - the decode loop of the shared queue: refil
         new_walk(slot, job, fresh=True)
         return True
 
-    def finish(slot: int, job: _Job, got: tuple[list[int], list[float], str] | None) -> Sample:
+    def finish(job: _Job, got: tuple[list[int], list[float], str] | None) -> Sample:
         s = _output(backend, job.i, job.req.params, got, job.req.max_attempts, (t0, job.t_start),
                     job.attempts, job.tokens, job.trie, walks=1)  # fmt: skip
         s.timing.update({"slots": n_slots, "prefill_s": round(job.t_prefill, 4)})
@@ -537,12 +536,12 @@ def _adaptive_stream(  # noqa: C901 - the decode loop of the shared queue: refil
             job.tokens += len(w.ids)
             out: Sample | None = None
             if w.state == "accepted":
-                out = finish(slot, job, (w.ids, w.logps, w.finish))
+                out = finish(job, (w.ids, w.logps, w.finish))
             else:
                 _learn(w.path, w.leaf)
                 job.trie.rejected += 1
                 if job.attempts >= job.req.max_attempts:
-                    out = finish(slot, job, None)
+                    out = finish(job, None)
             if out is not None:
                 if job.req.on_batch is not None:
                     job.req.on_batch([out])
