@@ -203,3 +203,15 @@ def test_run_modes_names_only_modes_of_the_spec(tmp_path, capsys):
         and "loose, strict, strict-aligned" in err[0]
     )
     assert not out.exists()
+
+
+def test_run_levels_names_only_levels_of_the_spec(tmp_path, capsys):
+    """`tooldecode run SPEC --levels X`: a level none of the spec's arms has is a one-line error, before
+    anything is loaded or written."""
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "run"
+    spec = str(root / "experiments" / "e19_organisms_gen2.toml")
+    code = cli.main(["run", spec, "--quick", "--levels", "L2", "L3", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--levels: L3" in err[0] and "(L1, L2)" in err[0]
+    assert not out.exists()

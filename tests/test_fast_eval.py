@@ -183,6 +183,34 @@ def test_a_fill_slots_run_has_every_draw_and_copies_identical_arms(tmp_path):
     assert sorted(r["key"] for r in again) == sorted(keys)
 
 
+def test_levels_draw_one_level_first_and_the_rest_later(tmp_path):
+    """`--levels L2` (run_spec's only_levels), with --modes: only the L2 loose arm is drawn, under the
+    whole spec's manifest; a later call draws the rest, and the first draws stay as they were."""
+    from tooldecode.experiments import load_spec, run_spec
+
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(
+        'name = "levels"\nmodels = ["smollm2-135m-instruct"]\nn = 2\nmax_new_tokens = 4\n'
+        'scenarios = ["json-tsconfig-path-aliases"]\nmodes = ["loose", "strict"]\nbatch_size = 2\n'
+        'fill_slots = true\n[variant]\nconditioning = ["forced-tool", "gold-prefix"]\n'
+    )
+    out = tmp_path / "run"
+    run_spec(load_spec(spec_path), out, progress=False, only_modes=["loose"], only_levels=["L2"])
+    first = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(first) == 2 and {(r["arm"]["mode"], r["arm"]["level"]) for r in first} == {("loose", "L2")}
+    arms = json.loads((out / "manifest.json").read_text())["config"]["arms"]
+    assert {(a["mode"], a["level"]) for a in arms} == {
+        ("loose", "L1"),
+        ("loose", "L2"),
+        ("strict", "L1"),
+        ("strict", "L2"),
+    }
+    run_spec(load_spec(spec_path), out, progress=False)
+    recs = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert recs[: len(first)] == first and len(recs) == 4 * 2
+    assert len({r["key"] for r in recs}) == len(recs)
+
+
 # --- the run-time adapter --------------------------------------------------------------------------
 
 

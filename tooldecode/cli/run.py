@@ -37,7 +37,23 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"--modes: {', '.join(unknown)} not among {spec.path or spec.name}'s modes "
                 f"({', '.join(spec.modes)}); name modes of the spec"
             )
-    run_spec(spec, out, fresh=args.fresh, progress=not args.no_progress, server=server, only_modes=args.modes)
+    if args.levels:
+        levels = sorted({arm["level"] for arm in spec.arms()})
+        unknown = sorted(set(args.levels) - set(levels))
+        if unknown:
+            raise SpecError(
+                f"--levels: {', '.join(unknown)} not among {spec.path or spec.name}'s levels "
+                f"({', '.join(levels)}); name levels the spec's arms have"
+            )
+    run_spec(
+        spec,
+        out,
+        fresh=args.fresh,
+        progress=not args.no_progress,
+        server=server,
+        only_modes=args.modes,
+        only_levels=args.levels,
+    )
     print(f"run written: {out}")
     if args.report:
         from tooldecode.report import report
@@ -75,6 +91,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="MODE",
         help="draw only these modes' arms now; the run stays the spec's, and a later call without "
         "--modes draws the rest (e.g. the cheap arms first)",
+    )
+    p.add_argument(
+        "--levels",
+        nargs="+",
+        metavar="LEVEL",
+        help="draw only the arms of these levels now (L1, L2, ...; with --modes, arms that have both); "
+        "the run stays the spec's, and a later call without --levels draws the rest",
     )
     add_switch(
         p,

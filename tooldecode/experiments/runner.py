@@ -97,13 +97,15 @@ def run_spec(
     progress: bool = True,
     server: dict[str, Any] | None = None,
     only_modes: Sequence[str] | None = None,
+    only_levels: Sequence[str] | None = None,
 ) -> Path:
     """Run every arm × scenario × seed of ``spec`` into ``out`` (resuming what is already there).
 
     ``server``: options of the ``openai`` backend (``base_url``, ``api_key_env``, ``kind``); where the
     server is is not part of the run's config, so a run resumes against a restarted server.
     ``only_modes``: draw only the arms of these modes now (the manifest is the whole spec's, and a later
-    call draws the rest)."""
+    call draws the rest); ``only_levels``: the same for the arms' levels (``L1``, ``L2``, ...): both
+    given, an arm is drawn when it has one of the modes and one of the levels."""
     from tooldecode.runs import MANIFEST, RunLock, RunStore
 
     validate_spec(spec)
@@ -155,7 +157,9 @@ def run_spec(
         for sc in scenarios
         for seed in spec.seeds
         for arm in arms
-        if arm["model"] == model and (not only_modes or arm["mode"] in only_modes)
+        if arm["model"] == model
+        and (not only_modes or arm["mode"] in only_modes)
+        and (not only_levels or arm["level"] in only_levels)
     ]
     total = (
         sum(spec.n_for(arm["mode"], arm["level"]) for arm, _, _ in jobs) if not spec.samples_nothing else 0
