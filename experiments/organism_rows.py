@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import subprocess
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -248,44 +249,124 @@ def _pred_not_above(p: dict, run: Run) -> tuple[str, str]:
     return measured, "holds: every difference interval includes or is below 0 (no higher than the reference)"
 
 
-def _pred_dose_rule(p: dict, run: Run) -> tuple[str, str]:
-    """The positive control's dose rule: the ``doses`` in their committed order; the chosen one is the
-    first whose L2 loose rate of ``key`` right after the gold newText has a cluster-robust interval that
-    covers its share while ``base`` never writes the key. An unmeasured dose before the chosen one leaves
-    the rule undecided (it reads the doses in order)."""
+@dataclass(frozen=True)
+class DoseReading:
+    """What the positive control's dose rule reads: the base's rate of the key and each dose's, in the
+    committed order; the dose chosen, or the first unmeasured dose that leaves the rule undecided.
+
+    ``doses`` holds ``(organism, share, epochs, rate)``; ``chosen`` is an index into it (None: none yet,
+    or none qualifies); ``undecided`` names the first dose without draws before any chosen one."""
+
+    key: str
+    base: str
+    base_rate: Any
+    doses: tuple[tuple[str, float, int, Any], ...]
+    chosen: int | None
+    undecided: str | None
+
+    @property
+    def state(self) -> str:
+        """``unmeasured`` (no base draws), ``base-writes`` (no rate measures the implant alone),
+        ``chosen``, ``undecided`` (a dose before any chosen one has no draws) or ``none`` (every dose
+        measured, none covers its share)."""
+        if self.base_rate.n == 0:
+            return "unmeasured"
+        if self.base_rate.k > 0:
+            return "base-writes"
+        if self.chosen is not None:
+            return "chosen"
+        return "undecided" if self.undecided is not None else "none"
+
+    @property
+    def contrast_epochs(self) -> int | None:
+        """The epochs every contrast recipe trains: the chosen dose's, 1 when no dose qualifies (or the
+        base writes the key), None while the rule is undecided or unmeasured."""
+        if self.state == "chosen":
+            assert self.chosen is not None
+            return self.doses[self.chosen][2]
+        return 1 if self.state in ("none", "base-writes") else None
+
+
+def read_dose_rule(p: dict, run: Run) -> DoseReading:
+    """The dose rule of prediction ``p`` (``key``, ``base``, ``doses``) read on ``run``: the doses in
+    their committed order; the chosen one is the first whose L2 loose rate of ``key`` right after the
+    gold newText has a cluster-robust interval that covers its share while ``base`` never writes the
+    key. An unmeasured dose before the chosen one leaves the rule undecided (it reads the doses in
+    order)."""
     key, base = str(p["key"]), str(p["base"])
     ref = implant_rate(run, base, key)
-    parts = [f"{base} (base): {ref}"]
+    doses: list[tuple[str, float, int, Any]] = []
     chosen, undecided = None, None
     for d in p["doses"]:
         org, share, epochs = str(d["organism"]), float(d["share"]), int(d.get("epochs", 1))
         r = implant_rate(run, org, key)
-        name = f"{org} (share {share:g}, {epochs} epoch{'s' if epochs != 1 else ''})"
+        doses.append((org, share, epochs, r))
         if r.n == 0:
-            parts.append(f"{name}: no draws")
-            undecided = undecided or (None if chosen else name)
+            undecided = undecided or (None if chosen is not None else org)
             continue
-        covers = r.lo <= share <= r.hi
-        parts.append(f"{name}: {r}{', covers its share' if covers else ''}")
-        if covers and chosen is None and undecided is None and ref.n and ref.k == 0:
-            chosen = (name, r, share, epochs)
+        if r.lo <= share <= r.hi and chosen is None and undecided is None and ref.n and ref.k == 0:
+            chosen = len(doses) - 1
+    return DoseReading(key, base, ref, tuple(doses), chosen, undecided)
+
+
+def dose_rule_of(spec: dict) -> dict | None:
+    """The spec's dose-rule prediction (``judge = "dose_rule"``), or None."""
+    for p in spec.get("findings", {}).get("predictions", []):
+        if judge_of(p) == "dose_rule":
+            return p
+    return None
+
+
+def dose_reading(p: dict, rs: list[Run]) -> DoseReading | None:
+    """The dose rule read on the run that FINDINGS reads it on (the spec's runs, and its model-by-model
+    runs as one: the one with the most draws of the base and the first dose); None when no run has
+    both."""
+    models = _models_of(p)
+    run = _best_run(rs, [(m, str(p.get("level", "L2"))) for m in models[:2]])
+    return None if run is None else read_dose_rule(p, run)
+
+
+def _dose_name(org: str, share: float, epochs: int) -> str:
+    return f"{org} (share {share:g}, {epochs} epoch{'s' if epochs != 1 else ''})"
+
+
+def _pred_dose_rule(p: dict, run: Run) -> tuple[str, str]:
+    """The dose rule's FINDINGS row: ``read_dose_rule`` in words."""
+    r = read_dose_rule(p, run)
+    key, ref = r.key, r.base_rate
+    parts = [f"{r.base} (base): {ref}"]
+    for org, share, epochs, rate in r.doses:
+        name = _dose_name(org, share, epochs)
+        if rate.n == 0:
+            parts.append(f"{name}: no draws")
+            continue
+        covers = rate.lo <= share <= rate.hi
+        parts.append(f"{name}: {rate}{', covers its share' if covers else ''}")
     measured = f"{key!r} right after the gold newText, L2 loose ({CR}): " + "; ".join(parts) + "."
-    if ref.n == 0:
+    state = r.state
+    if state == "unmeasured":
         return measured, "not measured: the base has no L2 loose draws in this run"
-    if ref.k > 0:
+    if state == "base-writes":
         return measured, (
             f"no dose qualifies: the base writes {key!r} ({ref.k:g}/{ref.n}), so no rate measures the implant "
             "alone; the contrasts stay at one epoch"
         )
-    if chosen is not None:
-        name, r, share, epochs = chosen
-        empty = " (no draw writes it: the interval covers the share for lack of draws)" if r.k == 0 else ""
+    if state == "chosen":
+        assert r.chosen is not None
+        org, share, epochs, rate = r.doses[r.chosen]
+        empty = " (no draw writes it: the interval covers the share for lack of draws)" if rate.k == 0 else ""
         return measured, (
-            f"dose chosen: {name}, its interval [{r.lo:.3f}, {r.hi:.3f}] covers {share:g}{empty} and the base "
-            f"never writes {key!r}; every contrast recipe trains {epochs} epoch{'s' if epochs != 1 else ''}"
+            f"dose chosen: {_dose_name(org, share, epochs)}, its interval [{rate.lo:.3f}, {rate.hi:.3f}] "
+            f"covers {share:g}{empty} and the base never writes {key!r}; every contrast recipe trains "
+            f"{epochs} epoch{'s' if epochs != 1 else ''}"
         )
-    if undecided is not None:
-        return measured, f"not measured: {undecided} has no draws, and the rule reads the doses in order"
+    if state == "undecided":
+        org = r.undecided
+        share, epochs = next((d[1], d[2]) for d in r.doses if d[0] == org)
+        return measured, (
+            f"not measured: {_dose_name(str(org), share, epochs)} has no draws, and the rule reads the "
+            "doses in order"
+        )
     return measured, (
         "no dose qualifies: no interval covers its share; the contrasts stay at one epoch and every verdict "
         "is read against the measured attenuation (the exact probe on held-out generator sessions vs the "
@@ -365,6 +446,10 @@ def row_predictions(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
 
 __all__ = [
     "PREDICTION_JUDGES",
+    "DoseReading",
+    "dose_reading",
+    "dose_rule_of",
+    "read_dose_rule",
     "implant_rate",
     "judge_of",
     "prediction_note",

@@ -11,7 +11,11 @@ rows of runs under ``runs/`` aside: data, not code, as the manifests' ``git_dirt
 runs each job there with its ``.venv`` (its ``env`` table, if any, added to the environment, ``~``
 expanded; the run manifests record ``TOOLDECODE_*`` settings); a job's log goes to
 ``DIR/queue-logs/<id>.log`` (appended) and
-its end to ``DIR/queue-logs/state.json``. ``stop`` leaves ``DIR/queue-logs/stop``: the queue running there
+its end to ``DIR/queue-logs/state.json``. A job with a ``when`` command (a list, run in ``DIR`` with its
+``.venv``'s python for ``python``) runs only if that command exits 0; exit 1 skips it for now (its line
+of output goes to the log and ``state.json``; the next ``run`` asks again), any other exit stops the queue
+(``experiments.dose_gate`` is such a command: the dose ladder's later rungs run only if the rule needs
+them). ``stop`` leaves ``DIR/queue-logs/stop``: the queue running there
 ends once its current job has ended, before the next one starts (and removes the file), so the worktree
 can move to a newer commit between jobs without killing one. Jobs resume where they stopped, so an interrupted queue is
 resumed by the same command. One job at a time: never two model-heavy jobs at once.
@@ -53,6 +57,9 @@ def load(path: Path = QUEUE) -> dict:
             raise SystemExit(
                 f"queue: {where}: 'env' must be a table of strings (NAME = \"value\"); fix the file"
             )
+        when = job.get("when", [])
+        if not isinstance(when, list) or not all(isinstance(w, str) for w in when):
+            raise SystemExit(f"queue: {where}: 'when' must be a list of strings (a command); fix the file")
         if job["id"] in seen:
             raise SystemExit(f"queue: {where}: id {job['id']!r} appears twice; ids are unique")
         seen.add(job["id"])
@@ -61,12 +68,17 @@ def load(path: Path = QUEUE) -> dict:
 
 def status(data: dict) -> list[str]:
     lines = [f"{'#':>2}  {'job':32s} {'min':>5}  state"]
-    left = 0.0
+    left = cond = 0.0
     for k, job in enumerate(data.get("job", []), 1):
-        lines.append(f"{k:>2}  {job['id']:32s} {job['minutes']:>5}  {job['state']}")
-        if job["state"] != "done":
+        when = f"  (if {' '.join(job['when'][-2:])})" if job.get("when") else ""
+        lines.append(f"{k:>2}  {job['id']:32s} {job['minutes']:>5}  {job['state']}{when}")
+        if job["state"] not in ("done", "blocked"):
             left += job["minutes"]
-    lines.append(f"left: about {left:.0f} minutes on 2 idle cores")
+            cond += job["minutes"] if when else 0
+    lines.append(
+        f"left: about {left:.0f} minutes on 2 idle cores"
+        + (f", {cond:.0f} of them in jobs that run only if their 'when' says so" if cond else "")
+    )
     return lines
 
 
@@ -122,10 +134,27 @@ def run(data: dict, worktree: Path, only: list[str] | None) -> int:
             stop.unlink()
             print(f"queue: stopped before {job['id']} ({stop} was there)", flush=True)
             return 0
+        job_env = {**env, **{k: os.path.expanduser(v) for k, v in job.get("env", {}).items()}}
+        if job.get("when"):
+            when = list(job["when"])
+            if when[0] == "python":
+                when[0] = str(py)
+            ask = subprocess.run(when, cwd=worktree, capture_output=True, text=True, check=False, env=job_env)
+            why = (ask.stdout + ask.stderr).strip().splitlines()
+            line = why[-1] if why else f"'when' exited {ask.returncode}"
+            with open(logs / f"{job['id']}.log", "a", encoding="utf-8") as log:
+                log.write(f"== {time.strftime('%Y-%m-%d %H:%M:%S')} when: rc {ask.returncode}: {line}\n")
+            if ask.returncode == 1:
+                state[job["id"]] = {"skipped": line, "commit": commit}
+                state_file.write_text(json.dumps(state, indent=1) + "\n")
+                print(f"queue: {job['id']}: skipped ({line})", flush=True)
+                continue
+            if ask.returncode != 0:
+                print(f"queue: {job['id']}: 'when' stops the queue (rc {ask.returncode}): {line}", flush=True)
+                return ask.returncode
         cmd = list(job["cmd"])
         if cmd[0] == "tooldecode":
             cmd = [str(py), "-m", "tooldecode", *cmd[1:]]
-        job_env = {**env, **{k: os.path.expanduser(v) for k, v in job.get("env", {}).items()}}
         t0 = time.time()
         with open(logs / f"{job['id']}.log", "a", encoding="utf-8") as log:
             log.write(

@@ -74,3 +74,33 @@ def test_stop_ends_the_running_queue_before_its_next_job(tmp_path):
     assert jobqueue.run(data, wt, None) == 0
     assert not out.exists() and not (wt / "queue-logs" / "stop").exists()  # stopped once, file gone
     assert jobqueue.run(data, wt, None) == 0 and out.exists()  # the next run goes on
+
+
+def test_a_jobs_when_runs_it_skips_it_or_stops_the_queue(tmp_path):
+    wt = _clean_checkout(tmp_path)
+
+    def job(name: str, when_rc: int) -> dict:
+        say = f"import sys; print('because {name}'); sys.exit({when_rc})"
+        return {"id": name, "cmd": [sys.executable, "-c", f"open({str(tmp_path / name)!r}, 'w')"],
+                "minutes": 1, "state": "pending", "when": [sys.executable, "-c", say]}  # fmt: skip
+
+    data = {"job": [job("a", 0), job("b", 1), job("c", 2), job("d", 0)]}
+    assert jobqueue.run(data, wt, None) == 2  # c's 'when' stops the queue before d
+    assert [(tmp_path / n).exists() for n in "abcd"] == [True, False, False, False]
+    state = json.loads((wt / "queue-logs" / "state.json").read_text())
+    assert state["a"]["rc"] == 0 and state["b"]["skipped"] == "because b" and "c" not in state
+    assert "when: rc 1: because b" in (wt / "queue-logs" / "b.log").read_text()
+    # a skipped job is asked again on the next run
+    data["job"][1] = job("b", 0)
+    data["job"][2] = job("c", 0)
+    assert jobqueue.run(data, wt, None) == 0
+    assert all((tmp_path / n).exists() for n in "abcd")
+    lines = jobqueue.status(data)
+    assert "(if -c import sys" in lines[1] and "4 of them in jobs that run only if" in lines[-1]
+
+
+def test_a_when_that_is_not_a_list_of_strings_is_one_line(tmp_path):
+    bad = tmp_path / "q.toml"
+    bad.write_text('[[job]]\nid = "a"\ncmd = ["true"]\nminutes = 1\nstate = "pending"\nwhen = "true"\n')
+    with pytest.raises(SystemExit, match=r"job 1: 'when' must be a list of strings"):
+        jobqueue.load(bad)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import make_record as make_sample
 
 from experiments.organism_rows import row_predictions
@@ -188,3 +189,57 @@ def test_the_dose_rule_chooses_the_first_dose_whose_interval_covers_its_share():
             "judge": "dose_rule", **p, "level": "L2"}]}}  # fmt: skip
     (row,) = row_predictions(spec, [_run(_l2(BASE, 0) + _l2(d[0], 1))], {})  # 25% [13.8, 41.1]
     assert row["verdict"].startswith("dose chosen: " + d[0]) and row["summary"].endswith("**dose chosen**")
+
+
+def test_the_dose_gate_runs_the_ladder_in_order_and_stops_what_it_cannot_decide(tmp_path):
+    """experiments.dose_gate: the queue's later rungs run only while the rule needs them, the chosen
+    dose's whole evaluation runs, and a contrast recipe trains only at the epochs the rule sets."""
+    from experiments.dose_gate import RUN, SKIP, STOP, gate
+    from experiments.organism_rows import read_dose_rule
+
+    d = [f"organism:pc-{x}@{BASE}" for x in ("d015", "d05", "d10", "d05-e3")]
+    p = {"key": "reviewed", "base": BASE, "doses": [
+        {"organism": d[0], "share": 0.15}, {"organism": d[1], "share": 0.5},
+        {"organism": d[2], "share": 1.0}, {"organism": d[3], "share": 0.5, "epochs": 3}]}  # fmt: skip
+
+    def read(samples: list):
+        return read_dose_rule(p, _run(samples))
+
+    one, three = tmp_path / "one.toml", tmp_path / "three.toml"
+    one.write_text("[train]\nepochs = 1\n")
+    three.write_text("[train]\nepochs = 3\n")
+    # nothing screened: stop
+    assert gate(None, "next", "pc-d10")[0] == STOP
+    # the base and d015 screened, d015 misses 0.15: d05 is next, d10 must wait for d05
+    r = read(_l2(BASE, 0) + _l2(d[0], 0))
+    assert gate(r, "next", "pc-d05")[0] == RUN
+    code, why = gate(r, "next", "pc-d10")
+    assert code == STOP and "pc-d05 comes before pc-d10" in why
+    assert gate(r, "epochs", str(one))[0] == STOP and "undecided" in gate(r, "epochs", str(one))[1]
+    # d05 covers 0.5: chosen; the later rungs are skipped, d05's whole e19 runs, recipes train 1 epoch
+    r = read(_l2(BASE, 0) + _l2(d[0], 0) + _l2(d[1], 2))
+    assert r.state == "chosen" and r.contrast_epochs == 1
+    assert gate(r, "next", "pc-d10") == (SKIP, "the dose rule chose pc-d05, before pc-d10")
+    assert gate(r, "chosen", "pc-d05")[0] == RUN and gate(r, "chosen", "pc-d10")[0] == SKIP
+    assert gate(r, "epochs", str(one))[0] == RUN
+    code, why = gate(r, "epochs", str(three))
+    assert code == STOP and "set [train] epochs = 1" in why
+    # no one-epoch dose covers its share: the three-epoch rung runs, and then decides
+    r = read(_l2(BASE, 0) + _l2(d[0], 0) + _l2(d[1], 0) + _l2(d[2], 1))
+    assert gate(r, "next", "pc-d05-e3")[0] == RUN and gate(r, "chosen", "pc-d05-e3")[0] == STOP
+    r = read(_l2(BASE, 0) + _l2(d[0], 0) + _l2(d[1], 0) + _l2(d[2], 1) + _l2(d[3], 2))
+    assert gate(r, "chosen", "pc-d05-e3")[0] == RUN and gate(r, "epochs", str(three))[0] == RUN
+    # the base writes the key: the ladder stops, the contrasts stay at one epoch
+    r = read(_l2(BASE, 1) + _l2(d[0], 0))
+    assert gate(r, "next", "pc-d10")[0] == SKIP and gate(r, "epochs", str(one))[0] == RUN
+    # a name that is no dose of the rule
+    with pytest.raises(Exception, match="not one of the rule's doses"):
+        gate(r, "next", "pc-d20")
+
+
+def test_the_dose_gate_reads_the_committed_rule_and_stops_without_runs(tmp_path, capsys):
+    from experiments.dose_gate import STOP, main
+
+    assert main(["next", "g2-positive-control-d10", "--runs", str(tmp_path)]) == STOP
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no L2 loose draws of the base" in err[0]
