@@ -104,3 +104,26 @@ def test_a_when_that_is_not_a_list_of_strings_is_one_line(tmp_path):
     bad.write_text('[[job]]\nid = "a"\ncmd = ["true"]\nminutes = 1\nstate = "pending"\nwhen = "true"\n')
     with pytest.raises(SystemExit, match=r"job 1: 'when' must be a list of strings"):
         jobqueue.load(bad)
+
+
+def test_the_committed_queues_gates_name_the_rules_doses_and_the_recipe_they_train():
+    """Each dose_gate in experiments/queue.toml names a dose of the committed rule, and an ``epochs`` gate
+    names the very recipe its job trains."""
+    import tomllib
+
+    from experiments.organism_rows import dose_rule_of
+
+    root = Path(__file__).resolve().parents[1]
+    spec = tomllib.loads((root / "experiments" / "e19_organisms_gen2.toml").read_text(encoding="utf-8"))
+    rule = dose_rule_of(spec)
+    assert rule is not None
+    doses = {str(d["organism"]).split(":", 1)[1].split("@", 1)[0] for d in rule["doses"]}
+    gated = [j for j in jobqueue.load()["job"] if "experiments.dose_gate" in j.get("when", [])]
+    assert len(gated) >= 10
+    for job in gated:
+        what, arg = job["when"][-2:]
+        if what == "epochs":
+            assert (root / arg).is_file() and arg in job["cmd"], job["id"]
+        else:
+            assert what in ("next", "chosen") and arg in doses, job["id"]
+            assert any(arg in part for part in job["cmd"]), job["id"]
