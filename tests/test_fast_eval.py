@@ -96,6 +96,45 @@ def test_a_draw_does_not_depend_on_which_draws_share_its_steps(llama_smol):
     assert float(np.median(before)) < 1e-3 and max(before) < 1.0
 
 
+def test_a_cache_in_streams_draws_what_the_unified_cache_draws(llama_smol, smol_ref):
+    """A filled-slot context keeps each sequence in a stream of its own (``kv_unified`` false: a token
+    attends over its own sequence's cells only). The same check against job by job on the unified cache:
+    every draw once, the first token's log-probability the same, later ones close until a token flips;
+    prefixes shared across streams (whole-sequence copies cut back) and slots restarted to their prompt."""
+    from tooldecode.backends import load_backend
+
+    n = 8
+    ref = _job_by_job(llama_smol, n)
+    streams = load_backend("llamacpp", smol_ref, n_ctx=6 * 1024, max_seqs=6, kv_unified=False)
+    try:
+        assert streams.info()["kv_unified"] is False and streams.n_ctx_seq == 1024
+        got: dict = {}
+        sample_queue(streams, _requests(streams, n, got), slots=5)
+        flips, before = _agreement(ref, got, 1e-5)
+        print(
+            f"streams vs job by job: {flips} of {len(ref)} draws flip a token; max |Δ log p| {max(before):.4f}"
+        )
+        assert flips <= len(ref) // 2
+        assert float(np.median(before)) < 1e-3 and max(before) < 1.0
+        # a slot given a prompt another slot holds shares it, and a restart keeps only the prompt
+        ids = streams.tokenize(PROMPTS[1])
+        streams.open_slots(2)
+        first = streams.assign(0, ids)
+        assert streams.assign(1, ids, have_logits=True) is None  # the whole prompt copied from slot 0
+        a = np.array(streams.step_slots([ids[-1] % 100 + 10, ids[-1] % 100 + 10], [0, 1]))
+        assert np.allclose(a[0], a[1], atol=1e-4)
+        streams.restart_slot(1)
+        b = np.array(streams.step_slots([ids[-1] % 100 + 10], [1]))
+        assert np.allclose(a[1], b[0], atol=1e-4) and first is not None
+        streams.close_slots()
+        # a prompt longer than a stream is a one-line error
+        with pytest.raises(Exception, match="exceeds the context of 1024 a sequence has"):
+            streams.open_slots(1)
+            streams.assign(0, list(ids) * 200)
+    finally:
+        streams.close()
+
+
 def test_the_transformers_backend_fills_slots_across_prompts_as_llama_cpp_does(hf_smol):
     """The same check on transformers + torch (the GPU queue's backend): one left-padded batch cache, a
     refilled row's prompt written right-aligned with its own positions, and (here at every step) the

@@ -96,6 +96,13 @@ def test_the_sizing_rule_holds_the_draws_or_branches_and_the_prompt():
     assert llamacpp_size(branches=32)["max_seqs"] == 33  # a probe level evaluated in one group
     assert llamacpp_size(batch_size=24, branches=20)["max_seqs"] == 25
     assert llamacpp_size(evaluates=False) == {"n_ctx": 512, "max_seqs": 1}  # vocabulary only
+    # filled slots: a stream of 8192 tokens for each slot and sequence 0, no shared (unified) cache
+    assert llamacpp_size(batch_size=8, fill_slots=True) == {
+        "n_ctx": 9 * 8192,
+        "max_seqs": 9,
+        "kv_unified": False,
+    }
+    assert llamacpp_size(fill_slots=True)["max_seqs"] == 17  # the sampler's default slots
     assert backend_kwargs("hf", batch_size=64) == {}
     server = {"base_url": "http://127.0.0.1:8000/v1", "api_key_env": None, "kind": "auto"}
     got = backend_kwargs("openai", server=server)

@@ -104,6 +104,7 @@ class LlamaCppBackend(Backend):
         n_batch: int = 512,
         n_threads: int | None = None,
         n_gpu_layers: int = 0,
+        kv_unified: bool = True,
     ) -> None:
         if not model.is_gguf:
             raise ModelError(f"llama.cpp needs a .gguf file; '{model.path}' is a folder (use --backend hf)")
@@ -135,7 +136,7 @@ class LlamaCppBackend(Backend):
         cparams.n_seq_max = max_seqs
         cparams.n_threads = self.n_threads
         cparams.n_threads_batch = self.n_threads
-        cparams.kv_unified = True
+        cparams.kv_unified = kv_unified
         cparams.no_perf = True
         try:
             self._ctx = LlamaContext(model=self._model, params=cparams, verbose=False)
@@ -146,7 +147,10 @@ class LlamaCppBackend(Backend):
         self._lora = None
         if model.adapter is not None:
             self._apply_adapter(model)
+        self.kv_unified = kv_unified
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx.ctx)
+        # the tokens one sequence can hold: the whole cache when it is unified, its own stream otherwise
+        self.n_ctx_seq = self.n_ctx if kv_unified else llama_cpp.llama_n_ctx_seq(self._ctx.ctx)
         self._vocab = self._model.vocab
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.eog_ids = frozenset(
@@ -160,7 +164,10 @@ class LlamaCppBackend(Backend):
         self._prompt_len = 0
         # prompt KV on disk, when asked for (the setting hashes the model: only then)
         self._store = (
-            PrefixStore.from_env(_store_setting(llama_cpp, model, cparams, n_gpu_layers), n_batch)
+            PrefixStore.from_env(
+                _store_setting(llama_cpp, model, cparams, n_gpu_layers) + ("" if kv_unified else "|streams"),
+                n_batch,
+            )
             if os.environ.get(PREFIX_ENV, "").strip()
             else None
         )
@@ -259,8 +266,10 @@ class LlamaCppBackend(Backend):
 
     def _eval_seq0(self, ids: Sequence[int], want_positions: Sequence[int]) -> np.ndarray:
         """Bring sequence 0 to ``ids`` (aligned chunks, prefix reuse) and return logits at want_positions."""
-        if len(ids) > self.n_ctx:
-            raise ModelError(f"prompt of {len(ids)} tokens exceeds the context of {self.n_ctx}; raise n_ctx")
+        if len(ids) > self.n_ctx_seq:
+            raise ModelError(
+                f"prompt of {len(ids)} tokens exceeds the context of {self.n_ctx_seq} a sequence has; raise n_ctx"
+            )
         common = common_prefix(self._cached, ids)
         first_want = min(want_positions) if want_positions else len(ids) - 1
         keep = min(common, first_want, len(ids) - 1)
@@ -287,10 +296,8 @@ class LlamaCppBackend(Backend):
             self.end()
         ids = list(prompt_ids)
         logits = self._eval_seq0(ids, [len(ids) - 1])
-        mem = self._mem()
         for s in range(1, n_seqs):
-            self._lc.llama_memory_seq_rm(mem, s, -1, -1)
-            self._lc.llama_memory_seq_cp(mem, 0, s, -1, -1)
+            self._share(0, s, None)
         self._n_branches = n_seqs
         self._prompt_len = len(ids)
         self._pos = [len(ids)] * n_seqs
@@ -306,7 +313,10 @@ class LlamaCppBackend(Backend):
 
     def suggest_batch_size(self, prompt_tokens: int, max_new_tokens: int) -> int:
         """16 parallel sequences (past that, a step on 2 CPU cores costs as much per token), fewer when
-        the unified KV cache cannot hold every sequence's new tokens next to the shared prompt."""
+        the unified KV cache cannot hold every sequence's new tokens next to the shared prompt (each
+        sequence of a cache in streams holds its own copy of the prompt in its own stream)."""
+        if not self.kv_unified:
+            return max(1, min(16, self.max_seqs))
         room = (self.n_ctx - prompt_tokens) // max(1, max_new_tokens)
         return max(1, min(16, self.max_seqs, room))
 
@@ -318,8 +328,7 @@ class LlamaCppBackend(Backend):
         if row == 0:  # sequence 0 holds the prompt: drop only what it generated
             self._lc.llama_memory_seq_rm(mem, 0, n_prompt, -1)
         else:
-            self._lc.llama_memory_seq_rm(mem, row, -1, -1)
-            self._lc.llama_memory_seq_cp(mem, 0, row, 0, n_prompt)
+            self._share(0, row, n_prompt)
         self._pos[row] = n_prompt
 
     def end(self) -> None:
@@ -349,8 +358,10 @@ class LlamaCppBackend(Backend):
         is evaluated in the same aligned chunks whatever the donor; returns the logits after the prompt
         (``None`` when ``have_logits`` and a donor holds the whole prompt: nothing is evaluated)."""
         ids = list(ids)
-        if len(ids) + 1 > self.n_ctx:
-            raise ModelError(f"prompt of {len(ids)} tokens exceeds the context of {self.n_ctx}; raise n_ctx")
+        if len(ids) + 1 > self.n_ctx_seq:
+            raise ModelError(
+                f"prompt of {len(ids)} tokens exceeds the context of {self.n_ctx_seq} a sequence has; raise n_ctx"
+            )
         seq = slot + 1
         mem = self._mem()
         self._lc.llama_memory_seq_rm(mem, seq, -1, -1)
@@ -363,7 +374,7 @@ class LlamaCppBackend(Backend):
             if common > best:
                 best, donor = common, other
         if have_logits and best == len(ids):
-            self._lc.llama_memory_seq_cp(mem, donor, seq, 0, len(ids))
+            self._share(donor, seq, len(ids))
             self._slot_prompts[slot], self._slot_pos[slot] = ids, len(ids)
             return None
         keep = min(best, len(ids) - 1)
@@ -372,7 +383,7 @@ class LlamaCppBackend(Backend):
         if stored != keep:
             keep = stored
         elif keep:
-            self._lc.llama_memory_seq_cp(mem, donor, seq, 0, keep)
+            self._share(donor, seq, keep)
         out = None
         for start in range(keep, len(ids), self.n_batch):
             chunk = ids[start : start + self.n_batch]
@@ -428,8 +439,7 @@ class LlamaCppBackend(Backend):
         for g in range(0, len(continuations), group):
             conts = continuations[g : g + group]
             for s in range(1, len(conts) + 1):
-                self._lc.llama_memory_seq_rm(mem, s, -1, -1)
-                self._lc.llama_memory_seq_cp(mem, 0, s, 0, n)
+                self._share(0, s, n)
             try:
                 feed_branches(
                     conts,
@@ -441,6 +451,19 @@ class LlamaCppBackend(Backend):
                 for s in range(1, len(conts) + 1):
                     self._lc.llama_memory_seq_rm(mem, s, -1, -1)
         return out
+
+    def _share(self, src: int, dst: int, n: int | None) -> None:
+        """Sequence ``dst`` holds the first ``n`` positions of ``src`` (all of them for None), and nothing
+        else. In a unified cache the cells are shared (a metadata copy); across streams llama.cpp copies
+        whole sequences only, so the whole of ``src`` is copied and what lies past ``n`` dropped."""
+        mem = self._mem()
+        self._lc.llama_memory_seq_rm(mem, dst, -1, -1)
+        if self.kv_unified:
+            self._lc.llama_memory_seq_cp(mem, src, dst, 0 if n is not None else -1, -1 if n is None else n)
+            return
+        self._lc.llama_memory_seq_cp(mem, src, dst, -1, -1)
+        if n is not None:
+            self._lc.llama_memory_seq_rm(mem, dst, n, -1)
 
     def _decode_each(
         self, tokens: Sequence[int], seqs: Sequence[int], positions: Sequence[int]
@@ -482,7 +505,7 @@ class LlamaCppBackend(Backend):
             "threads": self.n_threads,
             "n_ctx": self.n_ctx,
             "n_batch": self.n_batch,
-            "kv_unified": True,
+            "kv_unified": self.kv_unified,
             "eval_mode": f"prompt in aligned chunks of {self.n_batch}; one token per sequence per step",
         }
 

@@ -15,14 +15,17 @@ from typing import Any
 DRAW_SLOTS = 16
 # tokens of a context that evaluates prompts: the longest prompt of the corpus with its samples' tokens
 CONTEXT_TOKENS = 8192
-FILL_CONTEXT_TOKENS = 32768  # several scenarios' prompts at once, each slot up to its token cap
+# a context whose slots are filled across prompts keeps each sequence in a stream of its own (a unified cache
+# would make every token attend over every slot's cells: a step of 8 slots of 2,560-token prompts took
+# x1.38 as long, benchmarks/bench_kv_layout.py, docs/runs.md), each stream as large as a context that evaluates one prompt
+FILL_STREAM_TOKENS = CONTEXT_TOKENS
 # tokens of a context that only tokenizes and reads the vocabulary (a replay through a mask)
 VOCABULARY_TOKENS = 512
 
 
 def llamacpp_size(
     *, batch_size: int | None = None, branches: int = 0, evaluates: bool = True, fill_slots: bool = False
-) -> dict[str, int]:
+) -> dict[str, Any]:
     """``n_ctx`` and ``max_seqs`` of a llama.cpp context from what it must hold.
 
     Parameters
@@ -35,18 +38,23 @@ def llamacpp_size(
     evaluates
         False when the context is used only for its tokenizer and vocabulary: one sequence, a small cache.
     fill_slots
-        The draws of many prompts share the context (``sample_queue``): a cache of ``FILL_CONTEXT_TOKENS``
-        (it is allocated, but only the cells in use cost attention time).
+        The draws of many prompts share the context (``sample_queue``, as many slots as ``batch_size``):
+        each sequence gets a stream of its own of ``FILL_STREAM_TOKENS`` (``kv_unified`` false), so a
+        token attends over its own sequence's cells only.
 
     Returns
     -------
     dict
-        ``{"n_ctx": …, "max_seqs": …}``: the draws or branches, whichever are more, plus sequence 0.
+        ``{"n_ctx": …, "max_seqs": …}``: the draws or branches, whichever are more, plus sequence 0; with
+        ``fill_slots`` also ``"kv_unified": False`` and ``n_ctx`` the streams' tokens together.
     """
     if not evaluates:
         return {"n_ctx": VOCABULARY_TOKENS, "max_seqs": 1}
+    if fill_slots:
+        seqs = max(batch_size or DRAW_SLOTS, branches) + 1
+        return {"n_ctx": seqs * FILL_STREAM_TOKENS, "max_seqs": seqs, "kv_unified": False}
     slots = max(batch_size or 0, DRAW_SLOTS, branches)
-    return {"n_ctx": FILL_CONTEXT_TOKENS if fill_slots else CONTEXT_TOKENS, "max_seqs": slots + 1}
+    return {"n_ctx": CONTEXT_TOKENS, "max_seqs": slots + 1}
 
 
 def backend_kwargs(
