@@ -73,7 +73,7 @@ def _dose_index(reading: DoseReading, recipe: str) -> int:
     for k, (org, *_rest) in enumerate(reading.doses):
         if org.startswith(f"organism:{recipe}@"):
             return k
-    names = ", ".join(org.split(":", 1)[1].split("@", 1)[0] for org, *_ in reading.doses)
+    names = ", ".join(_recipe_name(org) for org, *_ in reading.doses)
     raise GateError(f"{recipe!r} is not one of the rule's doses ({names}); name one of them")
 
 

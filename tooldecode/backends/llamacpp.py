@@ -363,8 +363,7 @@ class LlamaCppBackend(Backend):
                 f"prompt of {len(ids)} tokens exceeds the context of {self.n_ctx_seq} a sequence has; raise n_ctx"
             )
         seq = slot + 1
-        mem = self._mem()
-        self._lc.llama_memory_seq_rm(mem, seq, -1, -1)
+        self._lc.llama_memory_seq_rm(self._mem(), seq, -1, -1)
         self._slot_prompts[slot] = []
         best, donor = 0, -1
         for other, held in [(0, self._cached)] + [
@@ -459,7 +458,8 @@ class LlamaCppBackend(Backend):
         mem = self._mem()
         self._lc.llama_memory_seq_rm(mem, dst, -1, -1)
         if self.kv_unified:
-            self._lc.llama_memory_seq_cp(mem, src, dst, 0 if n is not None else -1, -1 if n is None else n)
+            p0, p1 = (-1, -1) if n is None else (0, n)
+            self._lc.llama_memory_seq_cp(mem, src, dst, p0, p1)
             return
         self._lc.llama_memory_seq_cp(mem, src, dst, -1, -1)
         if n is not None:
