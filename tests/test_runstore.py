@@ -581,3 +581,52 @@ def test_a_manifest_names_the_settings_it_ran_under(monkeypatch):
     resumed = with_resume(first, later)
     assert resumed is not None
     assert "TOOLDECODE_PREFIX_CACHE" not in resumed["resumed"][-1]["environment"]
+
+
+def _levels_config(n_by_mode: dict) -> dict:
+    arms = [
+        {"model": "m", "mode": m, "level": lv} for m in ("loose", "strict-aligned") for lv in ("L1", "L2")
+    ]
+    return {"arms": arms, "scenarios": ["s1", "s2"], "n": 8, "seeds": [0], "n_by_mode": n_by_mode}
+
+
+def test_an_amendment_that_draws_fewer_of_an_arm_resumes_and_is_recorded(tmp_path: Path) -> None:
+    from tooldecode.runs import load_run
+
+    run = tmp_path / "r"
+    first = {"strict-aligned": 4, "loose@L2": 4}
+    at = {"tooldecode": {"version": "0", "git_sha": "aaa", "git_dirty": False}}
+    RunStore.create(run, _manifest(_levels_config(first), created="t0", **at)).close()
+    assert load_run(run).expected_samples == 2 * (8 + 4 + 4 + 4)
+    narrowed = {**first, "strict-aligned@L2": 2}
+    later = {"tooldecode": {"version": "0", "git_sha": "bbb", "git_dirty": False}}
+    RunStore.create(run, _manifest(_levels_config(narrowed), created="t1", **later)).close()
+    stored = json.loads((run / "manifest.json").read_text())
+    assert stored["config"]["n_by_mode"] == first  # the manifest's config stays as it was made
+    assert stored["resumed"] == [{"git_sha": "bbb", "git_dirty": False, "at": "t1", "n_by_mode": narrowed}]
+    assert load_run(run).expected_samples == 2 * (8 + 4 + 4 + 2)
+    # the same amended spec again from the same commit adds nothing; the first spec again is recorded
+    RunStore.create(run, _manifest(_levels_config(narrowed), created="t2", **later)).close()
+    assert len(json.loads((run / "manifest.json").read_text())["resumed"]) == 1
+    RunStore.create(run, _manifest(_levels_config(first), created="t3", **later)).close()
+    assert json.loads((run / "manifest.json").read_text())["resumed"][-1]["n_by_mode"] == first
+    assert load_run(run).expected_samples == 2 * (8 + 4 + 4 + 4)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda c: c["n_by_mode"].update({"strict-aligned@L2": 5}),  # more draws than the run was made with
+        lambda c: c["n_by_mode"].pop("loose@L2"),  # loose at L2 back to n = 8
+        lambda c: c.update(n=4, scenarios=["s1"]),  # fewer draws, and another field
+    ],
+)
+def test_an_amendment_that_widens_or_changes_more_is_refused(tmp_path: Path, change) -> None:
+    run = tmp_path / "r"
+    config = _levels_config({"strict-aligned": 4, "loose@L2": 4})
+    RunStore.create(run, _manifest(config)).close()
+    other = json.loads(json.dumps(config))
+    change(other)
+    with pytest.raises(RunError, match="was made with a different config"):
+        RunStore.create(run, _manifest(other))
+    assert "resumed" not in json.loads((run / "manifest.json").read_text())

@@ -21,6 +21,7 @@ from typing import Any
 
 from tooldecode.errors import RunError
 from tooldecode.records import OfferedTool, ProbeRow, SampleRecord, VerdictRecord, samples_per_arm
+from tooldecode.runs.manifest import effective_config
 from tooldecode.runs.store import MANIFEST, SAMPLE_FIELDS, DerivedWriteError, RunStore, rescore
 
 __all__ = ["PROBE_FILE", "Run", "load_run", "load_runs", "sample_of", "score_stored"]
@@ -91,8 +92,9 @@ class Run:
     @property
     def expected_samples(self) -> int:
         """Samples the run's config asks for: each arm's ``n`` (or its mode's and level's ``n_by_mode``) × scenarios ×
-        seeds (0 for a probe-only run)."""
-        c = self.manifest.get("config", {})
+        seeds (0 for a probe-only run), after any amendment that narrowed them
+        (``runs.manifest.effective_config``)."""
+        c = effective_config(self.manifest)
         per_mode = c.get("n_by_mode", {})
         per_scenario = sum(
             samples_per_arm(per_mode, int(c.get("n") or 0), a.get("mode"), a.get("level"))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tooldecode import __version__
 
-__all__ = ["FORMAT_VERSION", "build_manifest", "with_resume"]
+__all__ = ["FORMAT_VERSION", "build_manifest", "effective_config", "narrowed_n_by_mode", "with_resume"]
 
 FORMAT_VERSION = 1
 
@@ -99,17 +99,55 @@ def build_manifest(
     }
 
 
-def with_resume(stored: dict, incoming: dict) -> dict | None:
+def with_resume(stored: dict, incoming: dict, n_by_mode: dict | None = None) -> dict | None:
     """``stored`` with the commit of ``incoming`` (a resume's manifest) added to its ``resumed`` list, or
-    None when that commit is the run's own or already listed. A commit counts with its ``git_dirty``, so a
-    run's rows name every commit that wrote some."""
+    None when that commit is the run's own or already listed and the draws asked for are unchanged. A
+    commit counts with its ``git_dirty``, so a run's rows name every commit that wrote some.
+
+    ``n_by_mode``: the resume's draws per mode and level where an amendment narrowed them
+    (``narrowed_n_by_mode``); the entry keeps them, and ``effective_config`` reads the last."""
     new = incoming.get("tooldecode") or {}
     first = stored.get("tooldecode") or {}
     here = {"git_sha": new.get("git_sha"), "git_dirty": new.get("git_dirty")}
     seen = list(stored.get("resumed") or [])
-    if here == {k: first.get(k) for k in here} or any({k: e.get(k) for k in here} == here for e in seen):
+    changes_n = n_by_mode is not None and n_by_mode != effective_config(stored).get("n_by_mode", {})
+    if not changes_n and (
+        here == {k: first.get(k) for k in here} or any({k: e.get(k) for k in here} == here for e in seen)
+    ):
         return None
     entry = {**here, "at": incoming.get("created")}
     if incoming.get("environment") is not None:
         entry["environment"] = incoming["environment"]
+    if changes_n:
+        entry["n_by_mode"] = n_by_mode
     return {**stored, "resumed": [*seen, entry]}
+
+
+def effective_config(manifest: dict) -> dict:
+    """The config a run asks for now: the stored ``config`` with the draws per mode and level of the last
+    resume that narrowed them (``resumed[].n_by_mode``; a dated amendment of the spec that draws fewer of
+    an arm, each kept draw being its stream's first)."""
+    config = dict(manifest.get("config") or {})
+    for entry in manifest.get("resumed") or ():
+        if "n_by_mode" in entry:
+            config["n_by_mode"] = entry["n_by_mode"]
+    return config
+
+
+def narrowed_n_by_mode(stored: dict, incoming: dict) -> dict | None:
+    """``incoming``'s ``n_by_mode`` when two run configs differ in it alone and it asks no arm for more
+    draws than ``stored`` (the config the run was made with) does, else None. Each draw of an arm comes
+    from its scenario's own stream, index by index, so drawing fewer changes no draw that is made."""
+    from tooldecode.records import samples_per_arm
+
+    if {k: v for k, v in stored.items() if k != "n_by_mode"} != {
+        k: v for k, v in incoming.items() if k != "n_by_mode"
+    }:
+        return None
+    old, new = stored.get("n_by_mode") or {}, incoming.get("n_by_mode") or {}
+    n = int(stored.get("n") or 0)
+    for arm in stored.get("arms") or ():
+        mode, level = arm.get("mode"), arm.get("level")
+        if samples_per_arm(new, n, mode, level) > samples_per_arm(old, n, mode, level):
+            return None
+    return dict(new)
