@@ -266,12 +266,12 @@ def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:
             "rerun over ≥ 18 scenarios."
         )
     for r in sorted(runs.values(), key=lambda r: r.name):
-        want = r.expected_samples
-        if 0 < len(r.samples) < want:
+        want, missing = r.expected_samples, r.missing_samples
+        if r.samples and missing:
             begun = len({s.scenario for s in r.samples})
             total = len(r.manifest.get("config", {}).get("scenarios", []))
             out.append(
-                f"- {r.name}: {len(r.samples)} of {want} samples ({begun} of {total} scenarios begun); its figures "
+                f"- {r.name}: {want - missing} of {want} samples ({begun} of {total} scenarios begun); its figures "
                 f"cover only those. Resume from its commit: `git worktree add DIR {r.git_sha[:10]}`, then in DIR "
                 f"`{r.command()}` with this run folder at `runs/{r.name}`."
             )

@@ -262,16 +262,20 @@ def test_an_incomplete_run_is_listed_with_how_to_resume_it(tmp_path):
     }
     manifest = {"config": config, "tooldecode": {"git_sha": "abcdef0123456789", "git_dirty": False}}
     manifest["command"] = "tooldecode run experiments/x.toml --out runs/r"
-    full = Run(
-        "r", Path("r"), manifest, [sample('"}', f"s{k}", i) for k in range(3) for i in range(6)], {}, []
-    )
-    assert full.expected_samples == (4 + 2) * 3
+    drawn = [sample('"}', f"s{k}", i, arm=arms[i // 4]) for k in range(3) for i in range(6)]
+    full = Run("r", Path("r"), manifest, drawn, {}, [])
+    assert full.expected_samples == (4 + 2) * 3 and full.missing_samples == 0
     assert "r:" not in reruns([], {"r": full}, tmp_path)
     part = Run("r", Path("r"), manifest, full.samples[:7], {}, [])
     line = reruns([], {"r": part}, tmp_path)
     assert "- r: 7 of 18 samples (2 of 3 scenarios begun)" in line
     assert (
         "git worktree add DIR abcdef0123" in line and "tooldecode run experiments/x.toml --out runs/r" in line
+    )
+    # draws past what an arm asks for (made before an amendment narrowed it) stand in for no other arm's
+    extra = Run("r", Path("r"), manifest, [*drawn[:4], *drawn[:4], *drawn[6:]], {}, [])
+    assert extra.missing_samples == 2 and "- r: 16 of 18 samples (3 of 3 scenarios begun)" in reruns(
+        [], {"r": extra}, tmp_path
     )
     probe_only = Run(
         "p", Path("p"), {"config": {"spec": "p", "arms": [ARM], "scenarios": ["s0"], "n": 0}}, [], {}, []

@@ -21,6 +21,7 @@ from typing import Any
 
 from tooldecode.errors import RunError
 from tooldecode.records import OfferedTool, ProbeRow, SampleRecord, VerdictRecord, samples_per_arm
+from tooldecode.records import label as arm_label
 from tooldecode.runs.manifest import effective_config
 from tooldecode.runs.store import MANIFEST, SAMPLE_FIELDS, DerivedWriteError, RunStore, rescore
 
@@ -101,6 +102,23 @@ class Run:
             for a in c.get("arms", [])
         )
         return per_scenario * len(c.get("scenarios", [])) * len(c.get("seeds", [0]))
+
+    @property
+    def missing_samples(self) -> int:
+        """Samples the run still has to draw: ``expected_samples`` less the stored ones, each (arm,
+        scenario, seed) counted up to what its arm asks for now (an arm that an amendment narrowed keeps
+        the draws it made before, and they do not stand in for another arm's)."""
+        c = effective_config(self.manifest)
+        per_mode, n = c.get("n_by_mode", {}), int(c.get("n") or 0)
+        have: dict[tuple[str, str, int], int] = {}
+        want: dict[str, int] = {}
+        for s in self.samples:
+            label = arm_label(s.arm)
+            have[label, s.scenario, s.seed] = have.get((label, s.scenario, s.seed), 0) + 1
+            if label not in want:
+                want[label] = samples_per_arm(per_mode, n, s.arm.mode, s.arm.level)
+        counted = sum(min(k, want[label]) for (label, _, _), k in have.items())
+        return max(0, self.expected_samples - counted)
 
 
 def sample_of(
