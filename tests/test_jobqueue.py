@@ -127,3 +127,31 @@ def test_the_committed_queues_gates_name_the_rules_doses_and_the_recipe_they_tra
         else:
             assert what in ("next", "chosen") and arg in doses, job["id"]
             assert any(arg in part for part in job["cmd"]), job["id"]
+
+
+def test_the_pending_jobs_that_resume_a_committed_run_ask_for_what_it_was_made_with_or_fewer():
+    """A pending ``tooldecode run SPEC --out RUN`` whose run is committed resumes only if the spec's
+    config is the run's, or draws fewer of an arm (a dated amendment): its ``n_by_mode`` may narrow
+    the stored one and nothing else is compared here (the run store refuses any other change)."""
+    from tooldecode.experiments.spec import load_spec
+    from tooldecode.records import samples_per_arm
+
+    root = Path(jobqueue.__file__).resolve().parents[1]
+    checked = 0
+    for job in jobqueue.load()["job"]:
+        cmd = list(job["cmd"])
+        if job["state"] != "pending" or cmd[:2] != ["tooldecode", "run"] or "--out" not in cmd:
+            continue
+        manifest = root / cmd[cmd.index("--out") + 1] / "manifest.json"
+        if not manifest.exists():
+            continue
+        stored = json.loads(manifest.read_text())["config"]
+        spec = load_spec(root / cmd[2])
+        n = int(stored.get("n") or 0)
+        assert spec.n == n, f"{job['id']}: the spec's n {spec.n} is not the run's {n}"
+        for arm in stored["arms"]:
+            now = samples_per_arm(spec.n_by_mode or {}, spec.n, arm["mode"], arm.get("level"))
+            made = samples_per_arm(stored.get("n_by_mode") or {}, n, arm["mode"], arm.get("level"))
+            assert now <= made, f"{job['id']}: {arm['mode']}@{arm.get('level')} asks {now} > {made}"
+        checked += 1
+    assert checked >= 2  # E17's strict-aligned on both models, at least
