@@ -5,6 +5,7 @@
                                                         # resume the pending jobs in order, in DIR
     python -m scripts.jobqueue mark ID done                # after the job's output is committed
     python -m scripts.jobqueue stop --worktree DIR         # the running queue stops before its next job
+    python -m scripts.jobqueue collect --worktree DIR      # bring DIR's results here, mark what ended
 
 ``run`` needs ``DIR`` to be a clean checkout (``git status --porcelain`` empty, untracked files and the
 rows of runs under ``runs/`` aside: data, not code, as the manifests' ``git_dirty`` counts it) and
@@ -19,6 +20,13 @@ them). ``stop`` leaves ``DIR/queue-logs/stop``: the queue running there
 ends once its current job has ended, before the next one starts (and removes the file), so the worktree
 can move to a newer commit between jobs without killing one. Jobs resume where they stopped, so an interrupted queue is
 resumed by the same command. One job at a time: never two model-heavy jobs at once.
+
+``collect`` brings what the queue made in ``DIR`` into this checkout, for a commit: each pending job's run
+folder (its ``--out``) where ``DIR``'s holds samples this one lacks, its raw files (``manifest.json``,
+``samples.jsonl``, ``timing.json``, ``probe.jsonl``, ``decision.jsonl``) copied only when this checkout's
+rows are the start of ``DIR``'s, so no raw row here is ever replaced; each ``organisms train`` job that
+ended well, through ``tooldecode organisms commit`` (its 16-bit adapter and manifest); and each job that
+ended with rc 0 marked ``done`` in the queue file. It prints what it did; it commits nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -180,6 +189,85 @@ def run(data: dict, worktree: Path, only: list[str] | None) -> int:
     return 0
 
 
+#: the files of a run folder that a job writes and FINDINGS reads (derived ones are rebuilt here)
+RAW = ("manifest.json", "samples.jsonl", "timing.json", "probe.jsonl", "decision.jsonl")
+
+
+def _rows_extend(here: Path, there: Path) -> bool:
+    """Whether ``there`` holds every byte of ``here`` at its start (a missing ``here`` is empty)."""
+    if not here.exists():
+        return True
+    n = here.stat().st_size
+    if there.stat().st_size < n:
+        return False
+    with open(here, "rb") as a, open(there, "rb") as b:
+        while chunk := a.read(1 << 20):
+            if b.read(len(chunk)) != chunk:
+                return False
+    return True
+
+
+def collect(data: dict, worktree: Path, root: Path = ROOT, queue: Path = QUEUE) -> tuple[list[str], int]:
+    """Bring the results of the queue that ran in ``worktree`` into the checkout at ``root`` (module
+    docstring); returns the lines it reports and 0, or 1 where a run folder here could not take
+    ``worktree``'s rows (left as it is, named in a line)."""
+    state_file = worktree / "queue-logs" / "state.json"
+    state = json.loads(state_file.read_text()) if state_file.exists() else {}
+    lines: list[str] = []
+    bad = 0
+    for job in data.get("job", []):
+        if job["state"] != "pending":
+            continue
+        cmd, ended = list(job["cmd"]), state.get(job["id"], {}).get("rc") == 0
+        if "--out" in cmd:
+            out = cmd[cmd.index("--out") + 1]
+            there, here = worktree / out, root / out
+            if not (there / "manifest.json").exists():
+                continue
+            files = [f for f in RAW if (there / f).exists()]
+            stale = [f for f in files if f.endswith(".jsonl") and not _rows_extend(here / f, there / f)]
+            if stale:
+                lines.append(
+                    f"{job['id']}: {here / stale[0]} is not the start of {there / stale[0]}; left as it is "
+                    "(raw rows are never replaced): compare the two and keep both where they differ"
+                )
+                bad = 1
+                continue
+            if any(
+                not (here / f).exists() or (here / f).read_bytes() != (there / f).read_bytes() for f in files
+            ):
+                here.mkdir(parents=True, exist_ok=True)
+                for f in files:
+                    shutil.copyfile(there / f, here / f)
+                rows = (
+                    sum(1 for _ in open(here / "samples.jsonl", "rb"))
+                    if (here / "samples.jsonl").exists()
+                    else 0
+                )
+                lines.append(f"{job['id']}: {out} copied ({rows} samples{', ended' if ended else ''})")
+        elif cmd[:3] == ["tooldecode", "organisms", "train"] and ended:
+            recipe = tomllib.loads((root / cmd[3]).read_text(encoding="utf-8"))["name"]
+            name = f"{recipe}@{cmd[cmd.index('--base') + 1]}" if "--base" in cmd else recipe
+            done = subprocess.run(
+                [sys.executable, "-m", "tooldecode", "organisms", "commit", name],
+                cwd=root,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode != 0:
+                lines.append(
+                    f"{job['id']}: `tooldecode organisms commit {name}` failed: {done.stderr.strip()}"
+                )
+                bad = 1
+                continue
+            lines.append(f"{job['id']}: organism {name} copied into experiments/organisms")
+        if ended:
+            mark(queue, job["id"], "done")
+            lines.append(f"{job['id']}: marked done")
+    return lines, bad
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m scripts.jobqueue", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -189,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--only", nargs="*")
     st = sub.add_parser("stop")
     st.add_argument("--worktree", type=Path, required=True)
+    c = sub.add_parser("collect")
+    c.add_argument("--worktree", type=Path, required=True)
     m = sub.add_parser("mark")
     m.add_argument("job")
     m.add_argument("state")
@@ -204,6 +294,10 @@ def main(argv: list[str] | None = None) -> int:
         (logs / "stop").write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
         print(f"queue: the queue in {args.worktree} stops before its next job")
         return 0
+    if args.cmd == "collect":
+        lines, rc = collect(data, args.worktree.resolve())
+        print("\n".join(lines or ["queue: nothing to collect"]))
+        return rc
     if args.cmd == "mark":
         mark(QUEUE, args.job, args.state)
         return 0

@@ -155,3 +155,33 @@ def test_the_pending_jobs_that_resume_a_committed_run_ask_for_what_it_was_made_w
             assert now <= made, f"{job['id']}: {arm['mode']}@{arm.get('level')} asks {now} > {made}"
         checked += 1
     assert checked >= 2  # E17's strict-aligned on both models, at least
+
+
+def test_collect_copies_a_jobs_rows_marks_what_ended_and_never_replaces_a_row(tmp_path):
+    root, wt = tmp_path / "main", tmp_path / "wt"
+    queue = root / "experiments" / "queue.toml"
+    queue.parent.mkdir(parents=True)
+    job = '[[job]]\nid = "{id}"\ncmd = ["tooldecode", "run", "s.toml", "--out", "runs/{id}"]\nminutes = 1\nstate = "pending"\n'
+    queue.write_text("".join(job.format(id=i) for i in ("a", "b", "c")))
+    for i, rows in (("a", b'{"k": 1}\n{"k": 2}\n'), ("b", b'{"k": 1}\n'), ("c", b'{"k": 9}\n{"k": 3}\n')):
+        (wt / "runs" / i).mkdir(parents=True)
+        (wt / "runs" / i / "manifest.json").write_text("{}")
+        (wt / "runs" / i / "samples.jsonl").write_bytes(rows)
+    (root / "runs" / "c").mkdir(parents=True)
+    (root / "runs" / "c" / "samples.jsonl").write_bytes(b'{"k": 1}\n')  # not the start of wt's rows
+    (wt / "queue-logs").mkdir()
+    (wt / "queue-logs" / "state.json").write_text(
+        json.dumps({"a": {"rc": 0}, "b": {"rc": 130}, "c": {"rc": 0}})
+    )
+    lines, rc = jobqueue.collect(jobqueue.load(queue), wt, root=root, queue=queue)
+    assert rc == 1
+    assert (root / "runs" / "a" / "samples.jsonl").read_bytes() == b'{"k": 1}\n{"k": 2}\n'
+    assert (root / "runs" / "b" / "samples.jsonl").read_bytes() == b'{"k": 1}\n'  # interrupted: copied
+    assert (root / "runs" / "c" / "samples.jsonl").read_bytes() == b'{"k": 1}\n'  # left as it was
+    assert "a: runs/a copied (2 samples, ended)" in lines and "a: marked done" in lines
+    assert any(line.startswith("c: ") and "left as it is" in line for line in lines)
+    states = {j["id"]: j["state"] for j in jobqueue.load(queue)["job"]}
+    assert states == {"a": "done", "b": "pending", "c": "pending"}
+    # again: nothing new to copy, and a done job is not looked at
+    lines, _ = jobqueue.collect(jobqueue.load(queue), wt, root=root, queue=queue)
+    assert not any(line.startswith(("a:", "b:")) for line in lines)
