@@ -24,7 +24,8 @@ resumed by the same command. One job at a time: never two model-heavy jobs at on
 ``collect`` brings what the queue made in ``DIR`` into this checkout, for a commit: each pending job's run
 folder (its ``--out``) where ``DIR``'s holds samples this one lacks, its raw files (``manifest.json``,
 ``samples.jsonl``, ``timing.json``, ``probe.jsonl``, ``decision.jsonl``) copied only when this checkout's
-rows are the start of ``DIR``'s, so no raw row here is ever replaced; each ``organisms train`` job that
+rows are the start of ``DIR``'s, so no raw row here is ever replaced, and never while a job writes them
+(the run's write lock); each ``organisms train`` job that
 ended well, through ``tooldecode organisms commit`` (its 16-bit adapter and manifest); and each job that
 ended with rc 0 marked ``done`` in the queue file. It prints what it did; it commits nothing.
 """
@@ -41,6 +42,9 @@ import sys
 import time
 import tomllib
 from pathlib import Path
+
+from tooldecode.errors import RunError
+from tooldecode.runs.store import RunLock
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = ROOT / "experiments" / "queue.toml"
@@ -207,6 +211,40 @@ def _rows_extend(here: Path, there: Path) -> bool:
     return True
 
 
+def _collect_run(there: Path, here: Path, out: str, ended: bool) -> tuple[str, str]:
+    """Copy run folder ``there``'s raw files to ``here`` where ``there`` extends them. Returns what
+    happened (``none``: nothing to copy, ``copied``, ``busy``: a job writes it, ``stale``: the rows here
+    are not the start of ``there``'s) and the line to report (``""`` for ``none``)."""
+    if not (there / "manifest.json").exists():
+        return "none", ""
+    try:  # the writer's lock: a run still being written is left for a later collect
+        lock = RunLock(there)
+    except RunError:
+        return "busy", f"{out} is being written; collect it once its job has ended or stopped"
+    try:
+        files = [f for f in RAW if (there / f).exists()]
+        stale = [f for f in files if f.endswith(".jsonl") and not _rows_extend(here / f, there / f)]
+        if stale:
+            return "stale", (
+                f"{here / stale[0]} is not the start of {there / stale[0]}; left as it is (raw rows are "
+                "never replaced): compare the two and keep both where they differ"
+            )
+        if all((here / f).exists() and (here / f).read_bytes() == (there / f).read_bytes() for f in files):
+            return "none", ""
+        here.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            shutil.copyfile(there / f, here / f)
+        with (
+            open(here / "samples.jsonl", "rb")
+            if (here / "samples.jsonl").exists()
+            else open(os.devnull, "rb") as fh
+        ):
+            rows = sum(1 for _ in fh)
+        return "copied", f"{out} copied ({rows} samples{', ended' if ended else ''})"
+    finally:
+        lock.release()
+
+
 def collect(data: dict, worktree: Path, root: Path = ROOT, queue: Path = QUEUE) -> tuple[list[str], int]:
     """Bring the results of the queue that ran in ``worktree`` into the checkout at ``root`` (module
     docstring); returns the lines it reports and 0, or 1 where a run folder here could not take
@@ -221,30 +259,12 @@ def collect(data: dict, worktree: Path, root: Path = ROOT, queue: Path = QUEUE) 
         cmd, ended = list(job["cmd"]), state.get(job["id"], {}).get("rc") == 0
         if "--out" in cmd:
             out = cmd[cmd.index("--out") + 1]
-            there, here = worktree / out, root / out
-            if not (there / "manifest.json").exists():
+            what, line = _collect_run(worktree / out, root / out, out, ended)
+            if line:
+                lines.append(f"{job['id']}: {line}")
+            if what in ("busy", "stale"):
+                bad |= what == "stale"
                 continue
-            files = [f for f in RAW if (there / f).exists()]
-            stale = [f for f in files if f.endswith(".jsonl") and not _rows_extend(here / f, there / f)]
-            if stale:
-                lines.append(
-                    f"{job['id']}: {here / stale[0]} is not the start of {there / stale[0]}; left as it is "
-                    "(raw rows are never replaced): compare the two and keep both where they differ"
-                )
-                bad = 1
-                continue
-            if any(
-                not (here / f).exists() or (here / f).read_bytes() != (there / f).read_bytes() for f in files
-            ):
-                here.mkdir(parents=True, exist_ok=True)
-                for f in files:
-                    shutil.copyfile(there / f, here / f)
-                rows = (
-                    sum(1 for _ in open(here / "samples.jsonl", "rb"))
-                    if (here / "samples.jsonl").exists()
-                    else 0
-                )
-                lines.append(f"{job['id']}: {out} copied ({rows} samples{', ended' if ended else ''})")
         elif cmd[:3] == ["tooldecode", "organisms", "train"] and ended:
             recipe = tomllib.loads((root / cmd[3]).read_text(encoding="utf-8"))["name"]
             name = f"{recipe}@{cmd[cmd.index('--base') + 1]}" if "--base" in cmd else recipe

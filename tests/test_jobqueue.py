@@ -185,3 +185,14 @@ def test_collect_copies_a_jobs_rows_marks_what_ended_and_never_replaces_a_row(tm
     # again: nothing new to copy, and a done job is not looked at
     lines, _ = jobqueue.collect(jobqueue.load(queue), wt, root=root, queue=queue)
     assert not any(line.startswith(("a:", "b:")) for line in lines)
+    # a run its job is writing (the run's write lock held) is left for later, whatever it holds
+    from tooldecode.runs.store import RunLock
+
+    (wt / "runs" / "b" / "samples.jsonl").write_bytes(b'{"k": 1}\n{"k": 2}\n')
+    writer = RunLock(wt / "runs" / "b")
+    try:
+        lines, _ = jobqueue.collect(jobqueue.load(queue), wt, root=root, queue=queue)
+    finally:
+        writer.release()
+    assert "b: runs/b is being written; collect it once its job has ended or stopped" in lines
+    assert (root / "runs" / "b" / "samples.jsonl").read_bytes() == b'{"k": 1}\n'
