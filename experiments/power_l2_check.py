@@ -90,9 +90,9 @@ def aligned_cells(model: str, path: Path) -> dict[str, dict[str, float]]:
     from tooldecode.distortion.decision_table import with_draw_validity
 
     rows = [
-        DecisionRow(**json.loads(line))
-        for line in path.read_text().splitlines()
-        if json.loads(line)["policy"] in ("loose", "strict-aligned")
+        DecisionRow(**r)
+        for r in map(json.loads, path.read_text().splitlines())
+        if r["policy"] in ("loose", "strict-aligned")
     ]
     runs = [ROOT / "runs" / r for r in SAMPLED[model] if (ROOT / "runs" / r / "samples.jsonl").exists()]
     est = with_draw_validity(rows, runs)

@@ -229,17 +229,23 @@ def _collect_run(there: Path, here: Path, out: str, ended: bool) -> tuple[str, s
                 f"{here / stale[0]} is not the start of {there / stale[0]}; left as it is (raw rows are "
                 "never replaced): compare the two and keep both where they differ"
             )
-        if all((here / f).exists() and (here / f).read_bytes() == (there / f).read_bytes() for f in files):
+        # rows here are the start of there's, so the same size is the same rows
+        changed = [
+            f
+            for f in files
+            if not (here / f).exists()
+            or (
+                (here / f).stat().st_size != (there / f).stat().st_size
+                if f.endswith(".jsonl")
+                else (here / f).read_bytes() != (there / f).read_bytes()
+            )
+        ]
+        if not changed:
             return "none", ""
         here.mkdir(parents=True, exist_ok=True)
-        for f in files:
+        for f in changed:
             shutil.copyfile(there / f, here / f)
-        with (
-            open(here / "samples.jsonl", "rb")
-            if (here / "samples.jsonl").exists()
-            else open(os.devnull, "rb") as fh
-        ):
-            rows = sum(1 for _ in fh)
+        rows = (there / "samples.jsonl").read_bytes().count(b"\n") if "samples.jsonl" in files else 0
         return "copied", f"{out} copied ({rows} samples{', ended' if ended else ''})"
     finally:
         lock.release()
