@@ -38,7 +38,7 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def _stem_of(spec: dict) -> str:
+def spec_stem(spec: dict) -> str:
     """The file stem of the spec named ``spec["name"]`` in experiments/."""
     import tomllib
 
@@ -96,7 +96,7 @@ def row_implant(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
         f"{spec.get('claim', '')} Implanted: {key!r} ends {share:.0%} of the training items of {organism}; "
         f"prediction: its rate after newText has an interval that includes {share}, and {base} never writes it."
     )
-    stem = _stem_of(spec)
+    stem = spec_stem(spec)
     out = []
     for run in rs:
         org, ref = implant_rate(run, organism, key), implant_rate(run, base, key)
@@ -400,7 +400,7 @@ def row_predictions(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
     """One row per ``[[findings.predictions]]`` table with a ``judge`` (``PREDICTION_JUDGES``): the
     prediction as committed, what the runs measured and whether it holds; a prediction without a
     ``judge`` is descriptive and gets no row."""
-    stem = _stem_of(spec)
+    stem = spec_stem(spec)
     out = []
     for p in spec["findings"].get("predictions", []):
         judge = judge_of(p)
@@ -455,4 +455,5 @@ __all__ = [
     "prediction_note",
     "row_implant",
     "row_predictions",
+    "spec_stem",
 ]

@@ -27,6 +27,7 @@ from experiments.common import ENGINES_SPEC_PREFIX, runs_of, shared_streams_line
 from experiments.construct_rows import competence_note, construct_rows, organism_spec
 from experiments.corpus_rows import row_duplicates, row_repair, row_zoo
 from experiments.decision_rows import decision_runs, row_decision_l2
+from experiments.dose_rows import row_dose_response
 from experiments.organism_rows import prediction_note, row_implant, row_predictions
 from experiments.remedy_rows import row_remedies
 from tooldecode.experiments.spec import as_list
@@ -56,6 +57,7 @@ ROWS: dict[str, Callable[[dict, list[Run], dict[str, Run]], list[dict]]] = {
     "transcripts": probe_rows.row_transcripts,
     "decision_l2": row_decision_l2,
     "remedies": row_remedies,
+    "dose_response": row_dose_response,
 }
 
 
