@@ -133,7 +133,9 @@ def cause(dose: str, carry: str) -> str:
             "attenuates": "implanted at its dose, and the shortfall on the evaluation scenarios is transfer",
             "carries": "implanted at its dose and carried to the evaluation scenarios",
         }.get(carry, "implanted at its dose; the transfer is not decided")
-    return "not decided"
+    if carry == "attenuates":
+        return "the transfer attenuates; the dose in distribution is not decided"
+    return "not decided by the committed reading (the figures say how much each part loses)"
 
 
 def _spec_file(stem: str) -> dict:

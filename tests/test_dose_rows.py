@@ -124,4 +124,5 @@ def test_the_cause_follows_both_readings():
     assert cause("under its dose", "carries").startswith("the dose is short")
     assert "attenuates too" in cause("under its dose", "attenuates")
     assert "carried" in cause("at its dose", "carries")
-    assert cause("undecided", "attenuates") == "not decided"
+    assert cause("undecided", "attenuates").startswith("the transfer attenuates")
+    assert cause("undecided", "undecided").startswith("not decided")
