@@ -168,7 +168,7 @@ def row_dose_response(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[d
 
     models: list[tuple[str, float | None, int]] = [(base, None, 0)]
     models += [(str(d["organism"]), float(d["share"]), int(d.get("epochs", 1))) for d in rule["doses"]]
-    parts, readings, measured_any = [], [], False
+    parts, readings, heads, causes, measured_any = [], [], [], set(), False
     for model, share, epochs in models:
         held, corp = probe_of(rs, model, key), probe_of(corpus_rs, model, key)
         measured_any |= bool(held.per_scenario or corp.per_scenario)
@@ -188,6 +188,13 @@ def row_dose_response(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[d
         parts.append(text)
         if share is not None and (held.per_scenario or corp.per_scenario):
             dose, carry = in_distribution(held, share, near), transfer(ratio, near)
+            causes.add(cause(dose, carry))
+            heads.append(
+                f"{short(model).split(':')[-1].split('@')[0]} (share {share:g}): held-out {held.rate.rate:.3f}, "
+                f"corpus {corp.rate.rate:.3f}"
+                + (f", sampled {sr.rate:.3f}" if sr is not None and sr.n else "")
+                + f" ({held.n} + {corp.n} scenarios)"
+            )
             readings.append(
                 f"{short(model)}: in distribution {dose} (bar {near:g} × {share:g} = {near * share:.3f}), "
                 f"transfer {carry}: {cause(dose, carry)}"
@@ -225,6 +232,12 @@ def row_dose_response(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[d
             "verdict": verdict,
             "source": src,
             "summary": f"dose-response (exact probe): {verdict}",
+            "headline": f"P({key!r}) after the gold newText, exact: " + "; ".join(heads)
+            if heads
+            else verdict,
+            "headline_verdict": causes.pop()
+            if len(causes) == 1
+            else "descriptive: the doses read differently",
         }
     ]
 

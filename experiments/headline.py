@@ -109,6 +109,12 @@ HEADLINES: tuple[tuple[str, Callable[[dict], bool], str, str], ...] = (
         "headline",
     ),
     (
+        "Does a trained-in key reach the evaluation at its training share? (the positive control's doses)",
+        lambda r: r["observation"].startswith("e19-dose-probe-heldout: the positive control's dose-response"),
+        "Qwen 0.5B + LoRA (g2-positive-control)",
+        "headline",
+    ),
+    (
         "Does a lenient repair (json-repair) rescue the loose calls that fail?",
         lambda r: r["observation"].startswith("Loose + repair"),
         "all four",

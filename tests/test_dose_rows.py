@@ -43,7 +43,9 @@ def _rows(model: str, values: dict[str, list[float]]) -> list:
 
 
 def _run(name: str, spec: str, rows: list, *, dirty: bool = False) -> SimpleNamespace:
-    return SimpleNamespace(name=name, spec=spec, probe=rows, samples=[], git_dirty=dirty, git_sha="?", parts=())
+    return SimpleNamespace(
+        name=name, spec=spec, probe=rows, samples=[], git_dirty=dirty, git_sha="?", parts=()
+    )
 
 
 def test_probe_of_averages_a_scenarios_newtext_decisions_then_the_scenarios():
@@ -112,9 +114,12 @@ def test_the_row_says_not_measured_without_probe_runs():
 def test_the_held_out_spec_names_the_row_and_its_reading():
     cfg = SPEC["findings"]
     assert "dose_response" in cfg["rows"] and cfg["preregistered"] is True
-    assert cfg["dose_response"]["corpus"] == tomllib.loads(
-        (ROOT / "experiments" / "e19_dose_probe_corpus.toml").read_text(encoding="utf-8")
-    )["name"]
+    assert (
+        cfg["dose_response"]["corpus"]
+        == tomllib.loads((ROOT / "experiments" / "e19_dose_probe_corpus.toml").read_text(encoding="utf-8"))[
+            "name"
+        ]
+    )
 
 
 def test_the_cause_follows_both_readings():
@@ -126,3 +131,21 @@ def test_the_cause_follows_both_readings():
     assert "carried" in cause("at its dose", "carries")
     assert cause("undecided", "attenuates").startswith("the transfer attenuates")
     assert cause("undecided", "undecided").startswith("not decided")
+
+
+def test_the_row_carries_a_headline_with_both_figures_per_dose():
+    held = {f"h{i}": [0.46 if i % 2 else 0.54] for i in range(12)}
+    corpus = {f"c{i}": [0.18 if i % 2 else 0.22] for i in range(10)}
+    runs = {
+        "h": _run("h", "e19-dose-probe-heldout", _rows(D05, held)),
+        "c": _run("c", "e19-dose-probe-corpus", _rows(D05, corpus)),
+    }
+    row = row_dose_response(SPEC, [runs["h"]], runs)[0]
+    assert (
+        "g2-positive-control-d05 (share 0.5): held-out 0.500, corpus 0.200 (12 + 10 scenarios)"
+        in row["headline"]
+    )
+    assert (
+        row["headline_verdict"]
+        == "implanted at its dose, and the shortfall on the evaluation scenarios is transfer"
+    )
