@@ -8,7 +8,7 @@ For the base and each dose of the committed dose rule (its home: the rule's pred
   where it was trained, at its share?);
 - on the evaluation scenarios (``corpus``, the same probe's other spec: does it carry there?);
 - their ratio, corpus / held-out: the transfer's attenuation;
-- beside them, the sampled L2 loose rate the dose rule reads (``screen``).
+- beside them, the sampled L2 loose rate the dose rule reads (the runs of ``rule_spec``).
 
 Each per-scenario value is the mean over the scenario's ``newText`` decisions; a model's figure is the
 mean over scenarios with a cluster-robust interval (one cluster per scenario), and the ratio's interval
@@ -186,7 +186,7 @@ def row_dose_response(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[d
         if sr is not None and sr.n:
             text += f"; screen (sampled, L2 loose) {sr}"
         parts.append(text)
-        if share is not None and (held.per_scenario or corp.per_scenario):
+        if share is not None:
             dose, carry = in_distribution(held, share, near), transfer(ratio, near)
             causes.add(cause(dose, carry))
             heads.append(
