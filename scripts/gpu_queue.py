@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=None,
         help="evaluation specs, each run on the base and every organism (default: e16 for the first "
-        "generation's recipes, e19 for the second's, each with the base)",
+        "generation's recipes, e19 and its exact probe for the second's, each with the base)",
     )
     p.add_argument(
         "--device", choices=("cuda", "cpu"), default=None, help="default: cuda when torch sees one"
@@ -116,9 +116,12 @@ def _run(args: argparse.Namespace) -> int:
     log: dict = {"device": device, "precision": precision, "base": args.base, "train": {}, "runs": {}}
     t_all = time.perf_counter()
     by_spec: dict[str, list[str]] = {}
-    default = {
-        1: str(ROOT / "experiments" / "e16_organisms.toml"),
-        2: str(ROOT / "experiments" / "e19_organisms_gen2.toml"),
+    default = {  # each generation's evaluations: the second's sampled arms, then its exact probe
+        1: [str(ROOT / "experiments" / "e16_organisms.toml")],
+        2: [
+            str(ROOT / "experiments" / "e19_organisms_gen2.toml"),
+            str(ROOT / "experiments" / "e19_organisms_gen2_probe.toml"),
+        ],
     }
     for path in recipes:
         recipe = load_recipe(path)
@@ -135,7 +138,7 @@ def _run(args: argparse.Namespace) -> int:
             out_root=organisms,
             log=lambda line: print(line, file=sys.stderr, flush=True),
         )
-        for spec_path in args.specs or [default.get(getattr(recipe, "generation", 1), default[1])]:
+        for spec_path in args.specs or default.get(getattr(recipe, "generation", 1), default[1]):
             by_spec.setdefault(spec_path, [args.base]).append(f"organism:{folder.name}")
         log["train"][folder.name] = round(time.perf_counter() - t0, 1)
         print(f"gpu-queue: trained {folder.name} in {log['train'][folder.name]} s", flush=True)

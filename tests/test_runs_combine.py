@@ -100,3 +100,61 @@ def test_parts_from_two_commits_name_both(tmp_path, whole):
     [combined] = model_split_runs(parts)
     assert combined.git_sha == "1" * 40 + "+" + "2" * 40
     assert [p.git_sha for p in combined.parts] == ["1" * 40, "2" * 40]
+
+
+# --------------------------------------------------------------------------------------------- probe runs
+
+PROBE = ROOT / "runs" / "e19-dose-probe-corpus"
+PROBE_D10 = ROOT / "runs" / "e19-dose-probe-corpus-d10"
+HELDOUT = ROOT / "runs" / "e19-dose-probe-heldout"
+D015 = "organism:g2-positive-control-d015@qwen2.5-coder-0.5b-instruct"
+D05 = "organism:g2-positive-control-d05@qwen2.5-coder-0.5b-instruct"
+D10 = "organism:g2-positive-control-d10@qwen2.5-coder-0.5b-instruct"
+
+
+def _l3_effect(a: str, b: str) -> dict:
+    return {
+        "label": "P(reviewed) after newText, one dose vs another",
+        "level": "L3",
+        "measure": "key:reviewed",
+        "a": {"model": a},
+        "b": {"model": b},
+        "scale": "ratio",
+        "size": 1,
+        "bound": "at least",
+    }
+
+
+@pytest.fixture(scope="module")
+def probes():
+    if not all((p / "manifest.json").is_file() for p in (PROBE, PROBE_D10, HELDOUT)):
+        pytest.skip("the dose probes' runs are not in this checkout")
+    return load_run(PROBE), load_run(PROBE_D10), load_run(HELDOUT)
+
+
+def test_an_exact_effect_between_two_models_reads_each_arms_own_rows(probes):
+    from tooldecode.measures import l3_values
+    from tooldecode.stats import paired_clusters
+
+    corpus, _, _ = probes
+    res = evaluate_effect(_l3_effect(D05, D015), {"corpus": corpus})
+    assert res is not None and res.run.name == corpus.name
+    va = l3_values(corpus.probe, "key:reviewed", model=D05)
+    vb = l3_values(corpus.probe, "key:reviewed", model=D015)
+    assert len(va) == len(vb) == 36 and va != vb
+    ref = paired_clusters(va, vb)
+    assert (res.cmp.mean_a, res.cmp.mean_b, res.cmp.g) == (ref.mean_a, ref.mean_b, 36)
+    assert res.draws == sum(1 for r in corpus.probe if r.after == "newText" and r.model in (D05, D015))
+
+
+def test_probe_only_runs_made_model_by_model_read_as_one(probes):
+    corpus, d10, heldout = probes
+    assert not corpus.samples and not d10.samples  # probe-only: nothing drawn, no streams to share
+    [combined] = model_split_runs([corpus, d10, heldout])  # the held-out run has other scenarios: apart
+    assert [p.name for p in combined.parts] == [corpus.name, d10.name]
+    assert len(combined.probe) == len(corpus.probe) + len(d10.probe)
+    # neither folder has both arms; the combined run judges the effect
+    assert evaluate_effect(_l3_effect(D10, D05), {corpus.name: corpus}) is None
+    res = evaluate_effect(_l3_effect(D10, D05), {corpus.name: corpus, d10.name: d10})
+    assert res is not None and res.run.parts == combined.parts
+    assert res.cmp.mean_a > res.cmp.mean_b > 0  # the full implant above the half one, as the dose rows read

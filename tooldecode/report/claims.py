@@ -144,8 +144,14 @@ def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") 
             continue
         if level == "L3":
             rows = run.probe
-            va = l3_values(rows, measure, model=model, **{**common, **effect["a"]})
-            vb = l3_values(rows, measure, model=model, **{**common, **effect["b"]})
+            # an arm may name its own model (two models compared); the variant is the rest of the arm
+            arms = []
+            for side in "ab":
+                arm = {**common, **effect[side]}
+                arms.append((arm.pop("model", model), arm))
+            (ma, arm_a), (mb, arm_b) = arms
+            va = l3_values(rows, measure, model=ma, **arm_a)
+            vb = l3_values(rows, measure, model=mb, **arm_b)
             shared = set(va) & set(vb)
             # exact probabilities: a scenario is an L3 event when either arm's probability is above 0
             ev_sc = [s for s in shared if max(va[s], vb[s]) > 0]
@@ -155,9 +161,10 @@ def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") 
                 for r in rows
                 if r.scenario in shared
                 and r.after == "newText"
-                and (not model or r.model == model)
-                and full_variant(r.variant)
-                in (full_variant({**common, **effect["a"]}), full_variant({**common, **effect["b"]}))
+                and any(
+                    (not m or r.model == m) and full_variant(r.variant) == full_variant(arm)
+                    for m, arm in arms
+                )
                 and row_measure(r, measure) is not None
             )
         elif level in ("L1", "L2"):

@@ -9,7 +9,8 @@ run over all the models would hold, and arms of different models share their ran
 ``model_split_runs`` returns one combined ``Run`` per such group, for the stages that pair arms of two
 models within one run (a claimed effect between two models).
 
-Runs are combined only when each has per-scenario streams, each was made from the spec (its config names
+Runs are combined only when each has per-scenario streams (or draws nothing: a probe-only run's exact
+rows), each was made from the spec (its config names
 it), their configs agree in every field but the arms' models, and their model sets are disjoint (a model
 run twice is two measurements, not one: those runs are left apart).
 """
@@ -38,8 +39,8 @@ def split_key(run: Run) -> str | None:
     The key is the run's config with each arm's model taken out (the model-free arms as a set) plus the
     scenarios' file hashes; two runs with one key differ only in their models."""
     config = run.manifest.get("config", {})
-    if not run.samples or run.shared_streams or "spec" not in config:
-        return None
+    if not (run.samples or run.probe) or run.shared_streams or "spec" not in config:
+        return None  # a probe-only run draws nothing: its exact rows need no stream to be combined
     arms = config.get("arms", [])
     if not arms or any("model" not in a for a in arms):
         return None
@@ -102,7 +103,7 @@ def model_split_runs(runs: Iterable[Run]) -> list[Run]:
     Parameters
     ----------
     runs
-        Loaded runs (``load_run``); runs that cannot be combined are skipped.
+        Loaded runs (``load_run``) with samples or probe rows; runs that cannot be combined are skipped.
 
     Returns
     -------
