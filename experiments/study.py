@@ -70,7 +70,13 @@ def load_specs(root: Path = ROOT) -> list[tuple[str, dict]]:
     out = []
     for p in sorted(
         root.glob("*.toml"),
-        key=lambda p: (p.stem[0], int("".join(c for c in p.stem.split("_")[0][1:] if c.isdigit()) or 0)),
+        # the file name breaks ties (e16_organisms before e16_organisms_history): a directory's listing
+        # order differs between file systems, and FINDINGS must not
+        key=lambda p: (
+            p.stem[0],
+            int("".join(c for c in p.stem.split("_")[0][1:] if c.isdigit()) or 0),
+            p.stem,
+        ),
     ):
         spec = tomllib.loads(p.read_text(encoding="utf-8"))
         if "findings" in spec:

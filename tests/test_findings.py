@@ -555,3 +555,23 @@ def test_the_organisms_closing_table_reads_each_generation_and_says_what_is_not_
     assert lenient["strict's effect (goes on)"].startswith("×")
     if not any(r.spec == "e16-organisms-history" for r in runs.values()):
         assert lenient["fresh/agentic"] == "not run"
+
+
+def test_the_suite_order_does_not_depend_on_the_directory_listing(monkeypatch):
+    """FINDINGS' row numbers follow the suite order: the same on every file system (a directory lists
+    its files in creation, hash or name order depending on where it lives)."""
+    from pathlib import Path
+
+    from experiments.study import ROOT as SPECS
+    from experiments.study import load_specs
+
+    first = [stem for stem, _ in load_specs(SPECS)]
+    real = Path.glob
+    monkeypatch.setattr(Path, "glob", lambda self, pattern: reversed(list(real(self, pattern))))
+    assert [stem for stem, _ in load_specs(SPECS)] == first
+    assert (
+        first.index("e16_organisms")
+        < first.index("e16_organisms_history")
+        < first.index("e16_positive_control")
+    )
+    assert first.index("e19_organisms_gen2") < first.index("e19_organisms_gen2_probe")
