@@ -260,7 +260,11 @@ def test_remedy_rows_retry_repair_and_masked_arms(tmp_path):
     store.close()
     (t,) = remedy_table(remedy_rows(tmp_path / "aligned"))
     assert t["walks_per_call"] == pytest.approx(4.0) and t["acceptance"] == pytest.approx(2 / 12)
-    assert "| 4.0 (16.7%) |" in format_remedies([t]) and format_remedies(table).count("| — |") == len(table)
+    # the abandoned call is no call: cut by the sampler's budget, never valid, out of the completed rates
+    assert t["abandoned"] == 1 and t["n"] == 3
+    assert t["all"]["cut"].k == 1 and t["all"]["valid"].k == 2 and t["completed"]["correct"].n == 2
+    assert "| 4.0 (16.7%; 1 abandoned at the budget) |" in format_remedies([t])
+    assert format_remedies(table).count("| — |") == len(table)
 
 
 def test_no_reference_says_the_reference_was_not_replayed(capsys):

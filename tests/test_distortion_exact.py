@@ -294,5 +294,37 @@ def test_the_aligned_trial_queues_its_adaptive_draws_only(llama_smol):
     adaptive = {"method": "adaptive", "target": "complete", "particles": 8, "max_rounds": 4}
     req = Trial(arm, sc, aligned=adaptive).request(llama_smol, 2, params, start_index=3)
     assert isinstance(req, AdaptiveRequest) and (req.n, req.start_index, req.max_attempts) == (2, 3, 32)
+    assert req.max_tokens is None
+    capped = Trial(arm, sc, aligned={**adaptive, "max_walk_tokens": 100}).request(llama_smol, 2, params)
+    assert isinstance(capped, AdaptiveRequest) and capped.max_tokens == 100
     assert Trial(arm, sc, aligned={**adaptive, "walks": 4}).request(llama_smol, 2, params) is None
     assert Trial(arm, sc, aligned={"method": "sir"}).request(llama_smol, 2, params) is None
+
+
+def test_a_walk_token_budget_abandons_an_output_and_keeps_the_accepted_ones_exact(setup):
+    """``max_tokens``: an output whose walks reach the budget without an accepted one is an error record
+    that names the budget (the queue and one walk at a time agree); an accepted output is the draw the
+    unbudgeted sampler makes while its walks stay within the budget (the first output: a fresh trie)."""
+    from tooldecode.sampling import AdaptiveRequest, sample_adaptive, sample_adaptive_queue
+
+    be, ids, mask, _, _ = setup
+    params = SamplingParams(max_new_tokens=12, seed=11, top_logprobs=0)
+    budget = sample_adaptive(be, ids, 24, params, mask=mask, max_tokens=2)
+    errors = [s for s in budget if s.error]
+    assert errors and len(errors) < len(budget)
+    for s in errors:
+        assert s.timing["tokens"] >= 2 and "2 walk tokens" in s.error and s.finish_reason == "error"
+    for s in budget:  # a walk's tokens are counted when it ends: none starts once the budget is spent
+        assert s.error or s.timing["tokens"] - len(s.token_ids) < 2
+    free = sample_adaptive(be, ids, 1, params, mask=mask)[0]
+    if free.timing["tokens"] - len(free.token_ids) < 2:
+        assert (budget[0].text, budget[0].timing["attempts"]) == (free.text, free.timing["attempts"])
+    got: list = []
+    req = AdaptiveRequest(list(ids), 24, params, mask, max_tokens=2, on_batch=got.extend)
+    sample_adaptive_queue(be, [req], slots=2)
+    same = sum(
+        (a.text, a.error is None) == (b.text, b.error is None) for a, b in zip(budget, got, strict=True)
+    )
+    assert same >= 22, same  # up to a token flipped by a batched step's float order
+    rounds = sample_adaptive(be, ids, 8, params, mask=mask, max_tokens=2, walks=4)
+    assert all(s.error is None or s.timing["tokens"] >= 2 for s in rounds)

@@ -59,6 +59,12 @@ def test_spec_errors_are_one_line(tmp_path):
     bad.write_text('name = "x"\nmodels = ["m"]\n[aligned]\nmethod = "adaptive"\nwalks = 0\n')
     with pytest.raises(SpecError, match="walks must be a whole number"):
         load_spec(bad)
+    bad.write_text('name = "x"\nmodels = ["m"]\n[aligned]\nmethod = "rejection"\nmax_walk_tokens = 4096\n')
+    with pytest.raises(SpecError, match="max_walk_tokens applies to method = .adaptive. only"):
+        load_spec(bad)
+    bad.write_text('name = "x"\nmodels = ["m"]\n[aligned]\nmethod = "adaptive"\nmax_walk_tokens = 0\n')
+    with pytest.raises(SpecError, match="max_walk_tokens must be a whole number"):
+        load_spec(bad)
     assert scenario_stream("a") != scenario_stream("b") and scenario_stream("a") == scenario_stream("a")
 
 

@@ -630,3 +630,35 @@ def test_an_amendment_that_widens_or_changes_more_is_refused(tmp_path: Path, cha
     with pytest.raises(RunError, match="was made with a different config"):
         RunStore.create(run, _manifest(other))
     assert "resumed" not in json.loads((run / "manifest.json").read_text())
+
+
+ADAPTIVE = {"method": "adaptive", "target": "complete", "particles": 8, "max_rounds": 64}
+
+
+def test_an_amendment_that_gives_strict_aligned_a_smaller_budget_resumes_and_is_recorded(
+    tmp_path: Path,
+) -> None:
+    from tooldecode.runs.manifest import effective_config
+
+    run = tmp_path / "r"
+    first = {**_levels_config({"strict-aligned": 4}), "aligned": ADAPTIVE}
+    RunStore.create(run, _manifest(first, created="t0")).close()
+    budget = {**ADAPTIVE, "max_walk_tokens": 4096}
+    narrowed = {**_levels_config({"strict-aligned": 4, "strict-aligned@L2": 2}), "aligned": budget}
+    later = {"tooldecode": {"version": "0", "git_sha": "bbb", "git_dirty": False}}
+    RunStore.create(run, _manifest(narrowed, created="t1", **later)).close()
+    stored = json.loads((run / "manifest.json").read_text())
+    assert stored["config"]["aligned"] == ADAPTIVE  # the config stays as the run was made
+    assert stored["resumed"][-1]["aligned"] == budget
+    assert stored["resumed"][-1]["n_by_mode"] == {"strict-aligned": 4, "strict-aligned@L2": 2}
+    assert effective_config(stored)["aligned"] == budget
+    # a smaller budget again resumes; a larger one, or a budget with another sampler, is refused
+    smaller = {**narrowed, "aligned": {**budget, "max_walk_tokens": 2048, "max_rounds": 8}}
+    RunStore.create(run, _manifest(smaller, created="t2", **later)).close()
+    for aligned in (
+        {**budget, "max_rounds": 128},
+        {**budget, "particles": 4},
+        {**budget, "method": "rejection"},
+    ):
+        with pytest.raises(RunError, match="was made with a different config"):
+            RunStore.create(run, _manifest({**narrowed, "aligned": aligned}))

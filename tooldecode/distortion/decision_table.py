@@ -354,7 +354,8 @@ def compare_sampled(rows: Iterable[DecisionRow], runs: Sequence[Any]) -> list[di
         for d in sampled_decisions(run):
             mine[(d["model"], d["remedy"])].append(d)
         for w in remedy_rows(run):
-            if str(w["level"]) == "L2":
+            # a strict-aligned call abandoned at the sampler's budget is no draw of its target
+            if str(w["level"]) == "L2" and not w.get("abandoned"):
                 mine[(str(w["model"]), w["remedy"])].append(
                     {"scenario": w["scenario"], "works": bool(w["works"])}
                 )

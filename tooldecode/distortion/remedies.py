@@ -156,7 +156,10 @@ def remedy_rows(
         name = remedy_name(arm)
         if name is None:
             continue
-        o, v = outcome_of(r)
+        if r.error:  # strict-aligned's sampler gave up at its budget: no call, cut by the budget
+            o, v = dict.fromkeys(MEASURES, False) | {"cut": True}, {}
+        else:
+            o, v = outcome_of(r)
         walks = (r.particles or {}).get("drawn") if name == "strict-aligned" else None
         rows.append(
             {
@@ -165,6 +168,7 @@ def remedy_rows(
                 "retries": 0,
                 **_row(o, v, _tokens(r), wall.get(r.key, 0.0)),
                 **({"walks": int(walks), "accepted": not r.error} if walks is not None else {}),
+                **({"abandoned": True} if r.error else {}),
             }
         )
     for recs in loose.values():
@@ -197,18 +201,20 @@ def _walks(rs: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     walked = [r for r in rs if "walks" in r]
     total = sum(r["walks"] for r in walked)
     if not walked or total == 0:
-        return {"walks_per_call": None, "acceptance": None}
+        return {"walks_per_call": None, "acceptance": None, "abandoned": 0}
     return {
         "walks_per_call": total / len(walked),
         "acceptance": sum(bool(r["accepted"]) for r in walked) / total,
+        "abandoned": sum(1 for r in walked if r.get("abandoned")),
     }
 
 
 def remedy_table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (model, level, remedy): each measure over all calls and over the calls that ended before the cap
     (``ClusterRate``s over scenarios), tokens per call, calls per second, retries per call, and for
-    strict-aligned the sampler's walks per call and acceptance rate (accepted samples over walks; None
-    for the other remedies)."""
+    strict-aligned the sampler's walks per call, acceptance rate (accepted samples over walks; None
+    for the other remedies) and the calls it abandoned at its budget (``abandoned``: counted as cut, so
+    "correct (completed)" leaves them out)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
         groups[(str(r["model"]), str(r["level"]), r["remedy"])].append(r)
@@ -254,7 +260,9 @@ def format_remedies(table: Sequence[dict[str, Any]]) -> str:
             + " | ".join(pct(a[m]) for m in MEASURES)
             + f" | {pct(t['completed']['correct'])} | {t['tokens_per_call']:.1f} | {cps} | {t['retries_per_call']:.2f} | "
             + (
-                f"{t['walks_per_call']:.1f} ({100 * t['acceptance']:.1f}%)"
+                f"{t['walks_per_call']:.1f} ({100 * t['acceptance']:.1f}%"
+                + (f"; {t['abandoned']} abandoned at the budget" if t.get("abandoned") else "")
+                + ")"
                 if t.get("walks_per_call") is not None
                 else "—"
             )

@@ -264,17 +264,24 @@ def _check_types(raw: dict[str, Any], p: Path) -> None:
 def _check_aligned(aligned: dict[str, Any], fail: Callable[[str], None]) -> None:
     """The [aligned] table: particles ≥ 1, method of ALIGNED_METHODS, target of ALIGNED_TARGETS,
     max_rounds ≥ 1 (rejection: rounds of ``particles`` draws before a sample becomes an error record),
-    walks ≥ 1 (adaptive only: attempts decoded together in one round)."""
+    walks ≥ 1 (adaptive only: attempts decoded together in one round), max_walk_tokens ≥ 1 (adaptive only:
+    the tokens an output's walks may decode before it is an error record)."""
     from tooldecode.sampling import ALIGNED_METHODS, ALIGNED_TARGETS
 
-    unknown = sorted(set(aligned) - {"particles", "method", "target", "max_rounds", "walks"})
+    keys = ("particles", "method", "target", "max_rounds", "walks", "max_walk_tokens")
+    unknown = sorted(set(aligned) - set(keys))
     if unknown:
-        fail(f"[aligned] has unknown keys {unknown}; use particles, method, target, max_rounds, walks")
+        fail(f"[aligned] has unknown keys {unknown}; use {', '.join(keys)}")
+    if "max_walk_tokens" in aligned and aligned.get("method", "sir") != "adaptive":
+        fail(
+            '[aligned] max_walk_tokens applies to method = "adaptive" only, '
+            f"got method {aligned.get('method', 'sir')!r}"
+        )
     if aligned.get("walks", 1) != 1 and aligned.get("method", "sir") != "adaptive":
         fail(
             f'[aligned] walks applies to method = "adaptive" only, got method {aligned.get("method", "sir")!r}'
         )
-    for key in ("particles", "max_rounds", "walks"):
+    for key in ("particles", "max_rounds", "walks", "max_walk_tokens"):
         k = aligned.get(key, 1)
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             fail(f"[aligned] {key} must be a whole number ≥ 1, got {k!r}")

@@ -13,7 +13,15 @@ from pathlib import Path
 
 from tooldecode import __version__
 
-__all__ = ["FORMAT_VERSION", "build_manifest", "effective_config", "narrowed_n_by_mode", "with_resume"]
+__all__ = [
+    "FORMAT_VERSION",
+    "build_manifest",
+    "effective_config",
+    "narrowed_aligned",
+    "narrowed_config",
+    "narrowed_n_by_mode",
+    "with_resume",
+]
 
 FORMAT_VERSION = 1
 
@@ -99,20 +107,29 @@ def build_manifest(
     }
 
 
-def with_resume(stored: dict, incoming: dict, n_by_mode: dict | None = None) -> dict | None:
+def with_resume(
+    stored: dict, incoming: dict, n_by_mode: dict | None = None, aligned: dict | None = None
+) -> dict | None:
     """``stored`` with the commit of ``incoming`` (a resume's manifest) added to its ``resumed`` list, or
     None when that commit is the run's own or already listed and the draws asked for are unchanged. A
     commit counts with its ``git_dirty``, so a run's rows name every commit that wrote some.
 
     ``n_by_mode``: the resume's draws per mode and level where an amendment narrowed them
-    (``narrowed_n_by_mode``); the entry keeps them, and ``effective_config`` reads the last."""
+    (``narrowed_n_by_mode``); ``aligned``: its strict-aligned sampler where an amendment narrowed the
+    budget (``narrowed_aligned``); the entry keeps each, and ``effective_config`` reads the last."""
     new = incoming.get("tooldecode") or {}
     first = stored.get("tooldecode") or {}
     here = {"git_sha": new.get("git_sha"), "git_dirty": new.get("git_dirty")}
     seen = list(stored.get("resumed") or [])
-    changes_n = n_by_mode is not None and n_by_mode != effective_config(stored).get("n_by_mode", {})
-    if not changes_n and (
-        here == {k: first.get(k) for k in here} or any({k: e.get(k) for k in here} == here for e in seen)
+    now = effective_config(stored)
+    changes_n = n_by_mode is not None and n_by_mode != now.get("n_by_mode", {})
+    changes_aligned = aligned is not None and aligned != now.get("aligned", {})
+    if (
+        not changes_n
+        and not changes_aligned
+        and (
+            here == {k: first.get(k) for k in here} or any({k: e.get(k) for k in here} == here for e in seen)
+        )
     ):
         return None
     entry = {**here, "at": incoming.get("created")}
@@ -120,18 +137,63 @@ def with_resume(stored: dict, incoming: dict, n_by_mode: dict | None = None) -> 
         entry["environment"] = incoming["environment"]
     if changes_n:
         entry["n_by_mode"] = n_by_mode
+    if changes_aligned:
+        entry["aligned"] = aligned
     return {**stored, "resumed": [*seen, entry]}
 
 
 def effective_config(manifest: dict) -> dict:
     """The config a run asks for now: the stored ``config`` with the draws per mode and level of the last
     resume that narrowed them (``resumed[].n_by_mode``; a dated amendment of the spec that draws fewer of
-    an arm, each kept draw being its stream's first)."""
+    an arm, each kept draw being its stream's first) and the strict-aligned sampler of the last resume
+    that narrowed its budget (``resumed[].aligned``)."""
     config = dict(manifest.get("config") or {})
     for entry in manifest.get("resumed") or ():
-        if "n_by_mode" in entry:
-            config["n_by_mode"] = entry["n_by_mode"]
+        for key in ("n_by_mode", "aligned"):
+            if key in entry:
+                config[key] = entry[key]
     return config
+
+
+def narrowed_aligned(stored: dict | None, incoming: dict | None) -> dict | None:
+    """``incoming``'s strict-aligned sampler (a spec's ``[aligned]``) when it differs from ``stored`` only
+    in a smaller budget (``max_rounds`` no larger, ``max_walk_tokens`` set or no larger), else None.
+
+    An adaptive sampler's accepted output is an exact draw of its target whatever the budget; a smaller
+    budget only abandons (as error records) outputs that would have taken longer, so the draws made under
+    the larger one stay what they are."""
+    old, new = dict(stored or {}), dict(incoming or {})
+    if old.get("method") != "adaptive" or new.get("method") != "adaptive":
+        return None
+    rest = ("max_rounds", "max_walk_tokens")
+    if {k: v for k, v in old.items() if k not in rest} != {k: v for k, v in new.items() if k not in rest}:
+        return None
+    if int(new.get("max_rounds", 64)) > int(old.get("max_rounds", 64)):
+        return None
+    if "max_walk_tokens" in old and int(new.get("max_walk_tokens", 1 << 62)) > int(old["max_walk_tokens"]):
+        return None
+    return new
+
+
+def narrowed_config(stored: dict, incoming: dict) -> dict | None:
+    """What a resume's config narrows, ``{"n_by_mode": ..., "aligned": ...}``, when two run configs
+    differ in those two fields alone, the draws per arm no more (``narrowed_n_by_mode``) and the
+    strict-aligned budget no larger (``narrowed_aligned``), else None."""
+    keys = ("n_by_mode", "aligned")
+    if {k: v for k, v in stored.items() if k not in keys} != {
+        k: v for k, v in incoming.items() if k not in keys
+    }:
+        return None
+    n = narrowed_n_by_mode({**stored, "aligned": None}, {**incoming, "aligned": None})
+    if n is None:
+        return None
+    out: dict = {"n_by_mode": n}
+    if stored.get("aligned") != incoming.get("aligned"):
+        aligned = narrowed_aligned(stored.get("aligned"), incoming.get("aligned"))
+        if aligned is None:
+            return None
+        out["aligned"] = aligned
+    return out
 
 
 def narrowed_n_by_mode(stored: dict, incoming: dict) -> dict | None:

@@ -38,7 +38,7 @@ from tooldecode.runs.files import (
     os_reason,
     write_all,
 )
-from tooldecode.runs.manifest import narrowed_n_by_mode, with_resume
+from tooldecode.runs.manifest import narrowed_config, with_resume
 
 # fmt: off
 __all__ = ["MANIFEST", "SAMPLE_FIELDS", "DerivedWriteError", "SAMPLES", "RunLock", "RunStore", "clear_run",
@@ -302,12 +302,12 @@ class RunStore:
             store = cls.open(path)
             stored, incoming = store.manifest.get("config"), jsonable(manifest["config"])
             diff = first_difference(stored, incoming)
-            if diff is not None and narrowed_n_by_mode(stored or {}, incoming) is None:
+            if diff is not None and narrowed_config(stored or {}, incoming) is None:
                 raise RunError(
                     f"run {path} was made with a different config (field {diff or '<root>'} differs); "
                     "use a new --out or pass --fresh"
                 )
-            store.note_resume(manifest, n_by_mode=incoming.get("n_by_mode", {}))
+            store.note_resume(manifest, incoming.get("n_by_mode", {}), incoming.get("aligned"))
             return store
         if path.exists():
             if not path.is_dir():
@@ -336,10 +336,10 @@ class RunStore:
             raise RunError(f"cannot create run {path} ({os_reason(err)}); choose another --out") from None
         return cls(path, json.loads(text))
 
-    def note_resume(self, manifest: dict, n_by_mode: dict | None = None) -> None:
-        """Add a resume from another commit, or one whose amended spec draws fewer of an arm
-        (``n_by_mode``), to the stored manifest (``runs.manifest.with_resume``)."""
-        if (updated := with_resume(self.manifest, manifest, n_by_mode)) is not None:
+    def note_resume(self, manifest: dict, n_by_mode: dict | None = None, aligned: dict | None = None) -> None:
+        """Add a resume from another commit, or one whose amended spec draws fewer of an arm (``n_by_mode``)
+        or gives strict-aligned a smaller budget (``aligned``), to the manifest (``manifest.with_resume``)."""
+        if (updated := with_resume(self.manifest, manifest, n_by_mode, aligned)) is not None:
             text = json.dumps(jsonable(updated), indent=2, ensure_ascii=False) + "\n"
             try:
                 atomic_write(self.path / MANIFEST, [text.encode("utf-8")])

@@ -238,6 +238,7 @@ def sample_adaptive(
     trie: Trie | None = None,
     on_batch: Callable[[list[Sample]], None] | None = None,
     walks: int = 1,
+    max_tokens: int | None = None,
     **_: object,
 ) -> list[Sample]:
     """Draw ``n`` exact samples of P_L(y) ∝ P(y)·1[y valid] by adaptive rejection (module docstring).
@@ -245,7 +246,9 @@ def sample_adaptive(
     ``target``: ``complete`` (a call completed within ``max_new_tokens``) or ``prefix`` (a string the grammar
     can still complete at the cap). ``trie``: the knowledge to start from and to extend (a fresh one by
     default; pass the same object to later calls on the same prompt, mask and cap to keep learning). A
-    sample that finds no valid sequence within ``max_attempts`` walks is an error record. Each sample's
+    sample that finds no valid sequence within ``max_attempts`` walks, or (``max_tokens``) before its walks
+    have decoded that many tokens, is an error record (it is abandoned after the walk that reaches the
+    budget; an accepted sample is an exact draw whatever the budget). Each sample's
     ``timing`` carries ``attempts`` (walks, the rejected ones included) and ``tokens`` (tokens decoded by all
     of them): the cost. Needs temperature 1 without truncation (the proposal is the model itself).
     ``walks`` > 1: rounds of that many attempts in one batch (module docstring; ``timing["walks"]``);
@@ -257,7 +260,7 @@ def sample_adaptive(
     trie = trie if trie is not None else Trie()
     if walks > 1:
         return _sample_rounds(backend, ids, n, params, mask, prefill, prefill_ids, target, max_attempts,
-                              start_index, trie, on_batch, walks)  # fmt: skip
+                              start_index, trie, on_batch, walks, max_tokens)  # fmt: skip
     out: list[Sample] = []
     t0 = time.perf_counter()
     first = np.array(backend.begin(ids, 1)[0], dtype=np.float32)
@@ -279,7 +282,10 @@ def sample_adaptive(
                     got = (toks, lps, finish)
                     break
                 trie.rejected += 1
-            s = _output(backend, i, params, got, max_attempts, (t0, t_start), k, tokens, trie)
+                if max_tokens is not None and tokens >= max_tokens:
+                    break
+            s = _output(backend, i, params, got, max_attempts, (t0, t_start), k, tokens, trie,
+                        max_tokens=max_tokens)  # fmt: skip
             out.append(s)
             if on_batch is not None:
                 on_batch([s])
@@ -312,6 +318,7 @@ def _sample_rounds(
     trie: Trie,
     on_batch: Callable[[list[Sample]], None] | None,
     k: int,
+    max_tokens: int | None = None,
 ) -> list[Sample]:
     """``sample_adaptive`` in rounds of ``k`` walks: output ``i``'s round ``r`` walk ``j`` draws from the
     stream ``(stream_key(params, i, 0xCA25), r, j)``."""
@@ -326,7 +333,7 @@ def _sample_rounds(
             attempts = tokens = 0
             kept: _Walk | None = None
             r = 0
-            while attempts < max_attempts and kept is None:
+            while attempts < max_attempts and kept is None and (max_tokens is None or tokens < max_tokens):
                 width = min(k, max_attempts - attempts)
                 if not fresh:
                     first = _back_to_prompt(backend, ids, k, first)
@@ -349,7 +356,8 @@ def _sample_rounds(
                 trie.rejected += sum(1 for w in walks if w.state == "rejected")
                 r += 1
             got = (kept.ids, kept.logps, kept.finish) if kept is not None else None
-            s = _output(backend, i, params, got, max_attempts, (t0, t_start), attempts, tokens, trie, walks=k)
+            s = _output(backend, i, params, got, max_attempts, (t0, t_start), attempts, tokens, trie, walks=k,
+                        max_tokens=max_tokens)  # fmt: skip
             out.append(s)
             if on_batch is not None:
                 on_batch([s])
@@ -369,10 +377,11 @@ def _output(
     tokens: int,
     trie: Trie,
     walks: int | None = None,
+    max_tokens: int | None = None,
 ) -> Sample:
     """Output ``i`` from its kept walk (tokens, log-probabilities, finish), or an error record when no walk
-    was accepted within ``max_attempts``; ``timing`` carries its cost (``clock``: the call's start and
-    this output's start, in seconds)."""
+    was accepted within ``max_attempts`` walks (or ``max_tokens`` walk tokens); ``timing`` carries its
+    cost (``clock``: the call's start and this output's start, in seconds)."""
     t0, t_start = clock
     timing: dict = {
         "start_s": round(t_start, 4),
@@ -384,8 +393,10 @@ def _output(
     if walks is not None:
         timing["walks"] = walks
     if got is None:
+        budget = f"{max_attempts} walks" + (f" or {max_tokens} walk tokens" if max_tokens is not None else "")
         return Sample(i, params.seed, "", [], [], [], [], None, None, "error",
-                      f"no valid sequence in {max_attempts} attempts", timing)  # fmt: skip
+                      f"no valid sequence in {attempts} attempts ({tokens} walk tokens; the budget: {budget})",
+                      timing)  # fmt: skip
     toks, lps, finish = got
     text = backend.detokenize([t for t in toks if t not in backend.eog_ids])
     return Sample(i, params.seed, text, toks, lps, [None] * len(toks), [], None, None, finish, None, timing)
@@ -398,7 +409,7 @@ class AdaptiveRequest:
 
     ``prompt_ids`` are the prompt's token ids; ``prefill`` the part of the prompt the call already contains
     (the mask's matcher is advanced over it); ``max_attempts`` the walks an output may take before it is an
-    error record; ``trie`` the knowledge to start from (a fresh one by default); ``on_batch`` receives this
+    error record, and ``max_tokens`` (None: no bound) the walk tokens; ``trie`` the knowledge to start from (a fresh one by default); ``on_batch`` receives this
     request's outputs as they finish.
     """
 
@@ -409,6 +420,7 @@ class AdaptiveRequest:
     prefill: str = ""
     target: str = "complete"
     max_attempts: int = 4096
+    max_tokens: int | None = None
     start_index: int = 0
     trie: Trie | None = None
     on_batch: Callable[[list[Sample]], None] | None = None
@@ -517,7 +529,7 @@ def _adaptive_stream(  # noqa: C901 - the decode loop of the shared queue: refil
 
     def finish(job: _Job, got: tuple[list[int], list[float], str] | None) -> Sample:
         s = _output(backend, job.i, job.req.params, got, job.req.max_attempts, (t0, job.t_start),
-                    job.attempts, job.tokens, job.trie, walks=1)  # fmt: skip
+                    job.attempts, job.tokens, job.trie, walks=1, max_tokens=job.req.max_tokens)  # fmt: skip
         s.timing.update({"slots": n_slots, "prefill_s": round(job.t_prefill, 4)})
         return s
 
@@ -540,7 +552,8 @@ def _adaptive_stream(  # noqa: C901 - the decode loop of the shared queue: refil
             else:
                 _learn(w.path, w.leaf)
                 job.trie.rejected += 1
-                if job.attempts >= job.req.max_attempts:
+                spent = job.req.max_tokens is not None and job.tokens >= job.req.max_tokens
+                if job.attempts >= job.req.max_attempts or spent:
                     out = finish(job, None)
             if out is not None:
                 if job.req.on_batch is not None:

@@ -71,6 +71,7 @@ def sample_aligned(
     start_index: int = 0,
     on_batch: Callable[[list[Sample]], None] | None = None,
     walks: int = 1,
+    max_walk_tokens: int | None = None,
 ) -> list[AlignedSample]:
     """Draw ``n`` samples of the model conditioned on the grammar, P_L(y) ∝ P(y)·1[y valid].
 
@@ -94,11 +95,14 @@ def sample_aligned(
       (``tooldecode.sampling.adaptive``, as CARS does), one walk at a time, or (``walks`` > 1) in rounds
       of ``walks`` walks decoded as one batch from the same knowledge; ``particles`` × ``max_rounds``
       bounds the walks
-      per output (a walk is a partial draw: most rejected ones stop within a few tokens).
+      per output (a walk is a partial draw: most rejected ones stop within a few tokens), and
+      ``max_walk_tokens`` (None: no bound) the tokens its walks may decode before it is an error record.
 
     Output ``i`` depends only on ``(params.seed, i)``: resumable like ``sample`` (``adaptive``: and on the
     outputs before it in the call, which share what was learned).
     """
+    if max_walk_tokens is not None and method != "adaptive":
+        raise ValueError(f"max_walk_tokens bounds the adaptive method's walks; method is {method!r}")
     if method == "adaptive":
         from tooldecode.sampling.adaptive import sample_adaptive
 
@@ -108,7 +112,7 @@ def sample_aligned(
             for s in sample_adaptive(
                 backend, prompt, n, params, mask=mask, prefill=prefill, target=target,
                 max_attempts=plan.k * plan.max_rounds, start_index=start_index, walks=walks,
-                on_batch=(lambda b: on_batch([_adaptive_record(x) for x in b])) if on_batch else None,
+                max_tokens=max_walk_tokens, on_batch=(lambda b: on_batch([_adaptive_record(x) for x in b])) if on_batch else None,
             )
         ]  # fmt: skip
     plan = _plan(params, method, target, particles, max_rounds, batch_size)
@@ -232,6 +236,7 @@ def aligned_request(
     start_index: int = 0,
     on_batch: Callable[[list[AlignedSample]], None] | None = None,
     walks: int = 1,
+    max_walk_tokens: int | None = None,
 ) -> AdaptiveRequest | None:
     """``sample_aligned``'s outputs as one item of the shared queue ``sample_adaptive_queue``: for the
     adaptive method one walk at a time (the draws ``sample_aligned`` makes, its bound on walks per output
@@ -242,7 +247,7 @@ def aligned_request(
     plan = _plan(params, method, target, particles, max_rounds, None)
     return AdaptiveRequest(
         list(prompt_ids), n, params, mask, prefill=prefill, target=target,
-        max_attempts=plan.k * plan.max_rounds, start_index=start_index,
+        max_attempts=plan.k * plan.max_rounds, max_tokens=max_walk_tokens, start_index=start_index,
         on_batch=(lambda b: on_batch([_adaptive_record(x) for x in b])) if on_batch else None,
     )  # fmt: skip
 
