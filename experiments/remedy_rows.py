@@ -244,6 +244,12 @@ def remedy_reading(table: Sequence[dict[str, Any]]) -> str:
                 f"{t['remedy']}'s {t['n']} calls so far ({p.g} of {full} scenarios, its run not complete) "
                 f"work {100 * p.rate:.1f}% [{100 * p.lo:.1f}, {100 * p.hi:.1f}]"
             )
+    for t in table:
+        if t.get("abandoned"):
+            parts.append(
+                f"{t['remedy']}'s sampler abandoned {t['abandoned']} of its {t['n']} calls at its walk budget "
+                "(counted as cut: no call)"
+            )
     if "strict" in by and "loose" in by:
         s, lo = by["strict"]["all"], by["loose"]["all"]
         parts.append(

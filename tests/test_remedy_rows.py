@@ -134,6 +134,16 @@ def test_the_readme_reading_names_the_remedy_that_works_and_says_when_none_does(
     line = remedy_reading(remedy_table(few))
     assert line.startswith("**m, L1**: the calls that work most often are strict's (37.5% ["), line
     assert "strict-aligned's 8 calls so far (2 of 12 scenarios, its run not complete) work 100.0% [" in line
+    assert "abandoned" not in line
+    # calls the sampler abandoned at its walk budget are named (they count as cut calls)
+    gave_up = [
+        dict(c, remedy="strict-aligned", walks=8, accepted=False, abandoned=True, cut=True, valid=False,
+             correct=False, works=False)
+        for c in calls
+        if c["remedy"] == "strict-prefix" and c["scenario"] == "s2"
+    ]  # fmt: skip
+    line = remedy_reading(remedy_table(few + gave_up))
+    assert "strict-aligned's sampler abandoned 4 of its 12 calls at its walk budget (counted as cut" in line
 
 
 def test_a_wrong_but_valid_row_where_nothing_is_correct_says_it_is_by_construction():
