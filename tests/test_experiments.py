@@ -47,24 +47,21 @@ def test_spec_errors_are_one_line(tmp_path):
         load_spec(bad)
     with pytest.raises(SpecError, match="not found"):
         load_spec(tmp_path / "missing.toml")
-    bad.write_text('name = "x"\nmodels = ["m"]\nmodes = ["lenient"]\n')
-    with pytest.raises(SpecError, match="modes"):
-        load_spec(bad)
-    bad.write_text('name = "x"\nmodels = ["m"]\nstreams = "per-sample"\n')
-    with pytest.raises(SpecError, match="'streams' must be 'scenario' or 'shared'"):
-        load_spec(bad)
-    bad.write_text('name = "x"\nmodels = ["m"]\n[aligned]\nmethod = "sir"\nwalks = 4\n')
-    with pytest.raises(SpecError, match="walks applies to method = .adaptive. only"):
-        load_spec(bad)
-    bad.write_text('name = "x"\nmodels = ["m"]\n[aligned]\nmethod = "adaptive"\nwalks = 0\n')
-    with pytest.raises(SpecError, match="walks must be a whole number"):
-        load_spec(bad)
-    bad.write_text('name = "x"\nmodels = ["m"]\n[aligned]\nmethod = "rejection"\nmax_walk_tokens = 4096\n')
-    with pytest.raises(SpecError, match="max_walk_tokens applies to method = .adaptive. only"):
-        load_spec(bad)
-    bad.write_text('name = "x"\nmodels = ["m"]\n[aligned]\nmethod = "adaptive"\nmax_walk_tokens = 0\n')
-    with pytest.raises(SpecError, match="max_walk_tokens must be a whole number"):
-        load_spec(bad)
+    aligned = 'name = "x"\nmodels = ["m"]\n[aligned]\n'
+    for text, match in [
+        ('name = "x"\nmodels = ["m"]\nmodes = ["lenient"]\n', "modes"),
+        ('name = "x"\nmodels = ["m"]\nstreams = "per-sample"\n', "'streams' must be 'scenario' or 'shared'"),
+        (aligned + 'method = "sir"\nwalks = 4\n', "walks applies to method = .adaptive. only"),
+        (aligned + 'method = "adaptive"\nwalks = 0\n', "walks must be a whole number"),
+        (
+            aligned + 'method = "rejection"\nmax_walk_tokens = 4096\n',
+            "max_walk_tokens applies to method = .adaptive. only",
+        ),
+        (aligned + 'method = "adaptive"\nmax_walk_tokens = 0\n', "max_walk_tokens must be a whole number"),
+    ]:
+        bad.write_text(text)
+        with pytest.raises(SpecError, match=match):
+            load_spec(bad)
     assert scenario_stream("a") != scenario_stream("b") and scenario_stream("a") == scenario_stream("a")
 
 
