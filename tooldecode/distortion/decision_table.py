@@ -355,7 +355,7 @@ def compare_sampled(rows: Iterable[DecisionRow], runs: Sequence[Any]) -> list[di
             mine[(d["model"], d["remedy"])].append(d)
         for w in remedy_rows(run):
             # a strict-aligned call abandoned at the sampler's budget is no draw of its target
-            if str(w["level"]) == "L2" and not w.get("abandoned"):
+            if str(w["level"]) == "L2" and w.get("accepted", True):
                 mine[(str(w["model"]), w["remedy"])].append(
                     {"scenario": w["scenario"], "works": bool(w["works"])}
                 )

@@ -168,7 +168,6 @@ def remedy_rows(
                 "retries": 0,
                 **_row(o, v, _tokens(r), wall.get(r.key, 0.0)),
                 **({"walks": int(walks), "accepted": not r.error} if walks is not None else {}),
-                **({"abandoned": True} if r.error else {}),
             }
         )
     for recs in loose.values():
@@ -205,7 +204,7 @@ def _walks(rs: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     return {
         "walks_per_call": total / len(walked),
         "acceptance": sum(bool(r["accepted"]) for r in walked) / total,
-        "abandoned": sum(1 for r in walked if r.get("abandoned")),
+        "abandoned": sum(1 for r in walked if not r["accepted"]),
     }
 
 

@@ -184,7 +184,7 @@ def narrowed_config(stored: dict, incoming: dict) -> dict | None:
         k: v for k, v in incoming.items() if k not in keys
     }:
         return None
-    n = narrowed_n_by_mode({**stored, "aligned": None}, {**incoming, "aligned": None})
+    n = narrowed_n_by_mode(stored, incoming)
     if n is None:
         return None
     out: dict = {"n_by_mode": n}
@@ -197,15 +197,12 @@ def narrowed_config(stored: dict, incoming: dict) -> dict | None:
 
 
 def narrowed_n_by_mode(stored: dict, incoming: dict) -> dict | None:
-    """``incoming``'s ``n_by_mode`` when two run configs differ in it alone and it asks no arm for more
-    draws than ``stored`` (the config the run was made with) does, else None. Each draw of an arm comes
-    from its scenario's own stream, index by index, so drawing fewer changes no draw that is made."""
+    """``incoming``'s ``n_by_mode`` when it asks no arm of ``stored`` (the config the run was made with)
+    for more draws than ``stored`` does, else None (``narrowed_config`` checks that nothing else differs).
+    Each draw of an arm comes from its scenario's own stream, index by index, so drawing fewer changes no
+    draw that is made."""
     from tooldecode.records import samples_per_arm
 
-    if {k: v for k, v in stored.items() if k != "n_by_mode"} != {
-        k: v for k, v in incoming.items() if k != "n_by_mode"
-    }:
-        return None
     old, new = stored.get("n_by_mode") or {}, incoming.get("n_by_mode") or {}
     n = int(stored.get("n") or 0)
     for arm in stored.get("arms") or ():
