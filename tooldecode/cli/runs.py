@@ -1,4 +1,4 @@
-"""``tooldecode rescore RUN ...`` and ``tooldecode runs list [DIR]``."""
+"""``tooldecode rescore RUN ...``, ``tooldecode runs list [DIR]``, ``runs extend RUN`` and ``runs ended RUN``."""
 
 from __future__ import annotations
 
@@ -21,6 +21,36 @@ def register(sub: argparse._SubParsersAction) -> None:
     ls = add_command(runs_sub, "list", cmd_runs_list, help="list runs: name, samples, model, created")
     ls.add_argument("dir", nargs="?", default="runs", metavar="DIR", help="folder of runs (default: ./runs)")
 
+    ext = add_command(
+        runs_sub,
+        "extend",
+        cmd_runs_extend,
+        help="continue a run's cut draws to a larger cap: would they have ended? (the run is only read)",
+    )
+    ext.add_argument("run", metavar="RUN", help="run directory, e.g. runs/e17-strict-cost-base")
+    ext.add_argument(
+        "--cap", type=int, required=True, help="the total token cap to continue to (above the run's)"
+    )
+    ext.add_argument(
+        "--out", required=True, help="folder of the continued draws (extended.jsonl, extend.json)"
+    )
+    ext.add_argument(
+        "--modes", nargs="+", metavar="MODE", help="only these arms' modes (default: all but strict-aligned)"
+    )
+    ext.add_argument("--levels", nargs="+", metavar="LEVEL", help="only these levels (L1, L2, ...)")
+    ext.add_argument("--spec", help="the run's spec file (default: the one its manifest's command names)")
+    ext.add_argument("--slots", type=int, help="sequences decoded at once (default: one per cut draw)")
+    ended = add_command(
+        runs_sub,
+        "ended",
+        cmd_runs_ended,
+        help="per arm: the share of draws that ended before the cap (>= 95%?)",
+    )
+    ended.add_argument("run", metavar="RUN", help="run directory")
+    ended.add_argument(
+        "--extended", metavar="DIR", help="an extension folder of the run (tooldecode runs extend)"
+    )
+
     def runs_help(args: argparse.Namespace) -> int:
         runs.print_help()
         return 2
@@ -41,6 +71,54 @@ def cmd_rescore(args: argparse.Namespace) -> int:
         summary = ", ".join(f"{verdict} {n}" for verdict, n in counts.most_common()) or "no samples"
         print(run.verdict_file)
         print(f"  {total} samples: {summary}")
+    return 0
+
+
+def cmd_runs_extend(args: argparse.Namespace) -> int:
+    """continue a run's cut draws to a larger cap
+
+    Each draw the run cut at its cap continues from its own tokens, with the same prompt, channel and
+    mask, up to --cap tokens in all, into --out/extended.jsonl; then the table of `runs ended`.
+    """
+    from tooldecode.experiments.extend import extend_cut
+
+    if args.cap < 1:
+        raise RunError(f"--cap {args.cap}: give a positive number of tokens")
+    modes = args.modes or ["loose", "strict", "strict-prefix"]
+    extend_cut(
+        args.run, args.cap, args.out, modes=modes, levels=args.levels, spec_path=args.spec, slots=args.slots
+    )
+    return _print_ended(args.run, args.out)
+
+
+def cmd_runs_ended(args: argparse.Namespace) -> int:
+    """per arm: the share of draws that ended before the cap
+
+    The share of each arm's draws that ended on their own (a stop, not the cap), and whether it reaches
+    the 95% a run needs (tooldecode.distortion.caps); with --extended, also within the extension's cap.
+    """
+    return _print_ended(args.run, args.extended)
+
+
+def _print_ended(run_path: str, extended: str | None) -> int:
+    from tooldecode.experiments.extend import ended_at_cap, read_extended
+
+    if extended is not None and not Path(extended).is_dir():
+        raise RunError(f"--extended {extended}: no such folder; give the --out of `tooldecode runs extend`")
+    run = load_run(run_path)
+    table = ended_at_cap(run, read_extended(extended) if extended else [])
+    cap = run.manifest.get("config", {}).get("max_new_tokens")
+    print(f"{run.name}: draws that ended on their own, per arm (a run needs >= 95% in every arm)")
+    for arm, r in sorted(table.items()):
+        line = f"  {arm}: {r['ended']}/{r['n']} = {100 * r['ended_share']:.1f}% at {cap}"
+        line += "" if r["meets"] else " (below 95%)"
+        if r["continued"]:
+            line += (
+                f"; {r['ended_later']} of {r['continued']} cut draws ended by {r['cap']}: "
+                f"{100 * r['ended_share_at_cap']:.1f}% at {r['cap']}"
+                + ("" if r["meets_at_cap"] else " (below 95%)")
+            )
+        print(line)
     return 0
 
 
