@@ -195,6 +195,8 @@ def run(data: dict, worktree: Path, only: list[str] | None) -> int:
 
 #: the files of a run folder that a job writes and FINDINGS reads (derived ones are rebuilt here)
 RAW = ("manifest.json", "samples.jsonl", "timing.json", "probe.jsonl", "decision.jsonl")
+#: the files of an extension folder (`tooldecode runs extend`: a run's cut draws continued)
+EXTENSION = ("extend.json", "extended.jsonl")
 
 
 def _rows_extend(here: Path, there: Path) -> bool:
@@ -215,14 +217,14 @@ def _collect_run(there: Path, here: Path, out: str, ended: bool) -> tuple[str, s
     """Copy run folder ``there``'s raw files to ``here`` where ``there`` extends them. Returns what
     happened (``none``: nothing to copy, ``copied``, ``busy``: a job writes it, ``stale``: the rows here
     are not the start of ``there``'s) and the line to report (``""`` for ``none``)."""
-    if not (there / "manifest.json").exists():
+    if not (there / "manifest.json").exists() and not (there / "extend.json").exists():
         return "none", ""
     try:  # the writer's lock: a run still being written is left for a later collect
         lock = RunLock(there)
     except RunError:
         return "busy", f"{out} is being written; collect it once its job has ended or stopped"
     try:
-        files = [f for f in RAW if (there / f).exists()]
+        files = [f for f in RAW + EXTENSION if (there / f).exists()]
         stale = [f for f in files if f.endswith(".jsonl") and not _rows_extend(here / f, there / f)]
         if stale:
             return "stale", (
@@ -245,8 +247,10 @@ def _collect_run(there: Path, here: Path, out: str, ended: bool) -> tuple[str, s
         here.mkdir(parents=True, exist_ok=True)
         for f in changed:
             shutil.copyfile(there / f, here / f)
-        rows = (there / "samples.jsonl").read_bytes().count(b"\n") if "samples.jsonl" in files else 0
-        return "copied", f"{out} copied ({rows} samples{', ended' if ended else ''})"
+        rows_file = "samples.jsonl" if "samples.jsonl" in files else "extended.jsonl"
+        rows = (there / rows_file).read_bytes().count(b"\n") if rows_file in files else 0
+        what = "samples" if rows_file == "samples.jsonl" else "continued draws"
+        return "copied", f"{out} copied ({rows} {what}{', ended' if ended else ''})"
     finally:
         lock.release()
 

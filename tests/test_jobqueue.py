@@ -196,3 +196,22 @@ def test_collect_copies_a_jobs_rows_marks_what_ended_and_never_replaces_a_row(tm
         writer.release()
     assert "b: runs/b is being written; collect it once its job has ended or stopped" in lines
     assert (root / "runs" / "b" / "samples.jsonl").read_bytes() == b'{"k": 1}\n'
+
+
+def test_collect_copies_an_extension_folder_of_continued_draws(tmp_path):
+    root, wt = tmp_path / "main", tmp_path / "wt"
+    queue = root / "experiments" / "queue.toml"
+    queue.parent.mkdir(parents=True)
+    queue.write_text(
+        '[[job]]\nid = "x"\ncmd = ["tooldecode", "runs", "extend", "runs/r", "--cap", "64", "--out", "runs/r-ext"]\n'
+        'minutes = 1\nstate = "pending"\n'
+    )
+    (wt / "runs" / "r-ext").mkdir(parents=True)
+    (wt / "runs" / "r-ext" / "extend.json").write_text('{"cap": 64}')
+    (wt / "runs" / "r-ext" / "extended.jsonl").write_bytes(b'{"key": 1}\n{"key": 2}\n')
+    (wt / "queue-logs").mkdir()
+    (wt / "queue-logs" / "state.json").write_text(json.dumps({"x": {"rc": 0}}))
+    lines, rc = jobqueue.collect(jobqueue.load(queue), wt, root=root, queue=queue)
+    assert rc == 0 and "x: runs/r-ext copied (2 continued draws, ended)" in lines
+    assert (root / "runs" / "r-ext" / "extended.jsonl").read_bytes() == b'{"key": 1}\n{"key": 2}\n'
+    assert (root / "runs" / "r-ext" / "extend.json").read_text() == '{"cap": 64}'

@@ -97,13 +97,7 @@ def extend_cut(
         One line: the cap is not above the run's, the spec or a scenario is gone, a prompt is not the one
         the draw saw, or the channel draws with its own sampler (no continuation from given tokens).
     """
-    from tooldecode.experiments.arms import select_scenarios
-    from tooldecode.experiments.spec import load_spec
-    from tooldecode.runs import load_run
-    from tooldecode.runs.manifest import build_manifest
-    from tooldecode.sampling import sample_queue
-    from tooldecode.trial import ModelCache
-    from tooldecode.trial.session import DRAW_SLOTS
+    from tooldecode.runs import RunLock, load_run
 
     run = load_run(run_dir)
     config = run.manifest.get("config", {})
@@ -117,6 +111,31 @@ def extend_cut(
     if out.resolve() == run.path.resolve():
         raise RunError(f"{out}: the extension is written beside the run, never into it; give another folder")
     out.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(out)  # one writer; `jobqueue collect` leaves a folder being written for later
+    try:
+        return _extend(run, cap, out, cut, modes, levels, spec_path, slots)
+    finally:
+        lock.release()
+
+
+def _extend(
+    run: Any,
+    cap: int,
+    out: Path,
+    cut: list[Any],
+    modes: Sequence[str] | None,
+    levels: Sequence[str] | None,
+    spec_path: str | None,
+    slots: int | None,
+) -> Path:
+    from tooldecode.experiments.arms import select_scenarios
+    from tooldecode.experiments.spec import load_spec
+    from tooldecode.runs.manifest import build_manifest
+    from tooldecode.sampling import sample_queue
+    from tooldecode.trial import ModelCache
+    from tooldecode.trial.session import DRAW_SLOTS
+
+    run_cap = int(run.manifest.get("config", {}).get("max_new_tokens") or 0)
     meta = out / EXTEND_MANIFEST
     if meta.exists():
         prev = json.loads(meta.read_text(encoding="utf-8"))
