@@ -260,6 +260,64 @@ def remedy_reading(table: Sequence[dict[str, Any]]) -> str:
     return "; ".join(parts) + "."
 
 
+def extensions_of(run: Run) -> list[dict]:
+    """The continued draws of ``run`` (``tooldecode runs extend``): every folder beside it whose
+    ``extend.json`` names it, read together (one record per key, the largest cap's)."""
+    import json
+
+    from tooldecode.experiments.extend import EXTEND_MANIFEST, read_extended
+
+    rows: dict[str, dict] = {}
+    for meta in sorted(run.path.parent.glob(f"{run.path.name}-*/{EXTEND_MANIFEST}")):
+        if Path(json.loads(meta.read_text(encoding="utf-8")).get("run", "")).name != run.path.name:
+            continue
+        for r in read_extended(meta.parent):
+            if r["key"] not in rows or r["cap"] > rows[r["key"]]["cap"]:
+                rows[r["key"]] = r
+    return list(rows.values())
+
+
+def ended_line(used: Iterable[Run], level: str = "L1") -> str:
+    """Whether every ``level`` arm of the runs ``used`` meets the cap rule's share of draws that ended on
+    their own (``tooldecode.distortion.caps.MIN_ENDED``), naming each arm that does not, with what its
+    cut draws did when continued to a larger cap (``tooldecode.experiments.extend``)."""
+    from tooldecode.distortion.caps import MIN_ENDED
+    from tooldecode.distortion.remedies import remedy_name
+    from tooldecode.experiments.extend import ended_at_cap
+
+    n_arms, short_of = 0, []
+    for run in sorted({r.name: r for r in used}.values(), key=lambda r: r.name):
+        cap = run.manifest.get("config", {}).get("max_new_tokens")
+        arms = {str(s.arm.label()): s.arm for s in run.samples if s.arm.level == level}
+        for label, t in sorted(ended_at_cap(run, extensions_of(run)).items()):
+            if label not in arms:
+                continue
+            n_arms += 1
+            if t["meets"]:
+                continue
+            arm = arms[label]
+            name = f"{short(str(arm.model))} {remedy_name(arm) or arm.mode}"
+            text = (
+                f"{name} in {run.name}: {t['ended']}/{t['n']} = {100 * t['ended_share']:.1f}% at {cap} tokens"
+            )
+            if t["continued"]:
+                text += (
+                    f"; its {t['cut']} cut draws continued to {t['cap']} tokens (same prompt and mask, from "
+                    f"their own tokens): {t['ended_later']} ended, so {100 * t['ended_share_at_cap']:.1f}% "
+                    f"at {t['cap']}" + ("" if t["meets_at_cap"] else f", still below {100 * MIN_ENDED:.0f}%")
+                )
+            else:
+                text += "; its cut draws are not continued yet (`tooldecode runs extend`)"
+            short_of.append(text)
+    head = (
+        f"{level} draws that ended on their own before the cap (the cap rule asks {100 * MIN_ENDED:.0f}% in "
+        f"every arm; `tooldecode runs ended RUN`): "
+    )
+    if not short_of:
+        return head + f"all {n_arms} arms meet it."
+    return head + f"{n_arms - len(short_of)} of {n_arms} arms meet it; " + "; ".join(short_of) + "."
+
+
 def sampled_block(runs: dict[str, Run]) -> str:
     """The README's sampled decision table: per model and level, every remedy's calls (``remedy_table``:
     invented keys, valid, applies, correct, works, wrong but valid, cut, tokens per call, calls per
@@ -284,8 +342,19 @@ def sampled_block(runs: dict[str, Run]) -> str:
         + format_remedies(table)
         + "\n"
         + "\n".join(f"- {line}" for line in reading)
+        + "\n\n"
+        + ended_line(r for rs_ in used.values() for r in rs_)
         + f"\n\nSource: {', '.join(runs_used)}. Runs not yet complete are listed in FINDINGS under what remains."
     )
 
 
-__all__ = ["COMPARISONS", "remedy_calls", "remedy_effects", "remedy_reading", "row_remedies", "sampled_block"]
+__all__ = [
+    "COMPARISONS",
+    "ended_line",
+    "extensions_of",
+    "remedy_calls",
+    "remedy_effects",
+    "remedy_reading",
+    "row_remedies",
+    "sampled_block",
+]

@@ -160,3 +160,33 @@ def test_a_wrong_but_valid_row_where_nothing_is_correct_says_it_is_by_constructi
         _calls(strict_wrong=3), {"e17": "Strict costs.", "e18": "Prefix keeps."}, {"m": "src"}
     )
     assert not any(r["verdict"].endswith(BY_CONSTRUCTION) for r in some)
+
+
+def test_the_ended_line_names_each_arm_short_of_95_percent_and_what_its_continued_draws_did(tmp_path):
+    import json
+
+    from conftest import make_record
+
+    from experiments.remedy_rows import ended_line
+    from tooldecode.runs import Run
+
+    strict = {"mode": "strict", "level": "L1"}
+    samples = [make_record("x", arm=strict, index=i, finish_reason="stop") for i in range(18)]
+    samples += [make_record("x", arm=strict, index=18 + i, finish_reason="length") for i in range(2)]
+    samples += [
+        make_record("x", arm={"level": "L1"}, index=i, finish_reason="stop") for i in range(20)
+    ]  # loose
+    run = Run("r", tmp_path / "r", {"config": {"max_new_tokens": 8}}, samples, {}, [])
+    line = ended_line([run])
+    assert "1 of 2 arms meet it" in line and "18/20 = 90.0% at 8 tokens" in line
+    assert "not continued yet" in line
+    ext = tmp_path / "r-ext64"
+    ext.mkdir()
+    (ext / "extend.json").write_text(json.dumps({"run": str(tmp_path / "r"), "cap": 64}))
+    rows = [{"key": s.key, "cap": 64, "finish_reason": "stop"} for s in samples[18:19]]
+    (ext / "extended.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    line = ended_line([run])
+    assert "its 2 cut draws continued to 64 tokens" in line and "1 ended, so 95.0% at 64" in line
+    assert "still below" not in line
+    (ext / "extended.jsonl").write_text(json.dumps({**rows[0], "finish_reason": "length"}) + "\n")
+    assert "0 ended, so 90.0% at 64, still below 95%" in ended_line([run])
