@@ -35,11 +35,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--out", required=True, help="folder of the continued draws (extended.jsonl, extend.json)"
     )
     ext.add_argument(
-        "--modes", nargs="+", metavar="MODE", help="only these arms' modes (default: all but strict-aligned)"
+        "--modes",
+        nargs="+",
+        metavar="MODE",
+        help="only these arms' modes (default: loose strict strict-prefix)",
     )
     ext.add_argument("--levels", nargs="+", metavar="LEVEL", help="only these levels (L1, L2, ...)")
     ext.add_argument("--spec", help="the run's spec file (default: the one its manifest's command names)")
-    ext.add_argument("--slots", type=int, help="sequences decoded at once (default: one per cut draw)")
+    ext.add_argument(
+        "--slots", type=int, help="sequences decoded at once (default: one per cut draw, at most 16)"
+    )
     ended = add_command(
         runs_sub,
         "ended",
