@@ -678,3 +678,27 @@ def test_a_thread_count_that_is_not_a_positive_integer_is_one_line(monkeypatch, 
     assert cpu_threads() == 1
     monkeypatch.delenv("TOOLDECODE_THREADS")
     assert cpu_threads() == (os.cpu_count() or 1)
+
+
+def test_runs_ended_and_extend_refuse_bad_folders_and_caps_in_one_line(tmp_path, capsys):
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({"config": {"max_new_tokens": 8}}))
+    (run / "samples.jsonl").write_text("")
+    assert "no such folder" in _one_line_refusal(
+        *_run(["runs", "ended", str(run), "--extended", str(tmp_path / "x")], capsys)[::2]
+    )
+    assert "positive" in _one_line_refusal(
+        *_run(["runs", "extend", str(run), "--cap", "0", "--out", str(tmp_path / "e")], capsys)[::2]
+    )
+    assert "not above the run's cap of 8" in _one_line_refusal(
+        *_run(["runs", "extend", str(run), "--cap", "8", "--out", str(tmp_path / "e")], capsys)[::2]
+    )
+    ext = tmp_path / "e"
+    ext.mkdir()
+    (ext / "extended.jsonl").write_text('{"key": 1\n')
+    assert "not a JSON line" in _one_line_refusal(
+        *_run(["runs", "ended", str(run), "--extended", str(ext)], capsys)[::2]
+    )
+    rc, _, err = _run(["runs", "ended", str(tmp_path / "nothing")], capsys)
+    _one_line_refusal(rc, err)
