@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         runs_sub,
         "ended",
         cmd_runs_ended,
-        help="per arm: the share of draws that ended before the cap (>= 95%?)",
+        help="per arm: the share of draws that ended before the cap (the cap rule asks 95%%)",
     )
     ended.add_argument("run", metavar="RUN", help="run directory")
     ended.add_argument(
