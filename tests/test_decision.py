@@ -520,8 +520,9 @@ def test_the_decision_command_estimates_strict_aligned_from_a_sampled_run(capsys
 
 
 def test_why_outside_gives_the_reason_a_comparison_misses():
-    """A stand-in remedy that reads higher, undetermined mass that reaches the sampled interval, or no
-    structural reason; none for a comparison inside its interval; the table lists each miss."""
+    """A stand-in remedy that reads higher, undetermined mass that reaches the sampled interval, an
+    estimate whose range reaches it, or no structural reason; none for a comparison inside its interval;
+    the table lists each miss."""
     from tooldecode.distortion.decision_table import format_comparison, why_outside
     from tooldecode.stats.clusters import ClusterRate
 
@@ -549,3 +550,18 @@ def test_why_outside_gives_the_reason_a_comparison_misses():
     assert why_outside(lower).startswith("no structural reason found")
     table = format_comparison([inside, open_mass])
     assert table.count("- outside: ") == 1 and "- outside: m, loose, invented key: the exact rows" in table
+    # strict-aligned's exact column is an estimate: its P(correct) range reaching the interval is the reason
+    estimate = {
+        **closed,
+        "policy": "strict-aligned",
+        "remedy": "strict-aligned",
+        "measure": "p_correct",
+        "estimate": "estimate: loose's exact masses × ...",
+        "correct_range": (0.08, 0.94),
+    }
+    assert why_outside(estimate).startswith("the exact column is an estimate, not an exact probability")
+    assert "8.0%-94.0%" in why_outside(estimate) and "to place it" in why_outside(estimate)
+    other = {**estimate, "measure": "p_close"}
+    assert "to place it (close rests on the same shares)" in why_outside(other)
+    short = {**estimate, "correct_range": (0.1, 0.2)}  # the range stops below the sampled interval
+    assert why_outside(short).startswith("no structural reason found")

@@ -380,9 +380,21 @@ def compare_sampled(rows: Iterable[DecisionRow], runs: Sequence[Any]) -> list[di
                     "exact": cluster_rate([getattr(by_sc[s], measure) for s in scen], scen),
                     "sampled": cluster_rate([d[sampled] for d in got], [d["scenario"] for d in got]),
                     "undetermined": cluster_rate([by_sc[s].p_undetermined for s in scen], scen),
+                    **_estimate_range(by_sc, scen),
                 }
             )
     return out
+
+
+def _estimate_range(by_sc: dict[str, DecisionRow], scen: Sequence[str]) -> dict[str, Any]:
+    """For a policy whose rows are estimates (strict-aligned's ``aligned_from_draws``): ``estimate`` (the
+    method) and ``correct_range``, the mean over ``scen`` of each row's P(correct) range; nothing for
+    exact rows."""
+    rows = [by_sc[s] for s in scen]
+    if not rows or not all(r.method.startswith("estimate") for r in rows):
+        return {}
+    lo = sum(r.p_correct_lo for r in rows) / len(rows)
+    return {"estimate": rows[0].method, "correct_range": (lo, sum(r.p_correct_hi for r in rows) / len(rows))}
 
 
 def exact_inside(c: dict[str, Any]) -> bool:
@@ -404,7 +416,8 @@ def why_outside(c: dict[str, Any]) -> str | None:
 
     In order: the sampled remedy is a stand-in that does more than the policy (``STAND_IN_EXCESS``) and
     reads higher; the exact row leaves mass undetermined (beyond the probe's bounds) and the exact value
-    plus that mass reaches the sampled interval; otherwise no structural reason, which the 95% level
+    plus that mass reaches the sampled interval; the exact column is an estimate (strict-aligned's) whose
+    P(correct) range reaches the sampled interval; otherwise no structural reason, which the 95% level
     itself produces about once in twenty comparisons.
     """
     if exact_inside(c):
@@ -419,6 +432,15 @@ def why_outside(c: dict[str, Any]) -> str | None:
             f"the exact rows leave {100 * u.rate:.1f}% of the mass undetermined (beyond the probe's bounds); "
             f"the exact value lies between {100 * e.rate:.1f}% and {100 * (e.rate + u.rate):.1f}%, which "
             "reaches the sampled interval"
+        )
+    rng = c.get("correct_range")
+    if c.get("estimate") and rng is not None and rng[0] <= smp.hi and smp.lo <= rng[1]:
+        same = "" if c["measure"] == "p_correct" else f" ({_LABELS[c['measure']]} rests on the same shares)"
+        return (
+            f"the exact column is an estimate, not an exact probability ({c['estimate']}); its P(correct) "
+            f"range over these scenarios, {100 * rng[0]:.1f}%-{100 * rng[1]:.1f}%, reaches the sampled "
+            f"interval: the validity shares it rests on are too few to place it{same}, and the sampled "
+            "draws are the exact reference"
         )
     return "no structural reason found: a miss at the 95% level (about 1 comparison in 20 misses by chance)"
 
