@@ -700,5 +700,9 @@ def test_runs_ended_and_extend_refuse_bad_folders_and_caps_in_one_line(tmp_path,
     assert "not a JSON line" in _one_line_refusal(
         *_run(["runs", "ended", str(run), "--extended", str(ext)], capsys)[::2]
     )
+    (ext / "extended.jsonl").write_text('{"key": "k", "cap": "64", "finish_reason": "stop"}\n')
+    assert "not a continued draw" in _one_line_refusal(
+        *_run(["runs", "ended", str(run), "--extended", str(ext)], capsys)[::2]
+    )
     rc, _, err = _run(["runs", "ended", str(tmp_path / "nothing")], capsys)
     _one_line_refusal(rc, err)

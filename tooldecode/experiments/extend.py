@@ -10,8 +10,8 @@ writes one record per continued draw to ``extended.jsonl`` in a folder of its ow
 - ``key`` (the run's sample key), ``scenario``, ``arm`` (its label), ``seed``, ``stream`` (the
   continuation's own: ``scenario_stream("<scenario>/extend-<cap>")``), ``index``;
 - ``tokens_before`` (the draw's tokens at the run's cap), ``cap`` (the total cap now), ``token_ids`` and
-  ``text`` of the continuation, ``finish_reason`` (``stop``/``eos`` ended, ``length`` cut again,
-  ``error``), ``error``;
+  ``text`` of the continuation, ``finish_reason`` (``stop``: ended, by an end-of-generation token or a
+  stop string; ``length``: cut again; ``error``), ``error``;
 - ``outcome``: the verdict's did-the-edit-work outcome of the whole call at the larger cap.
 
 ``ended_at_cap`` reads a run and its extension together: per arm, how many draws ended within the run's
@@ -61,9 +61,20 @@ def read_extended(out: str | Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except ValueError as e:
             raise RunError(f"{path}:{n}: not a JSON line ({e}); remove the line to draw it again") from None
+        if not (
+            isinstance(row, dict)
+            and isinstance(row.get("key"), str)
+            and isinstance(row.get("cap"), int)
+            and isinstance(row.get("finish_reason"), str)
+        ):
+            raise RunError(
+                f"{path}:{n}: not a continued draw (it needs a string key, an integer cap and a string "
+                "finish_reason); remove the line to draw it again"
+            )
+        rows.append(row)
     return rows
 
 
