@@ -303,8 +303,9 @@ def ended_line(used: Iterable[Run], level: str = "L1") -> str:
             if t["continued"]:
                 text += (
                     f"; its {t['cut']} cut draws continued to {t['cap']} tokens (same prompt and mask, from "
-                    f"their own tokens): {t['ended_later']} ended, so {100 * t['ended_share_at_cap']:.1f}% "
-                    f"at {t['cap']}" + ("" if t["meets_at_cap"] else f", still below {100 * MIN_ENDED:.0f}%")
+                    f"their own tokens): {t['ended_later']} ended ({t['works_later']} of them a call that "
+                    f"works), so {100 * t['ended_share_at_cap']:.1f}% at {t['cap']}"
+                    + ("" if t["meets_at_cap"] else f", still below {100 * MIN_ENDED:.0f}%")
                 )
             else:
                 text += "; its cut draws are not continued yet (`tooldecode runs extend`)"

@@ -84,6 +84,7 @@ def test_ended_counts_read_the_run_and_its_extension(cut_run, capsys):
         mine = [r for r in rows if r["arm"] == arm]
         assert t["cut"] == t["continued"] == len(mine)
         assert t["ended_later"] == sum(r["finish_reason"] == "stop" for r in mine)
+        assert t["works_later"] == sum(bool(r["outcome"]["works"]) for r in mine)
         assert t["ended_share_at_cap"] == (t["ended"] + t["ended_later"]) / t["n"]
     assert main(["runs", "ended", str(run_dir), "--extended", str(ext)]) == 0
     out = capsys.readouterr().out

@@ -186,7 +186,10 @@ def test_the_ended_line_names_each_arm_short_of_95_percent_and_what_its_continue
     rows = [{"key": s.key, "cap": 64, "finish_reason": "stop"} for s in samples[18:19]]
     (ext / "extended.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     line = ended_line([run])
-    assert "its 2 cut draws continued to 64 tokens" in line and "1 ended, so 95.0% at 64" in line
+    assert (
+        "its 2 cut draws continued to 64 tokens" in line
+        and "1 ended (0 of them a call that works), so 95.0% at 64" in line
+    )
     assert "still below" not in line
     (ext / "extended.jsonl").write_text(json.dumps({**rows[0], "finish_reason": "length"}) + "\n")
-    assert "0 ended, so 90.0% at 64, still below 95%" in ended_line([run])
+    assert "0 ended (0 of them a call that works), so 90.0% at 64, still below 95%" in ended_line([run])

@@ -119,7 +119,8 @@ def _print_ended(run_path: str, extended: str | None) -> int:
         line += "" if r["meets"] else " (below 95%)"
         if r["continued"]:
             line += (
-                f"; {r['ended_later']} of {r['continued']} cut draws ended by {r['cap']}: "
+                f"; {r['ended_later']} of {r['continued']} cut draws ended by {r['cap']} "
+                f"({r['works_later']} of them a call that works): "
                 f"{100 * r['ended_share_at_cap']:.1f}% at {r['cap']}"
                 + ("" if r["meets_at_cap"] else " (below 95%)")
             )

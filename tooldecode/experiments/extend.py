@@ -294,7 +294,7 @@ def _writer(out: Path, s: Any, trial: Any, cap: int, before: int, stream: int) -
 def ended_at_cap(run: Any, extended: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per arm label of ``run``: ``n`` (draws without error), ``ended`` within the run's cap, ``cut``,
     ``continued`` (cut draws with an extension record), ``ended_later`` (of those, ended within the larger
-    cap), the shares ``ended_share`` and ``ended_share_at_cap`` (the cut draws not continued counted as
+    cap), ``works_later`` (of those, calls whose edit works at the larger cap), the shares ``ended_share`` and ``ended_share_at_cap`` (the cut draws not continued counted as
     not ended), whether each meets ``MIN_ENDED``, and ``cap`` (the larger cap; None without records)."""
     ext = {r["key"]: r for r in extended}
     out: dict[str, dict[str, Any]] = {}
@@ -303,7 +303,7 @@ def ended_at_cap(run: Any, extended: Sequence[dict[str, Any]]) -> dict[str, dict
             continue
         row = out.setdefault(
             arm_label(s.arm),
-            {"n": 0, "ended": 0, "cut": 0, "continued": 0, "ended_later": 0, "cap": None},
+            {"n": 0, "ended": 0, "cut": 0, "continued": 0, "ended_later": 0, "works_later": 0, "cap": None},
         )
         row["n"] += 1
         if s.finish_reason != "length":
@@ -315,6 +315,7 @@ def ended_at_cap(run: Any, extended: Sequence[dict[str, Any]]) -> dict[str, dict
             row["continued"] += 1
             row["cap"] = e["cap"]
             row["ended_later"] += e["finish_reason"] in _ENDED
+            row["works_later"] += bool((e.get("outcome") or {}).get("works"))
     for row in out.values():
         row["ended_share"] = row["ended"] / row["n"]
         row["ended_share_at_cap"] = (row["ended"] + row["ended_later"]) / row["n"]
