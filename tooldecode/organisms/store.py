@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -50,22 +49,12 @@ def organism_name(recipe: str, base: str) -> str:
 
 
 def _git() -> dict[str, Any]:
-    root = Path(__file__).resolve().parents[2]
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = bool(
-            subprocess.run(
-                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.strip()
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return {"git_commit": None, "git_dirty": None}
-    return {"git_commit": commit, "git_dirty": dirty}
+    """The commit the organism was trained from and whether its code had changes (the runs' rule:
+    ``tooldecode.runs.manifest.git_state``)."""
+    from tooldecode.runs.manifest import git_state
+
+    sha, dirty = git_state()
+    return {"git_commit": None if sha == "unknown" else sha, "git_dirty": dirty}
 
 
 def snippet_pool(root: Path | None = None) -> list[Snippet]:

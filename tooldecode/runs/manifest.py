@@ -17,6 +17,7 @@ __all__ = [
     "FORMAT_VERSION",
     "build_manifest",
     "effective_config",
+    "git_state",
     "narrowed_aligned",
     "narrowed_config",
     "narrowed_n_by_mode",
@@ -39,8 +40,9 @@ _LIBRARIES = {
 # --- manifest --------------------------------------------------------------------------------------
 
 
-def _git_sha() -> tuple[str, bool | None]:
-    """(sha, dirty) of the checkout the package runs from; ("unknown", None) outside git."""
+def git_state() -> tuple[str, bool | None]:
+    """(sha, dirty) of the checkout the package runs from; ("unknown", None) outside git. Dirty counts
+    tracked code only: run data under ``runs/`` (rows a job writes beside the code) leaves it clean."""
     here = Path(__file__).resolve().parent
     try:
         sha = subprocess.run(
@@ -91,7 +93,7 @@ def build_manifest(
     ``TOOLDECODE_*`` variables set when the run started (the prompt KV store, batch and thread
     settings): what ran, even where it cannot change a draw.
     """
-    sha, dirty = _git_sha()
+    sha, dirty = git_state()
     return {
         "format": FORMAT_VERSION,
         "config": config,
