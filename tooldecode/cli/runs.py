@@ -106,23 +106,25 @@ def cmd_runs_ended(args: argparse.Namespace) -> int:
 
 
 def _print_ended(run_path: str, extended: str | None) -> int:
+    from tooldecode.distortion.caps import MIN_ENDED
     from tooldecode.experiments.extend import ended_at_cap, read_extended
 
+    need = f"{100 * MIN_ENDED:.0f}%"
     if extended is not None and not Path(extended).is_dir():
         raise RunError(f"--extended {extended}: no such folder; give the --out of `tooldecode runs extend`")
     run = load_run(run_path)
     table = ended_at_cap(run, read_extended(extended) if extended else [])
     cap = run.manifest.get("config", {}).get("max_new_tokens")
-    print(f"{run.name}: draws that ended on their own, per arm (a run needs >= 95% in every arm)")
+    print(f"{run.name}: draws that ended on their own, per arm (a run needs >= {need} in every arm)")
     for arm, r in sorted(table.items()):
         line = f"  {arm}: {r['ended']}/{r['n']} = {100 * r['ended_share']:.1f}% at {cap}"
-        line += "" if r["meets"] else " (below 95%)"
+        line += "" if r["meets"] else f" (below {need})"
         if r["continued"]:
             line += (
                 f"; {r['ended_later']} of {r['continued']} cut draws ended by {r['cap']} "
                 f"({r['works_later']} of them a call that works): "
                 f"{100 * r['ended_share_at_cap']:.1f}% at {r['cap']}"
-                + ("" if r["meets_at_cap"] else " (below 95%)")
+                + ("" if r["meets_at_cap"] else f" (below {need})")
             )
         print(line)
     return 0
