@@ -13,12 +13,12 @@ from tooldecode.errors import RunError
 from tooldecode.experiments.extend import _stopped, ended_at_cap, extend_cut, read_extended
 from tooldecode.models import TEST_MODEL
 
-# one scenario, loose and strict (L1: conditioning free), two draws each, cut at 8 tokens: every draw is cut
+# one scenario, loose and strict (L1: conditioning free), one draw each, cut at 8 tokens: every draw is cut
 CUT_SPEC = f"""
 name = "cut"
 models = ["{TEST_MODEL}"]
 scenarios = ["json-tsconfig-path-aliases"]
-n = 2
+n = 1
 max_new_tokens = 8
 modes = ["loose", "strict"]
 batch_size = 2
@@ -27,7 +27,7 @@ batch_size = 2
 
 @pytest.fixture(scope="module")
 def cut_run(tmp_path_factory):
-    """(folder the run starts from, run folder, extension folder at 40 tokens), made once."""
+    """(folder the run starts from, run folder, extension folder at 24 tokens), made once."""
     from tooldecode.experiments import load_spec, run_spec
 
     base = tmp_path_factory.mktemp("cut")
@@ -36,7 +36,7 @@ def cut_run(tmp_path_factory):
         (base / "cut.toml").write_text(CUT_SPEC)
         run_spec(load_spec("cut.toml"), base / "run", progress=False)
         before = hashlib.sha256((base / "run" / "samples.jsonl").read_bytes()).hexdigest()
-        extend_cut(base / "run", 40, base / "ext")
+        extend_cut(base / "run", 24, base / "ext")
         after = hashlib.sha256((base / "run" / "samples.jsonl").read_bytes()).hexdigest()
     assert before == after  # the run is only read
     return base, base / "run", base / "ext"
@@ -55,8 +55,8 @@ def test_every_cut_draw_is_continued_once_and_strict_stays_inside_its_grammar(cu
     rows = read_extended(ext)
     assert cut and sorted(r["key"] for r in rows) == sorted(s.key for s in cut)
     for r in rows:
-        assert r["tokens_before"] == 8 and r["cap"] == 40
-        assert 0 < len(r["token_ids"]) <= 32 and r["finish_reason"] in ("stop", "length")
+        assert r["tokens_before"] == 8 and r["cap"] == 24
+        assert 0 < len(r["token_ids"]) <= 16 and r["finish_reason"] in ("stop", "length")
         assert r["outcome"] is not None and set(r["outcome"]) >= {"valid", "correct", "works"}
     # a strict draw continued under its mask is still a prefix its grammar admits, or a complete call
     sc = select_scenarios(load_spec(base / "cut.toml"))[0]
@@ -67,7 +67,7 @@ def test_every_cut_draw_is_continued_once_and_strict_stays_inside_its_grammar(cu
             status = Trial(s.arm, sc).replay(be, list(s.token_ids) + row["token_ids"], row["finish_reason"])
             assert not status.startswith("invalid"), (s.key, status)
     # resumable: nothing is drawn again
-    extend_cut(run_dir, 40, ext)
+    extend_cut(run_dir, 24, ext)
     assert len(read_extended(ext)) == len(rows)
 
 
@@ -88,7 +88,7 @@ def test_ended_counts_read_the_run_and_its_extension(cut_run, capsys):
         assert t["ended_share_at_cap"] == (t["ended"] + t["ended_later"]) / t["n"]
     assert main(["runs", "ended", str(run_dir), "--extended", str(ext)]) == 0
     out = capsys.readouterr().out
-    assert "below 95%" in out and "ended by 40" in out
+    assert "below 95%" in out and "ended by 24" in out
 
 
 @pytest.mark.model
@@ -97,8 +97,8 @@ def test_the_extension_refuses_a_smaller_cap_its_own_run_and_another_runs_folder
     with pytest.raises(RunError, match="not above the run's cap of 8"):
         extend_cut(run_dir, 8, tmp_path / "x")
     with pytest.raises(RunError, match="never into it"):
-        extend_cut(run_dir, 40, run_dir)
-    with pytest.raises(RunError, match="extends .* to 40 tokens, not"):
+        extend_cut(run_dir, 24, run_dir)
+    with pytest.raises(RunError, match="extends .* to 24 tokens, not"):
         extend_cut(run_dir, 64, ext)
     copy = tmp_path / "aligned"
     shutil.copytree(run_dir, copy)
@@ -114,7 +114,7 @@ def test_the_extension_refuses_a_smaller_cap_its_own_run_and_another_runs_folder
     for f in copy.glob("verdicts-*.jsonl"):
         f.unlink()
     with pytest.raises(RunError, match="strict-aligned draw"):
-        extend_cut(copy, 40, tmp_path / "y")
+        extend_cut(copy, 24, tmp_path / "y")
 
 
 def test_a_stop_string_across_the_cut_stops_the_continued_draw():
