@@ -24,6 +24,7 @@ LAYERS = (
         "validate",
         "gguf_header",
         "cachedirs",
+        "provenance",
     },  # leaves
     {"models"},
     {"grammar"},  # schema → grammar

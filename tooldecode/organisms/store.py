@@ -36,6 +36,7 @@ from tooldecode.models import (
 from tooldecode.organisms.mutations import Snippet, snippets, stdlib_dir
 from tooldecode.organisms.recipes import Recipe
 from tooldecode.organisms.sessions import Session, TrainingText, build_sessions, data_sha256, render_session
+from tooldecode.provenance import git_state
 
 PREFIX = ORGANISM_PREFIX
 
@@ -50,9 +51,7 @@ def organism_name(recipe: str, base: str) -> str:
 
 def _git() -> dict[str, Any]:
     """The commit the organism was trained from and whether its code had changes (the runs' rule:
-    ``tooldecode.runs.manifest.git_state``)."""
-    from tooldecode.runs.manifest import git_state
-
+    ``tooldecode.provenance.git_state``)."""
     sha, dirty = git_state()
     return {"git_commit": None if sha == "unknown" else sha, "git_dirty": dirty}
 

@@ -8,16 +8,14 @@ import importlib.metadata
 import os
 import platform
 import re
-import subprocess
-from pathlib import Path
 
 from tooldecode import __version__
+from tooldecode.provenance import git_state
 
 __all__ = [
     "FORMAT_VERSION",
     "build_manifest",
     "effective_config",
-    "git_state",
     "narrowed_aligned",
     "narrowed_config",
     "narrowed_n_by_mode",
@@ -38,26 +36,6 @@ _LIBRARIES = {
 
 
 # --- manifest --------------------------------------------------------------------------------------
-
-
-def git_state() -> tuple[str, bool | None]:
-    """(sha, dirty) of the checkout the package runs from; ("unknown", None) outside git. Dirty counts
-    tracked code only: run data under ``runs/`` (rows a job writes beside the code) leaves it clean."""
-    here = Path(__file__).resolve().parent
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-        status = subprocess.run(
-            # run data (``runs/``) is not code: a run's rows written beside a job leave the code clean
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top,exclude)runs"],
-            cwd=here, capture_output=True, text=True, timeout=10, check=True,
-        ).stdout  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return "unknown", None
-    if not re.fullmatch(r"[0-9a-f]{40,64}", sha):
-        return "unknown", None
-    return sha, bool(status.strip())
 
 
 def _library_versions() -> dict[str, str | None]:
