@@ -528,37 +528,3 @@ def test_the_organisms_notebook_trains_a_tiny_organism(organisms_notebook):
     book, _, _ = organisms_notebook
     text = "\n".join(o.get("text", "") for c in book.cells for o in c.get("outputs", []))
     assert "tiny-lenient@" in text and "with a stray key" in text
-
-
-def test_a_channel_check_from_another_cpu_keeps_the_committed_record(tmp_path):
-    """Another machine's kernels move llama.cpp's first-token probabilities in the third decimal; the
-    committed check stays as it is then, and is rewritten when a token or a larger move differs."""
-    from tooldecode.organisms.store import CHECK_FILE, CHECK_PROB_TOLERANCE, write_check
-
-    src = (
-        Path(__file__).resolve().parents[1]
-        / "experiments/organisms/lenient-flat-flag@qwen2.5-coder-0.5b-instruct"
-    )
-    folder = tmp_path / src.name
-    folder.mkdir()
-    for name in ("manifest.json", CHECK_FILE):
-        (folder / name).write_bytes((src / name).read_bytes())
-    before = (folder / CHECK_FILE).read_bytes()
-    kept = json.loads(before)
-    result = {k: v for k, v in kept.items() if k != "adapter_sha256"}
-
-    moved = json.loads(json.dumps(result))
-    moved["load_s"] = {"llamacpp": 19.7, "hf": 180.5}
-    moved["top"]["llamacpp"][0][1] -= CHECK_PROB_TOLERANCE / 2  # this session's 0.8441 → 0.8420
-    write_check(folder, moved)
-    assert (folder / CHECK_FILE).read_bytes() == before
-
-    for change in ("probability", "token"):
-        other = json.loads(json.dumps(result))
-        if change == "probability":
-            other["top"]["llamacpp"][0][1] -= 2 * CHECK_PROB_TOLERANCE
-        else:
-            other["top"]["hf"][4][0] = "Can"
-        write_check(folder, other)
-        assert json.loads((folder / CHECK_FILE).read_text())["top"] == other["top"], change
-        (folder / CHECK_FILE).write_bytes(before)

@@ -272,9 +272,10 @@ def _same_finding(old: dict[str, Any], new: dict[str, Any]) -> bool:
     }:
         return False
     try:
-        if abs(float(old["max_prob_diff"]) - float(new["max_prob_diff"])) > CHECK_PROB_TOLERANCE:
+        a, b = old.get("max_prob_diff"), new.get("max_prob_diff")
+        if (a is None) != (b is None) or (a is not None and abs(float(a) - float(b)) > CHECK_PROB_TOLERANCE):
             return False
-        top_old, top_new = old["top"], new["top"]
+        top_old, top_new = old.get("top") or {}, new.get("top") or {}
         if set(top_old) != set(top_new):
             return False
         for backend, rows in top_new.items():
