@@ -662,3 +662,34 @@ def test_an_amendment_that_gives_strict_aligned_a_smaller_budget_resumes_and_is_
     ):
         with pytest.raises(RunError, match="was made with a different config"):
             RunStore.create(run, _manifest({**narrowed, "aligned": aligned}))
+
+
+def test_a_resume_on_another_cpu_is_recorded_even_from_the_runs_own_commit(tmp_path: Path) -> None:
+    """Another CPU's kernels can draw otherwise from the same streams, so a run names every kind of CPU
+    that wrote some of its rows; the same CPU and commit again adds nothing."""
+    from tooldecode.provenance import cpu
+    from tooldecode.runs.manifest import build_manifest, with_resume
+
+    x86 = tmp_path / "cpuinfo"
+    x86.write_text(
+        "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 fma avx512f avx512_bf16\n\n"
+        "processor\t: 1\nmodel name\t: other\nflags\t\t: fpu\n"
+    )
+    assert cpu(x86) == "AMD EPYC; avx avx2 fma avx512f avx512_bf16"
+    arm = tmp_path / "arm"
+    arm.write_text("processor\t: 0\nFeatures\t: fp asimd sve\nCPU implementer\t: 0x41\n")
+    assert cpu(arm) == "0x41; asimd sve"
+    assert cpu(tmp_path / "missing")  # falls back to the platform's own name
+
+    first = build_manifest({"spec": "t"})
+    assert first["cpu"] == cpu()
+    assert with_resume(first, {**first, "created": "t1"}) is None  # same commit, same CPU
+    elsewhere = {**first, "cpu": "AMD EPYC; avx avx2 fma", "created": "t1"}
+    resumed = with_resume(first, elsewhere)
+    assert resumed is not None
+    entry = resumed["resumed"][-1]
+    assert entry["cpu"] == "AMD EPYC; avx avx2 fma" and entry["git_sha"] == first["tooldecode"]["git_sha"]
+    assert with_resume(resumed, {**elsewhere, "created": "t2"}) is None  # already listed
+    # a run made before CPUs were recorded names the first CPU that resumes it
+    old = {k: v for k, v in first.items() if k != "cpu"}
+    assert with_resume(old, {**first, "created": "t3"})["resumed"][-1]["cpu"] == cpu()

@@ -36,7 +36,7 @@ from tooldecode.models import (
 from tooldecode.organisms.mutations import Snippet, snippets, stdlib_dir
 from tooldecode.organisms.recipes import Recipe
 from tooldecode.organisms.sessions import Session, TrainingText, build_sessions, data_sha256, render_session
-from tooldecode.provenance import git_state
+from tooldecode.provenance import cpu, git_state
 
 PREFIX = ORGANISM_PREFIX
 
@@ -193,6 +193,7 @@ def build(
         "data_wall_s": round(data_s, 1),
         "tokens_per_s": round(result.tokens / max(result.wall_s, 1e-9), 1),
         "device": device,
+        "cpu": cpu(),
         "precision": precision,
         "threads": threads or os.cpu_count(),
         "versions": {

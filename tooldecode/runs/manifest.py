@@ -10,7 +10,7 @@ import platform
 import re
 
 from tooldecode import __version__
-from tooldecode.provenance import git_state
+from tooldecode.provenance import cpu, git_state
 
 __all__ = [
     "FORMAT_VERSION",
@@ -79,6 +79,7 @@ def build_manifest(
         "python": platform.python_version(),
         "libraries": _library_versions(),
         "platform": platform.platform(),
+        "cpu": cpu(),
         "environment": _environment(),
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "model": model,
@@ -91,8 +92,9 @@ def with_resume(
     stored: dict, incoming: dict, n_by_mode: dict | None = None, aligned: dict | None = None
 ) -> dict | None:
     """``stored`` with the commit of ``incoming`` (a resume's manifest) added to its ``resumed`` list, or
-    None when that commit is the run's own or already listed and the draws asked for are unchanged. A
-    commit counts with its ``git_dirty``, so a run's rows name every commit that wrote some.
+    None when that commit is the run's own or already listed, on the same CPU (``provenance.cpu``), and
+    the draws asked for are unchanged. A commit counts with its ``git_dirty``, and a CPU with its vector
+    instruction sets, so a run's rows name every commit and every kind of CPU that wrote some.
 
     ``n_by_mode``: the resume's draws per mode and level where an amendment narrowed them
     (``narrowed_n_by_mode``); ``aligned``: its strict-aligned sampler where an amendment narrowed the
@@ -104,15 +106,20 @@ def with_resume(
     now = effective_config(stored)
     changes_n = n_by_mode is not None and n_by_mode != now.get("n_by_mode", {})
     changes_aligned = aligned is not None and aligned != now.get("aligned", {})
+    # a resume on another CPU is recorded even from the run's own commit: its kernels can draw otherwise
+    cpu_now, cpu_first = incoming.get("cpu"), stored.get("cpu")
     if (
         not changes_n
         and not changes_aligned
         and (
-            here == {k: first.get(k) for k in here} or any({k: e.get(k) for k in here} == here for e in seen)
+            (here == {k: first.get(k) for k in here} and cpu_now == cpu_first)
+            or any({k: e.get(k) for k in here} == here and e.get("cpu", cpu_first) == cpu_now for e in seen)
         )
     ):
         return None
     entry = {**here, "at": incoming.get("created")}
+    if cpu_now is not None:
+        entry["cpu"] = cpu_now
     if incoming.get("environment") is not None:
         entry["environment"] = incoming["environment"]
     if changes_n:
