@@ -50,8 +50,13 @@ def spec_stem(spec: dict) -> str:
 
 def prediction_note(stem: str, spec: dict, run: Any = None) -> str:
     """For a spec whose ``[findings]`` says ``preregistered = true``: the commit of its predictions (the
-    last commit that changed the spec file) and whether the run judged against them was made after it."""
-    if not spec.get("findings", {}).get("preregistered"):
+    last commit that changed the spec file) and whether the run judged against them was made after it.
+
+    A findings addendum (``reads = SPEC``) may name in ``read_before`` the models whose runs were read
+    before it was written: a part of the run with only those models is named as read before, not
+    checked against the commit; every other part must follow it."""
+    findings = spec.get("findings", {})
+    if not findings.get("preregistered"):
         return ""
     path = f"experiments/{stem}.toml"
     commit = _git("log", "-1", "--format=%h %cs", "--", path)
@@ -60,16 +65,31 @@ def prediction_note(stem: str, spec: dict, run: Any = None) -> str:
     sha, date = commit.split()
     note = f" Predictions committed in {sha} ({date}), {path}"
     # a run of one spec made model by model has one commit per part: each must follow the predictions
-    shas = sorted({str(p.git_sha) for p in (getattr(run, "parts", ()) or [run])}) if run is not None else []
+    parts = list(getattr(run, "parts", ()) or [run]) if run is not None else []
+    before = set(findings.get("read_before", []))
+    if before:
+        read = [p for p in parts if _part_models(p) and _part_models(p) <= before]
+        parts = [p for p in parts if p not in read]
+        named = ", ".join(f"{p.name} ({str(p.git_sha)[:7]})" for p in read)
+        note += f"; written after the runs of {', '.join(sorted(before))} were read, as the file states" + (
+            f" (here {named}, whose figures were known when the sizes were set)" if read else ""
+        )
+    shas = sorted({str(p.git_sha) for p in parts})
     shas = [s for s in shas if s and s != "?"]
     if not shas:
-        return note + "; no run yet."
+        return note + ("; no run of the other arms yet." if before else "; no run yet.")
     after = [_git("merge-base", "--is-ancestor", sha, s) is not None for s in shas]
     named = ", ".join(s[:7] for s in shas)
     whose = "the run's commit" if len(shas) == 1 else "the runs' commits"
     if all(after):
         return note + f"; {whose} {named} {'follows' if len(shas) == 1 else 'follow'} them."
     return note + f"; {whose} {named} do NOT all follow them (not a pre-registered test)."
+
+
+def _part_models(run: Any) -> set[str]:
+    """The models of a run's arms, from its manifest."""
+    arms = getattr(run, "manifest", {}).get("config", {}).get("arms", [])
+    return {str(a.get("model")) for a in arms if a.get("model")}
 
 
 def _draws(run: Run, model: str, level: str, mode: str = "loose") -> list[SampleRecord]:

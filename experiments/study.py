@@ -81,14 +81,59 @@ def load_specs(root: Path = ROOT) -> list[tuple[str, dict]]:
         spec = tomllib.loads(p.read_text(encoding="utf-8"))
         if "findings" in spec:
             out.append((p.stem, spec))
+    check_addenda(out)
     return out
+
+
+def runs_spec(spec: dict) -> str:
+    """The spec name whose runs ``spec``'s rows read: its own, or for a findings addendum (``[findings]
+    reads = "..."``, a file of later-dated predictions that runs nothing) the spec it reads."""
+    return str(spec["findings"].get("reads") or spec["name"])
+
+
+def check_addenda(specs: list[tuple[str, dict]]) -> None:
+    """Every findings addendum reads a spec of the suite and names only that spec's models in its
+    ``read_before``; ``SpecError`` (one line, naming the file) otherwise."""
+    from tooldecode.experiments import SpecError
+
+    by_name = {spec["name"]: spec for _, spec in specs}
+    for stem, spec in specs:
+        reads = spec["findings"].get("reads")
+        if reads is None:
+            if spec["findings"].get("read_before"):
+                raise SpecError(
+                    f"experiments/{stem}.toml: [findings] read_before applies to an addendum only "
+                    "(one that says reads = SPEC); remove it or name the spec it reads"
+                )
+            continue
+        if reads not in by_name or by_name[reads]["findings"].get("reads"):
+            raise SpecError(
+                f"experiments/{stem}.toml: [findings] reads {reads!r}, which is no spec of the suite with its "
+                f"own runs; name one of: {', '.join(sorted(n for n, s in by_name.items() if not s['findings'].get('reads')))}"
+            )
+        if "models" in spec:
+            raise SpecError(
+                f"experiments/{stem}.toml: an addendum (reads = {reads!r}) runs nothing, so it has no models; "
+                "remove the models field"
+            )
+        unknown = [
+            m for m in spec["findings"].get("read_before", []) if m not in by_name[reads].get("models", [])
+        ]
+        if unknown:
+            raise SpecError(
+                f"experiments/{stem}.toml: [findings] read_before names {', '.join(map(repr, unknown))}, "
+                f"not a model of {reads!r}; name the models whose runs were read before the file was written"
+            )
 
 
 def spec_effects(spec: dict) -> list[dict]:
     """The spec's claimed effects, one per model: an effect with ``models = [...]`` is judged on each
     model apart (its label names the model); ``model = "..."`` names one."""
     out = []
+    reads = spec["findings"].get("reads")
     for eff in spec["findings"].get("effects", []):
+        if reads and "runs" not in eff:
+            eff = dict(eff, runs=[reads])  # an addendum's effects are judged on the spec it reads
         models = eff.get("models")
         if not models:
             out.append(eff)
@@ -105,7 +150,7 @@ def effect_rows(stem: str, spec: dict, runs: dict[str, Run]) -> list[dict]:
         try:
             res = evaluate_effect(eff, runs, where=f"experiments/{stem}.toml")
         except MeasureError as err:
-            if any(r.spec == spec["name"] for r in runs.values()):
+            if any(r.spec == runs_spec(spec) for r in runs.values()):
                 raise
             res = None  # a spec not yet run whose claim this version cannot read: listed as not measured
             print(f"findings: {err} (no run yet; listed as not measured)", file=sys.stderr)
@@ -214,7 +259,7 @@ def build_rows(runs: dict[str, Run], root: Path = ROOT) -> list[dict]:
     """Every row of FINDINGS.md, in suite order, then the corpus rows."""
     rows: list[dict] = []
     for stem, spec in load_specs(root):
-        rs = runs_of(spec["name"], runs)
+        rs = runs_of(runs_spec(spec), runs)
         rows += effect_rows(stem, spec, runs)
         for name in spec["findings"].get("rows", []):
             if name not in ROWS:
@@ -386,6 +431,7 @@ __all__ = [
     "load_specs",
     "provenance",
     "reruns",
+    "runs_spec",
     "spec_effects",
     "summary",
     "write_findings",

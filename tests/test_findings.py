@@ -575,3 +575,83 @@ def test_the_suite_order_does_not_depend_on_the_directory_listing(monkeypatch):
         < first.index("e16_positive_control")
     )
     assert first.index("e19_organisms_gen2") < first.index("e19_organisms_gen2_probe")
+
+
+def test_an_addendum_judges_the_runs_it_reads_and_names_those_read_before_it(tmp_path):
+    """A findings addendum (later-dated predictions in a file of their own) is judged on the runs of the
+    spec it reads, and its note names the runs whose figures were known when it was written."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from experiments.organism_rows import prediction_note
+    from experiments.study import check_addenda, load_specs, runs_spec, spec_effects
+    from tooldecode.experiments import SpecError
+
+    specs = dict(load_specs())
+    add = specs["e19_organisms_gen2_invented"]
+    reads = runs_spec(add)
+    assert reads == "e19-organisms-gen2-probe" and runs_spec(specs["e19_organisms_gen2_probe"]) == reads
+    effects = spec_effects(add)
+    assert len(effects) == 4 and all(
+        e["runs"] == [reads] and e["measure"] == "kind:invented" for e in effects
+    )
+    assert not any(e["b"]["model"] == "qwen2.5-coder-0.5b-instruct" for e in effects)  # the base was read
+
+    # the effect reads only the runs of the spec it names
+    lenient, strict = effects[0]["a"]["model"], effects[0]["b"]["model"]
+    rows = [
+        make_probe_row(scenario=f"s{k}", model=m, p_continue=p, p_continue_by_kind={"invented": p})
+        for k in range(12)
+        for m, p in ((lenient, 0.2 + 0.01 * k), (strict, 0.02 + 0.002 * (k % 3)))
+    ]
+
+    def run(spec: str) -> Run:
+        return Run(
+            spec, Path(spec), {"config": {"spec": spec, "streams": "scenario"}, "created": "t"}, [], {}, rows
+        )
+
+    assert evaluate_effect(effects[0], {"o": run("other-spec")}) is None
+    res = evaluate_effect(effects[0], {"r": run(reads)})
+    assert res is not None and res.cmp.g == 12 and res.verdict.verdict == "reproduces"
+
+    # the note: a part of a read_before model is named, not checked; every other part must follow
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    first = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-list", "--max-parents=0", "HEAD"], capture_output=True, text=True
+    )
+    if head.returncode or first.returncode:
+        pytest.skip("no git history here")
+    new, old = head.stdout.strip(), first.stdout.strip().split()[0]
+
+    def part(name: str, sha: str, model: str) -> SimpleNamespace:
+        return SimpleNamespace(name=name, git_sha=sha, manifest={"config": {"arms": [{"model": model}]}})
+
+    note = prediction_note(
+        "e19_organisms_gen2_invented",
+        add,
+        SimpleNamespace(parts=(part("p-len", old, lenient), part("p-str", new, strict))),
+    )
+    assert f"p-len ({old[:7]})" in note and "were known when the sizes were set" in note
+    assert f"the run's commit {new[:7]} follows them" in note
+    late = prediction_note(
+        "e19_organisms_gen2_invented", add, SimpleNamespace(parts=(part("p-str", old, strict),))
+    )
+    assert "do NOT all follow them" in late
+    alone = prediction_note(
+        "e19_organisms_gen2_invented", add, SimpleNamespace(parts=(part("p-len", old, lenient),))
+    )
+    assert alone.endswith("no run of the other arms yet.")
+
+    # a malformed addendum is refused with one line naming the file
+    base = {"name": "x-added", "findings": {"reads": reads, "read_before": [lenient]}}
+    probe = ("e19_organisms_gen2_probe", specs["e19_organisms_gen2_probe"])
+    check_addenda([probe, ("x_added", base)])
+    for bad, match in [
+        ({**base, "findings": {"reads": "no-such-spec"}}, "no spec of the suite"),
+        ({**base, "findings": {"reads": reads, "read_before": ["m"]}}, "not a model of"),
+        ({**base, "models": [lenient]}, "runs nothing"),
+        ({"name": "y", "models": ["m"], "findings": {"read_before": ["m"]}}, "applies to an addendum only"),
+    ]:
+        with pytest.raises(SpecError, match=match) as err:
+            check_addenda([probe, ("x_added", bad)])
+        assert "experiments/x_added.toml" in str(err.value) and "\n" not in str(err.value)

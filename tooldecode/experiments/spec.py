@@ -170,6 +170,12 @@ def load_spec(path: str | os.PathLike[str], *, quick: bool = False) -> Spec:
         raise SpecError(
             f"{p}: unknown field(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}"
         )
+    reads = raw.get("findings", {}).get("reads") if isinstance(raw.get("findings"), dict) else None
+    if reads and "models" not in raw:
+        raise SpecError(
+            f"{p}: a findings addendum of spec {reads!r}: it judges that spec's runs and runs nothing itself; "
+            f"run the spec named {reads!r} (experiments/) instead"
+        )
     for req in ("name", "models"):
         if req not in raw:
             raise SpecError(f"{p}: missing field '{req}'")
