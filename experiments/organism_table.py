@@ -14,6 +14,9 @@ over scenarios):
 - the contrasts: source-shaped at L2 as a ratio to ``strict-flat-flag``, ``nested`` and the base of the
   same generation, paired over the scenarios both have (``stats.paired_clusters``);
 - strict's effect: the newText string that goes on, strict over loose at L2 (paired);
+- the decision exactly (the generation's probe specs, L3): the mean over scenarios of the probability of
+  an invented key name and of any extra key right after the gold newText, with a t interval over the
+  scenarios and the mass of keys the probe's depth left unresolved beside it;
 - the history variants (the generation's history spec): source-shaped at L2, fresh over agentic and
   thinking stripped over kept (paired).
 
@@ -31,16 +34,21 @@ from typing import Any
 from experiments.common import short
 from experiments.construct_rows import competence, draws, model_keys
 from tooldecode.construct import NEVER_SEEN, name_richness
-from tooldecode.measures import sample_event
+from tooldecode.measures import full_variant, l3_values, sample_event
 from tooldecode.models import ORGANISM_PREFIX
-from tooldecode.records import SampleRecord
-from tooldecode.runs import Run
-from tooldecode.stats import ClusterRate, cluster_rate, paired_clusters
+from tooldecode.records import ProbeRow, SampleRecord
+from tooldecode.runs import Run, model_split_runs
+from tooldecode.stats import ClusterRate, cluster_rate, mean_ci, paired_clusters
 
-#: (generation, main spec, history spec)
-GENERATIONS: tuple[tuple[str, str, str], ...] = (
-    ("first", "e16-organisms", "e16-organisms-history"),
-    ("second", "e19-organisms-gen2", "e19-organisms-gen2-history"),
+#: (generation, main spec, history spec, probe specs: the exact decision after newText, one setting)
+GENERATIONS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("first", "e16-organisms", "e16-organisms-history", ()),
+    (
+        "second",
+        "e19-organisms-gen2",
+        "e19-organisms-gen2-history",
+        ("e19-organisms-gen2-probe", "e19-dose-probe-corpus"),
+    ),
 )
 #: the recipes every organism is set against, by the part of its name before ``@`` (prefix ``g2-`` dropped)
 REFERENCES = ("strict-flat-flag", "nested")
@@ -119,9 +127,11 @@ def organism_rows(runs: dict[str, Run]) -> list[dict[str, str]]:
     """One row per (generation, model) with loose draws in a committed run of the generation's spec: the
     cells of the closing table, as text."""
     out: list[dict[str, str]] = []
-    for generation, spec, history_spec in GENERATIONS:
+    for generation, spec, history_spec, probe_specs in GENERATIONS:
         rs = _runs_of(runs, spec)
         hist = _runs_of(runs, history_spec)
+        probes = [r for name in probe_specs for r in _runs_of(runs, name)]
+        probes += model_split_runs(probes)
         models = _models(rs)
         homes = {m: _home(rs, m) for m in models}
         l2 = {m: draws(run, m, "L2") for m, run in homes.items() if run is not None}
@@ -175,9 +185,47 @@ def organism_rows(runs: dict[str, Run]) -> list[dict[str, str]]:
                         _shaped,
                     )
                 )
-            row["source"] = ", ".join(sorted({run.name, *([h.name] if h is not None else [])}))
+            exact = _probe_home(probes, m) if probe_specs else None
+            if exact is None:
+                row["exact P(invented)"] = row["exact P(extra key)"] = NOT_RUN if probe_specs else "n/a"
+            else:
+                row["exact P(invented)"] = _mean(exact.probe, m, "kind:invented") + (
+                    f"; unresolved {_undetermined(exact.probe, m):.3f}"
+                )
+                row["exact P(extra key)"] = _mean(exact.probe, m, "extra_key")
+            row["source"] = ", ".join(sorted({run.name, *(x.name for x in (h, exact) if x is not None)}))
             out.append(row)
     return out
+
+
+def _probe_home(rs: Sequence[Run], model: str) -> Run | None:
+    """The probe run of ``rs`` (a run, or runs of one spec made model by model read as one) with the most
+    scenarios of ``model``'s decision after newText: a clean one first, then one folder, then the newest."""
+    best: tuple | None = None
+    for r in rs:
+        n = len(l3_values(r.probe, "p_continue", model=model))
+        key = (r.git_dirty is False, n, not r.parts, str(r.manifest.get("created", "")))
+        if n and (best is None or key > best[0]):
+            best = (key, r)
+    return None if best is None else best[1]
+
+
+def _mean(rows: Sequence[ProbeRow], model: str, measure: str) -> str:
+    """The mean over scenarios of ``measure`` (L3) with its t interval over the scenarios and their number."""
+    values = list(l3_values(rows, measure, model=model).values())
+    if not values:
+        return "n/a"
+    mean, lo, hi = mean_ci(values)
+    return f"{mean:.3f} [{max(lo, 0.0):.3f}, {hi:.3f}] ({len(values)})"
+
+
+def _undetermined(rows: Sequence[ProbeRow], model: str) -> float:
+    """The mean over scenarios of the continuing mass whose key the probe's depth left unresolved."""
+    by: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        if r.after == "newText" and r.model == model and full_variant(r.variant) == full_variant({}):
+            by[r.scenario].append(r.p_continue_undetermined)
+    return sum(sum(v) / len(v) for v in by.values()) / len(by) if by else math.nan
 
 
 def _names(keys: Sequence[Any], kind: str | None) -> str:
@@ -203,6 +251,8 @@ COLUMNS = (
     "strict's effect (goes on)",
     "fresh/agentic",
     "stripped/kept",
+    "exact P(invented)",
+    "exact P(extra key)",
     "source",
 )
 
@@ -223,7 +273,11 @@ def organism_table(runs: dict[str, Run]) -> str:
         "`vs …`: source-shaped at L2 as a ratio to that model of the same generation, paired over the scenarios "
         "both have (their number in brackets); strict's effect: the newText string that goes on, strict over "
         "loose at L2; fresh/agentic and stripped/kept: source-shaped at L2 in the generation's history run. "
-        "Names: distinct undeclared item-key names with their Chao1 richness. `not run`: the run is not "
+        "Names: distinct undeclared item-key names with their Chao1 richness. Exact: the probability right "
+        "after the gold newText (L3, the generation's probe at one setting), the mean over scenarios with a "
+        "t interval over them (their number in brackets); invented: a name that is no key of the item, of "
+        "another level or of the schema; unresolved: continuing mass whose key the probe's depth did not "
+        "resolve, which may hold more of either. `not run`: the run is not "
         "committed yet. Descriptive: the verdicts are the FINDINGS rows of each spec's claims.\n\n"
         + "\n".join(lines)
         + "\n"

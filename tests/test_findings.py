@@ -555,6 +555,34 @@ def test_the_organisms_closing_table_reads_each_generation_and_says_what_is_not_
     assert lenient["strict's effect (goes on)"].startswith("×")
     if not any(r.spec == "e16-organisms-history" for r in runs.values()):
         assert lenient["fresh/agentic"] == "not run"
+    assert lenient["exact P(invented)"] == "n/a"  # the first generation has no probe spec
+
+    # the second generation's exact columns, against a recount from the committed probe file
+    probe = ROOT / "runs" / "e19-organisms-gen2-probe-lenient-flat-flag" / "probe.jsonl"
+    if not probe.exists():
+        pytest.skip("no committed probe of g2-lenient-flat-flag in this checkout")
+    g2 = organism_rows({k: v for k, v in runs.items() if v.spec.startswith("e19-")})
+    mine = next(r for r in g2 if r["model"] == "organism:g2-lenient-flat-flag@qwen-0.5b")
+    by: dict[str, list[tuple[float, float]]] = {}
+    for line in probe.read_text().splitlines():
+        r = json.loads(line)
+        if (
+            r["after"] == "newText"
+            and r["model"] == "organism:g2-lenient-flat-flag@qwen2.5-coder-0.5b-instruct"
+        ):
+            by.setdefault(r["scenario"], []).append(
+                (r["p_continue_by_kind"].get("invented", 0.0), r["p_continue_undetermined"])
+            )
+    means = [[sum(x[i] for x in v) / len(v) for v in by.values()] for i in (0, 1)]
+    invented, unresolved = (sum(m) / len(m) for m in means)
+    assert (
+        mine["exact P(invented)"].startswith(f"{invented:.3f} [")
+        and f"({len(by)}); " in mine["exact P(invented)"]
+    )
+    assert mine["exact P(invented)"].endswith(f"unresolved {unresolved:.3f}")
+    assert mine["exact P(extra key)"][0].isdigit()
+    not_probed = [r for r in g2 if r["model"] == "organism:g2-positive-control-d015@qwen-0.5b"]
+    assert not not_probed or not_probed[0]["exact P(invented)"] != "not run"  # read from the dose probe
 
 
 def test_the_suite_order_does_not_depend_on_the_directory_listing(monkeypatch):
