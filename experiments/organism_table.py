@@ -8,7 +8,8 @@ over scenarios):
 - whether it writes the nested call: L2 calls that parse, and the L2 draws that close the forced
   newText with the flat call's ``"}}`` (``construct_rows.competence``);
 - the source's failure: source-shaped at L2 and at L1 (``tooldecode.measures``' ``source_shaped``), with
-  the parse rate beside it, since a rate of keys means little where few calls parse;
+  the parse rate beside it, since a rate of keys means little where few calls parse; and at L2 the part
+  of it whose key after newText is an invented name (not a word of the schema such as ``required``);
 - the names: distinct never-seen names and all distinct names, each with its Chao1 richness
   (``tooldecode.construct.name_richness``);
 - the contrasts: source-shaped at L2 as a ratio to ``strict-flat-flag``, ``nested`` and the base of the
@@ -33,8 +34,9 @@ from typing import Any
 
 from experiments.common import short
 from experiments.construct_rows import competence, draws, model_keys
+from tooldecode.classify import INVENTED
 from tooldecode.construct import NEVER_SEEN, name_richness
-from tooldecode.measures import full_variant, l3_values, sample_event
+from tooldecode.measures import full_variant, l3_values, sample_continuation, sample_event
 from tooldecode.models import ORGANISM_PREFIX
 from tooldecode.records import ProbeRow, SampleRecord
 from tooldecode.runs import Run, model_split_runs
@@ -90,6 +92,10 @@ def _per_scenario(ss: Sequence[SampleRecord], pred: Callable[[SampleRecord], boo
 
 def _shaped(s: SampleRecord) -> bool:
     return sample_event(s, "source_shaped")
+
+
+def _shaped_invented(s: SampleRecord) -> bool:
+    return _shaped(s) and sample_continuation(s).kind == INVENTED
 
 
 def _goes_on(s: SampleRecord) -> bool:
@@ -153,6 +159,11 @@ def organism_rows(runs: dict[str, Run]) -> list[dict[str, str]]:
                 "L2 parse": _pct(comp.get("L2 parse")),
                 "flat-closer bleed": _pct(comp.get("L2 flat closer")),
                 "source-shaped L2": _pct(cluster_rate([_shaped(s) for s in mine], [s.scenario for s in mine]))
+                if mine
+                else "n/a",
+                "source-shaped L2, invented name": _pct(
+                    cluster_rate([_shaped_invented(s) for s in mine], [s.scenario for s in mine])
+                )
                 if mine
                 else "n/a",
                 "source-shaped L1": _pct(cluster_rate([_shaped(s) for s in l1], [s.scenario for s in l1]))
@@ -242,6 +253,7 @@ COLUMNS = (
     "L2 parse",
     "flat-closer bleed",
     "source-shaped L2",
+    "source-shaped L2, invented name",
     "source-shaped L1",
     "never-seen names",
     "all names",
@@ -273,7 +285,8 @@ def organism_table(runs: dict[str, Run]) -> str:
         "`vs …`: source-shaped at L2 as a ratio to that model of the same generation, paired over the scenarios "
         "both have (their number in brackets); strict's effect: the newText string that goes on, strict over "
         "loose at L2; fresh/agentic and stripped/kept: source-shaped at L2 in the generation's history run. "
-        "Names: distinct undeclared item-key names with their Chao1 richness. Exact: the probability right "
+        "Source-shaped L2, invented name: the part of source-shaped L2 whose key after newText is an invented "
+        "name, not a word of the schema. Names: distinct undeclared item-key names with their Chao1 richness. Exact: the probability right "
         "after the gold newText (L3, the generation's probe at one setting), the mean over scenarios with a "
         "t interval over them (their number in brackets); invented: a name that is no key of the item, of "
         "another level or of the schema; unresolved: continuing mass whose key the probe's depth did not "

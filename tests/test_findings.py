@@ -581,6 +581,13 @@ def test_the_organisms_closing_table_reads_each_generation_and_says_what_is_not_
     )
     assert mine["exact P(invented)"].endswith(f"unresolved {unresolved:.3f}")
     assert mine["exact P(extra key)"][0].isdigit()
+    for r in g2:  # the invented-name part of source-shaped is a part of it, and the base writes none
+        part, whole = (
+            float(r[c].split()[0]) for c in ("source-shaped L2, invented name", "source-shaped L2")
+        )
+        assert part <= whole, r["model"]
+        if r["model"] == "qwen-0.5b":
+            assert part < whole
     not_probed = [r for r in g2 if r["model"] == "organism:g2-positive-control-d015@qwen-0.5b"]
     assert not not_probed or not_probed[0]["exact P(invented)"] != "not run"  # read from the dose probe
 
