@@ -109,6 +109,26 @@ HEADLINES: tuple[tuple[str, Callable[[dict], bool], str, str], ...] = (
         "headline",
     ),
     (
+        "Trained on the same sessions, does a lenient harness (stray keys accepted) leave more source-shaped calls than a strict one?",
+        lambda r: (
+            r["observation"]
+            == "e19-organisms-gen2: g2 L2 source-shaped failure after newText, lenient vs strict flat harness "
+            "(same sessions, both with the flag)"
+        ),
+        "Qwen 0.5B + LoRA (g2 lenient vs strict)",
+        "headline",
+    ),
+    (
+        "Does it leave more invented key names after newText? (exact; a prediction added 2026-12-07)",
+        lambda r: (
+            r["observation"]
+            == "e19-organisms-gen2-invented: g2 L3 P(invented key after newText), lenient vs strict flat harness "
+            "(same sessions, both with the flag)"
+        ),
+        "Qwen 0.5B + LoRA (g2 lenient vs strict)",
+        "headline",
+    ),
+    (
         "Does a trained-in key reach the evaluation at its training share? (the positive control's doses)",
         lambda r: r["observation"].startswith("e19-dose-probe-heldout: the positive control's dose-response"),
         "Qwen 0.5B + LoRA (g2-positive-control)",

@@ -519,8 +519,9 @@ def test_headline_table_and_the_kinds_figure(tmp_path):
     from experiments.headline import HEADLINES, headline_table
     from tooldecode.report.kinds import kind_bars, write_kinds_png
 
-    # a summary, not the table (the organism's two rows brought it to 14, the dose-response to 15)
-    assert len(HEADLINES) <= 15
+    # a summary, not the table (the organism's two rows brought it to 14, the dose-response to 15, the
+    # leniency contrast's committed and added measures, side by side, to 17)
+    assert len(HEADLINES) <= 17
     rows = [{"observation": "Loose + repair as tolerant clients run it", "measured": "m", "verdict": "descriptive",
              "headline": "rescues 1/2", "source": "r"}]  # fmt: skip
     table = headline_table(rows).splitlines()
