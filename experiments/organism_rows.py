@@ -68,7 +68,7 @@ def prediction_note(stem: str, spec: dict, run: Any = None) -> str:
     parts = list(getattr(run, "parts", ()) or [run]) if run is not None else []
     before = set(findings.get("read_before", []))
     if before:
-        read = [p for p in parts if _part_models(p) and _part_models(p) <= before]
+        read = [p for p in parts if p.models and p.models <= before]
         parts = [p for p in parts if p not in read]
         named = ", ".join(f"{p.name} ({str(p.git_sha)[:7]})" for p in read)
         note += f"; written after the runs of {', '.join(sorted(before))} were read, as the file states" + (
@@ -84,12 +84,6 @@ def prediction_note(stem: str, spec: dict, run: Any = None) -> str:
     if all(after):
         return note + f"; {whose} {named} {'follows' if len(shas) == 1 else 'follow'} them."
     return note + f"; {whose} {named} do NOT all follow them (not a pre-registered test)."
-
-
-def _part_models(run: Any) -> set[str]:
-    """The models of a run's arms, from its manifest."""
-    arms = getattr(run, "manifest", {}).get("config", {}).get("arms", [])
-    return {str(a.get("model")) for a in arms if a.get("model")}
 
 
 def _draws(run: Run, model: str, level: str, mode: str = "loose") -> list[SampleRecord]:

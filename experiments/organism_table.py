@@ -106,12 +106,13 @@ def _runs_of(runs: dict[str, Run], spec: str) -> list[Run]:
     return sorted((r for r in runs.values() if r.spec == spec and not r.shared_streams), key=lambda r: r.name)
 
 
-def _home(rs: Sequence[Run], model: str) -> Run | None:
-    """The run of ``rs`` with the most loose draws of ``model`` (a clean one first, then the newest)."""
+def _home(rs: Sequence[Run], model: str, count: Callable[[Run, str], int] | None = None) -> Run | None:
+    """The run of ``rs`` with the most of ``model``'s loose draws (or of what ``count`` counts): a clean
+    one first, then one folder over runs of one spec read as one, then the newest."""
     best: tuple | None = None
     for r in rs:
-        n = len(draws(r, model))
-        key = (r.git_dirty is False, n, str(r.manifest.get("created", "")))
+        n = count(r, model) if count is not None else len(draws(r, model))
+        key = (r.git_dirty is False, n, not r.parts, str(r.manifest.get("created", "")))
         if n and (best is None or key > best[0]):
             best = (key, r)
     return None if best is None else best[1]
@@ -196,7 +197,7 @@ def organism_rows(runs: dict[str, Run]) -> list[dict[str, str]]:
                         _shaped,
                     )
                 )
-            exact = _probe_home(probes, m) if probe_specs else None
+            exact = _home(probes, m, _probed) if probe_specs else None
             if exact is None:
                 row["exact P(invented)"] = row["exact P(extra key)"] = NOT_RUN if probe_specs else "n/a"
             else:
@@ -209,16 +210,9 @@ def organism_rows(runs: dict[str, Run]) -> list[dict[str, str]]:
     return out
 
 
-def _probe_home(rs: Sequence[Run], model: str) -> Run | None:
-    """The probe run of ``rs`` (a run, or runs of one spec made model by model read as one) with the most
-    scenarios of ``model``'s decision after newText: a clean one first, then one folder, then the newest."""
-    best: tuple | None = None
-    for r in rs:
-        n = len(l3_values(r.probe, "p_continue", model=model))
-        key = (r.git_dirty is False, n, not r.parts, str(r.manifest.get("created", "")))
-        if n and (best is None or key > best[0]):
-            best = (key, r)
-    return None if best is None else best[1]
+def _probed(run: Run, model: str) -> int:
+    """Scenarios with a probe row of ``model``'s decision after newText."""
+    return len(l3_values(run.probe, "p_continue", model=model))
 
 
 def _mean(rows: Sequence[ProbeRow], model: str, measure: str) -> str:

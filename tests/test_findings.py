@@ -661,8 +661,9 @@ def test_an_addendum_judges_the_runs_it_reads_and_names_those_read_before_it(tmp
     if not (new and old):
         pytest.skip("no git history before the addendum's commit here")
 
-    def part(name: str, sha: str, model: str) -> SimpleNamespace:
-        return SimpleNamespace(name=name, git_sha=sha, manifest={"config": {"arms": [{"model": model}]}})
+    def part(name: str, sha: str, model: str) -> Run:
+        manifest = {"config": {"arms": [{"model": model}]}, "tooldecode": {"git_sha": sha}}
+        return Run(name, Path(name), manifest, [], {}, [])
 
     note = prediction_note(
         "e19_organisms_gen2_invented",

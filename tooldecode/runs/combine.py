@@ -53,14 +53,10 @@ def split_key(run: Run) -> str | None:
     return json.dumps(shape, sort_keys=True, default=str)
 
 
-def _models(run: Run) -> set[str]:
-    return {str(a["model"]) for a in run.manifest.get("config", {}).get("arms", [])}
-
-
 def _model_info(run: Run) -> dict[str, Any]:
     """The manifest's ``model`` block by model id (a one-model run stores the block itself)."""
     info = run.manifest.get("model", {})
-    models = sorted(_models(run))
+    models = sorted(run.models)
     if len(models) == 1 and isinstance(info, dict) and "sha256" in info:
         return {models[0]: info}
     return dict(info) if isinstance(info, dict) else {}
@@ -127,7 +123,7 @@ def model_split_runs(runs: Iterable[Run]) -> list[Run]:
         seen: set[str] = set()
         disjoint = True
         for r in parts:
-            models = _models(r)
+            models = r.models
             if models & seen:
                 disjoint = False
                 break

@@ -81,6 +81,11 @@ class Run:
         return str(self.manifest.get("config", {}).get("spec", self.name))
 
     @property
+    def models(self) -> set[str]:
+        """The models of the run's arms, from its manifest."""
+        return {str(a["model"]) for a in self.manifest.get("config", {}).get("arms", []) if a.get("model")}
+
+    @property
     def git_dirty(self) -> bool | None:
         """Whether the tree the run was made from had uncommitted changes (None: unknown)."""
         return self.manifest.get("tooldecode", {}).get("git_dirty")
