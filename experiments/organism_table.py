@@ -23,6 +23,10 @@ over scenarios):
 
 A cell whose runs are not committed yet says ``not run``. The table is descriptive; the verdicts are
 FINDINGS' rows of each spec's claims.
+
+``exact_kinds_table`` splits the exact decision after the gold newText by what comes next (close the
+item, each kind of key, the string going on, …) for every model of a generation's probe specs, so that
+what a lumped measure adds up is read from the committed probe rows, not from a one-off count.
 """
 
 from __future__ import annotations
@@ -34,7 +38,18 @@ from typing import Any
 
 from experiments.common import short
 from experiments.construct_rows import competence, draws, model_keys
-from tooldecode.classify import INVENTED
+from tooldecode.classify import (
+    DECLARED,
+    INVENTED,
+    NEXT_ITEM,
+    OTHER,
+    REPEAT,
+    SCHEMA_WORD,
+    STRAY,
+    STRING_GOES_ON,
+    WRONG_CLOSER,
+    WRONG_LEVEL,
+)
 from tooldecode.construct import NEVER_SEEN, name_richness
 from tooldecode.measures import full_variant, l3_values, sample_continuation, sample_event
 from tooldecode.models import ORGANISM_PREFIX
@@ -291,4 +306,84 @@ def organism_table(runs: dict[str, Run]) -> str:
     )
 
 
-__all__ = ["COLUMNS", "GENERATIONS", "organism_rows", "organism_table", "recipe_of"]
+#: the rows of the exact split after newText: (label, L3 measure); "unresolved" is the continuing mass
+#: whose key the probe's depth did not resolve, "undecided" the mass the probe resolved into no group
+EXACT_KINDS: tuple[tuple[str, str], ...] = (
+    ("close the item", "p_close"),
+    ("a word of the schema (`required`, …)", f"kind:{SCHEMA_WORD}"),
+    ("a repeat of a declared key", f"kind:{REPEAT}"),
+    ("a key of another level", f"kind:{WRONG_LEVEL}"),
+    ("an invented name", f"kind:{INVENTED}"),
+    ("an unwritten declared key", f"kind:{DECLARED}"),
+    ("the next item", f"kind:{NEXT_ITEM}"),
+    ("something else after the comma, or else", f"kind:{OTHER}"),
+    ("a key not resolved at the probe's depth", "unresolved"),
+    ("the string goes on", f"kind:{STRING_GOES_ON}"),
+    ("a wrong closer", f"kind:{WRONG_CLOSER}"),
+    ("a stray token", f"kind:{STRAY}"),
+    ("undecided at the probe's depth", "undecided"),
+)
+
+
+def _scenario_means(rows: Sequence[ProbeRow], model: str, measure: str) -> list[float]:
+    """Per scenario, the mean of ``measure`` over ``model``'s default-variant rows after newText."""
+    if measure not in ("unresolved", "undecided"):
+        return list(l3_values(rows, measure, model=model).values())
+    by: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        if r.after == "newText" and r.model == model and full_variant(r.variant) == full_variant({}):
+            by[r.scenario].append(r.p_continue_undetermined if measure == "unresolved" else r.p_undetermined)
+    return [sum(v) / len(v) for v in by.values()]
+
+
+def exact_kinds_table(runs: dict[str, Run]) -> str:
+    """Per generation with probe specs: what follows the gold newText, exactly (L3, one setting), split by
+    kind, one column per probed model; each cell the mean over scenarios with its t interval. The
+    kinds add up to 1 per row of the probe, so the column means do too."""
+    blocks = []
+    for generation, _main, _history, probe_specs in GENERATIONS:
+        probes = [r for spec in probe_specs for r in _runs_of(runs, spec)]
+        models = sorted(
+            {m for r in probes for m in r.models if _probed(r, m)},
+            key=lambda m: (m.startswith(ORGANISM_PREFIX), recipe_of(m) or "", m),
+        )
+        homes = {m: h for m in models if (h := _home(probes, m, _probed)) is not None}
+        if not homes:
+            continue
+        head = [
+            "P(after the gold `newText`)",
+            *(f"`{short(m).removeprefix(ORGANISM_PREFIX)}` ({_probed(h, m)})" for m, h in homes.items()),
+        ]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for label, measure in EXACT_KINDS:
+            cells = []
+            for m, h in homes.items():
+                values = _scenario_means(h.probe, m, measure)
+                if not values:
+                    cells.append("n/a")
+                    continue
+                mean, lo, hi = mean_ci(values)
+                cells.append(f"{mean:.3f} [{max(lo, 0.0):.3f}, {min(hi, 1.0):.3f}]")
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        sources = ", ".join(sorted({h.name for h in homes.values()}))
+        blocks.append(
+            f"The {generation} generation, exactly (L3: the probability right after the gold `newText`, "
+            "one setting), the mean over scenarios with a t interval over them (the scenarios in brackets "
+            f"in the header). Runs: {sources}. A positive control's implanted key is no key of the schema, so "
+            "it counts as an invented name. Descriptive; the verdicts are the FINDINGS rows of each "
+            "probe spec's claims.\n\n" + "\n".join(lines) + "\n"
+        )
+    if not blocks:
+        return "No probe run of an organism generation is committed yet.\n"
+    return "\n".join(blocks)
+
+
+__all__ = [
+    "COLUMNS",
+    "EXACT_KINDS",
+    "GENERATIONS",
+    "exact_kinds_table",
+    "organism_rows",
+    "organism_table",
+    "recipe_of",
+]

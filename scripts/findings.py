@@ -13,7 +13,7 @@ from pathlib import Path
 from experiments import study
 from experiments.decision_rows import comparison_block, decision_block
 from experiments.headline import FIGURE, headline_table, write_figure
-from experiments.organism_table import organism_table
+from experiments.organism_table import exact_kinds_table, organism_table
 from experiments.remedy_rows import sampled_block
 from experiments.study import build_rows, provenance, reruns, write_findings
 from tooldecode.runs import load_runs
@@ -88,6 +88,7 @@ def committed_runs(runs_dir: Path) -> set[str] | None:
 BEGIN, END = "<!-- findings summary: begin (make findings) -->", "<!-- findings summary: end -->"
 DECISION = ("<!-- decision table: begin (make findings) -->", "<!-- decision table: end -->")
 ORGANISMS = ("<!-- organisms table: begin (make findings) -->", "<!-- organisms table: end -->")
+EXACT_KINDS = ("<!-- exact kinds table: begin (make findings) -->", "<!-- exact kinds table: end -->")
 
 
 def with_summary(readme: str, bullets: str, markers: tuple[str, str] = (BEGIN, END)) -> str:
@@ -128,6 +129,7 @@ def main() -> None:
     rows = build_rows(runs)
     head = headline_table(rows)
     organisms = organism_table(runs)
+    kinds = exact_kinds_table(runs)
     text = (
         "The questions in plain words, answered from the committed runs (Qwen2.5-Coder 0.5B unless named; "
         "L2: sampled after the gold `newText` was forced, L3: the exact probe); the full table below has "
@@ -137,6 +139,8 @@ def main() -> None:
         + PREAMBLE.replace("{family}", str(study.FAMILY[0]))
         + "\n## The organisms' closing table\n\n"
         + organisms
+        + "\n### What follows the gold newText, exactly, by kind\n\n"
+        + kinds
         + "\n## Runs read\n\n"
         + provenance(runs)
         + "\n\n## What remains to rerun\n\n"
@@ -165,6 +169,7 @@ def main() -> None:
     readme = with_summary(readme, organisms, ORGANISMS)
     Path(args.readme_out).write_text(readme, encoding="utf-8")
     doc = with_summary((ROOT / "docs" / "organisms.md").read_text(encoding="utf-8"), organisms, ORGANISMS)
+    doc = with_summary(doc, kinds, EXACT_KINDS)
     Path(args.organisms_out).write_text(doc, encoding="utf-8")
     print(
         f"wrote {path} ({len(rows)} rows), the summary in {args.readme_out} and the closing table in {args.organisms_out}"

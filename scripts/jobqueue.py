@@ -1,7 +1,7 @@
 """The study's queue of long jobs (``experiments/queue.toml``): print it, resume it, mark a job.
 
     python -m scripts.jobqueue status                      # jobs, order, estimated minutes, state
-    python -m scripts.jobqueue run --worktree DIR [--only ID ...]
+    python -m scripts.jobqueue run --worktree DIR [--only ID ...] [--until HH:MM]
                                                         # resume the pending jobs in order, in DIR
     python -m scripts.jobqueue mark ID done                # after the job's output is committed
     python -m scripts.jobqueue stop --worktree DIR         # the running queue stops before its next job
@@ -20,6 +20,17 @@ them). ``stop`` leaves ``DIR/queue-logs/stop``: the queue running there
 ends once its current job has ended, before the next one starts (and removes the file), so the worktree
 can move to a newer commit between jobs without killing one. Jobs resume where they stopped, so an interrupted queue is
 resumed by the same command. One job at a time: never two model-heavy jobs at once.
+
+A job's needs must all be done (in the queue file, or ended with rc 0 in ``DIR``) before it starts;
+otherwise it is passed over for this run. They are its ``needs`` (a list of ids of jobs before it) and,
+implied, the training job of every organism its command names (``organism:NAME@…``, where a job
+``tooldecode organisms train`` trains the recipe ``NAME``). ``--until HH:MM`` (UTC, today, or
+tomorrow if that time has passed) is the end of the machine's time: a job that writes a run folder
+(``--out``) resumes on any machine from the rows ``collect`` brought in, so it runs until then and is
+stopped there (SIGTERM, its rows whole: ``tooldecode.runs.store``), to be collected; any other job (a
+training, whose checkpoints stay on the machine) starts only if its estimated minutes end before then,
+and is passed over otherwise, with the jobs that need it. So a session given ``--until`` spends its
+start on what must run whole and its tail on what resumes.
 
 ``collect`` brings what the queue made in ``DIR`` into this checkout, for a commit: each pending job's run
 folder (its ``--out``) where ``DIR``'s holds samples this one lacks, its raw files (``manifest.json``,
@@ -42,6 +53,7 @@ import sys
 import time
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from tooldecode.errors import RunError
 from tooldecode.runs.store import RunLock
@@ -73,6 +85,11 @@ def load(path: Path = QUEUE) -> dict:
         when = job.get("when", [])
         if not isinstance(when, list) or not all(isinstance(w, str) for w in when):
             raise SystemExit(f"queue: {where}: 'when' must be a list of strings (a command); fix the file")
+        needs = job.get("needs", [])
+        if not isinstance(needs, list) or not all(isinstance(n, str) and n in seen for n in needs):
+            raise SystemExit(
+                f"queue: {where}: 'needs' must be a list of the ids of jobs before it; fix the file"
+            )
         if job["id"] in seen:
             raise SystemExit(f"queue: {where}: id {job['id']!r} appears twice; ids are unique")
         seen.add(job["id"])
@@ -125,7 +142,73 @@ def _clean(worktree: Path) -> bool:
     return out.returncode == 0 and not out.stdout.strip()
 
 
-def run(data: dict, worktree: Path, only: list[str] | None) -> int:
+def resumable(job: dict) -> bool:
+    """Whether ``job`` writes a run folder, which resumes on any machine from the rows collected."""
+    return "--out" in job["cmd"]
+
+
+def until_epoch(hhmm: str, now: float | None = None) -> float:
+    """The next time of day ``hhmm`` (UTC) as epoch seconds: today, or tomorrow if it has passed."""
+    m = re.fullmatch(r"([01]?\d|2[0-3]):([0-5]\d)", hhmm)
+    if not m:
+        raise SystemExit(f"queue: --until {hhmm!r} is not a time of day HH:MM (UTC); e.g. --until 13:35")
+    now = time.time() if now is None else now
+    day = now - now % 86400
+    at = day + int(m.group(1)) * 3600 + int(m.group(2)) * 60
+    return at if at > now else at + 86400
+
+
+def _run_until(
+    cmd: list[str], worktree: Path, log: Any, env: dict[str, str], until: float | None
+) -> int | None:
+    """Run ``cmd``; at ``until`` stop it with SIGTERM (then SIGKILL after 60 s) and return None."""
+    proc = subprocess.Popen(cmd, cwd=worktree, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        return proc.wait(timeout=None if until is None else max(until - time.time(), 0.0))
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        return None
+
+
+def needs_of(data: dict, root: Path) -> dict[str, list[str]]:
+    """Per job id, the jobs it needs: its ``needs`` and the training jobs of the organisms it names
+    (recipe files read under ``root``)."""
+    trained: dict[str, str] = {}
+    for job in data.get("job", []):
+        cmd = job["cmd"]
+        if cmd[:3] == ["tooldecode", "organisms", "train"] and len(cmd) > 3:
+            try:
+                name = tomllib.loads((root / cmd[3]).read_text(encoding="utf-8"))["name"]
+            except (OSError, tomllib.TOMLDecodeError, KeyError) as err:
+                raise SystemExit(
+                    f"queue: job {job['id']!r}: recipe {cmd[3]} has no readable name ({err}); fix the job"
+                ) from None
+            trained[name] = job["id"]
+    out: dict[str, list[str]] = {}
+    for job in data.get("job", []):
+        named = {m.group(1) for m in re.finditer(r"organism:([^@\s]+)@", " ".join(job["cmd"]))}
+        implied = [trained[n] for n in sorted(named) if n in trained and trained[n] != job["id"]]
+        out[job["id"]] = [*job.get("needs", []), *(n for n in implied if n not in job.get("needs", []))]
+    return out
+
+
+def _passed_over(job: dict, needs: list[str], done: set[str], until: float | None) -> str:
+    """Why ``job`` does not start in this run (``needs`` not done, or too long for ``--until``); ``""``
+    when it may start."""
+    missing = [n for n in needs if n not in done]
+    if missing:
+        return f"it needs {', '.join(missing)}"
+    if until is not None and not resumable(job) and time.time() + job["minutes"] * 60 > until:
+        return f"its {job['minutes']} minutes end after --until, and it does not resume on another machine"
+    return ""
+
+
+def run(data: dict, worktree: Path, only: list[str] | None, until: float | None = None) -> int:
     if not _clean(worktree):
         raise SystemExit(f"queue: {worktree} is not a clean checkout; jobs run from a clean commit")
     logs = worktree / "queue-logs"
@@ -137,15 +220,25 @@ def run(data: dict, worktree: Path, only: list[str] | None) -> int:
         ["git", "-C", str(worktree), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # progress lines reach the log as they are written
+    done = {j["id"] for j in data.get("job", []) if j["state"] == "done"}
+    needs = needs_of(data, worktree)
     for job in data.get("job", []):
         if job["state"] in ("done", "blocked") or (only and job["id"] not in only):
             continue
         if state.get(job["id"], {}).get("rc") == 0:
+            done.add(job["id"])
             continue
         stop = logs / "stop"
         if stop.exists():
             stop.unlink()
             print(f"queue: stopped before {job['id']} ({stop} was there)", flush=True)
+            return 0
+        why = _passed_over(job, needs[job["id"]], done, until)
+        if why:
+            print(f"queue: {job['id']}: passed over ({why})", flush=True)
+            continue
+        if until is not None and time.time() >= until:
+            print(f"queue: stopped before {job['id']} (--until has come)", flush=True)
             return 0
         job_env = {**env, **{k: os.path.expanduser(v) for k, v in job.get("env", {}).items()}}
         if job.get("when"):
@@ -153,8 +246,8 @@ def run(data: dict, worktree: Path, only: list[str] | None) -> int:
             if when[0] == "python":
                 when[0] = str(py)
             ask = subprocess.run(when, cwd=worktree, capture_output=True, text=True, check=False, env=job_env)
-            why = (ask.stdout + ask.stderr).strip().splitlines()
-            line = why[-1] if why else f"'when' exited {ask.returncode}"
+            said = (ask.stdout + ask.stderr).strip().splitlines()
+            line = said[-1] if said else f"'when' exited {ask.returncode}"
             with open(logs / f"{job['id']}.log", "a", encoding="utf-8") as log:
                 log.write(f"== {time.strftime('%Y-%m-%d %H:%M:%S')} when: rc {ask.returncode}: {line}\n")
             if ask.returncode == 1:
@@ -176,10 +269,17 @@ def run(data: dict, worktree: Path, only: list[str] | None) -> int:
                 + f"{' '.join(cmd)}\n"
             )
             log.flush()
-            rc = subprocess.run(
-                cmd, cwd=worktree, stdout=log, stderr=subprocess.STDOUT, check=False, env=job_env
-            ).returncode
+            ended = _run_until(cmd, worktree, log, job_env, until if resumable(job) else None)
         load_avg = os.getloadavg()[0]
+        if ended is None:
+            state[job["id"]] = {"stopped": "--until", "commit": commit, "wall_s": round(time.time() - t0, 1)}
+            state_file.write_text(json.dumps(state, indent=1) + "\n")
+            print(
+                f"queue: {job['id']}: stopped at --until after {time.time() - t0:.0f} s; collect its rows",
+                flush=True,
+            )
+            return 0
+        rc = ended
         state[job["id"]] = {
             "rc": rc,
             "commit": commit,
@@ -190,6 +290,7 @@ def run(data: dict, worktree: Path, only: list[str] | None) -> int:
         print(f"queue: {job['id']}: rc {rc} in {time.time() - t0:.0f} s (load {load_avg:.2f})", flush=True)
         if rc != 0:
             return rc
+        done.add(job["id"])
     return 0
 
 
@@ -305,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run")
     r.add_argument("--worktree", type=Path, required=True)
     r.add_argument("--only", nargs="*")
+    r.add_argument("--until", help="HH:MM (UTC): the end of the machine's time (module docstring)")
     st = sub.add_parser("stop")
     st.add_argument("--worktree", type=Path, required=True)
     c = sub.add_parser("collect")
@@ -331,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "mark":
         mark(QUEUE, args.job, args.state)
         return 0
-    return run(data, args.worktree.resolve(), args.only)
+    until = until_epoch(args.until) if args.until else None
+    return run(data, args.worktree.resolve(), args.only, until)
 
 
 if __name__ == "__main__":

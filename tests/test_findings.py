@@ -593,6 +593,37 @@ def test_the_organisms_closing_table_reads_each_generation_and_says_what_is_not_
     assert not not_probed or not_probed[0]["exact P(invented)"] != "not run"  # read from the dose probe
 
 
+def test_the_exact_split_by_kind_adds_up_and_agrees_with_the_closing_table():
+    """The exact split after newText (experiments/organism_table.exact_kinds_table): every column adds up
+    to 1 (the kinds partition each probe row), and its invented-name row is the closing table's exact
+    P(invented) for the same model."""
+    from experiments.organism_table import EXACT_KINDS, exact_kinds_table, organism_rows
+    from tooldecode.runs import load_runs
+
+    assert exact_kinds_table({}).startswith("No probe run of an organism generation is committed yet")
+    runs = {k: v for k, v in load_runs(ROOT / "runs").items() if v.spec.startswith("e19-")}
+    if not any(r.probe for r in runs.values()):
+        pytest.skip("no committed probe run of the second generation in this checkout")
+    table = exact_kinds_table(runs)
+    lines = [line for line in table.splitlines() if line.startswith("| ")]
+    head, body = lines[0], lines[1:]
+    assert [line.split(" | ")[0][2:] for line in body] == [label for label, _ in EXACT_KINDS]
+    cells = [[c.strip() for c in line.strip("| ").split(" | ")[1:]] for line in body]
+    columns = head.strip("| ").split(" | ")[1:]
+    assert all(len(row) == len(columns) for row in cells)
+    for j, name in enumerate(columns):
+        total = sum(float(row[j].split()[0]) for row in cells)
+        assert abs(total - 1.0) < 0.01, (name, total)
+    invented = dict(
+        zip(columns, cells[[label for label, _ in EXACT_KINDS].index("an invented name")], strict=True)
+    )
+    rows = {r["model"]: r for r in organism_rows(runs)}
+    lenient = "`g2-lenient-flat-flag@qwen-0.5b` (36)"
+    if "e19-organisms-gen2-probe-lenient-flat-flag" in runs:
+        closing = rows["organism:g2-lenient-flat-flag@qwen-0.5b"]["exact P(invented)"]
+        assert closing.startswith(invented[lenient].split()[0] + " ["), (closing, invented[lenient])
+
+
 def test_the_suite_order_does_not_depend_on_the_directory_listing(monkeypatch):
     """FINDINGS' row numbers follow the suite order: the same on every file system (a directory lists
     its files in creation, hash or name order depending on where it lives)."""

@@ -215,3 +215,63 @@ def test_collect_copies_an_extension_folder_of_continued_draws(tmp_path):
     assert rc == 0 and "x: runs/r-ext copied (2 continued draws, ended)" in lines
     assert (root / "runs" / "r-ext" / "extended.jsonl").read_bytes() == b'{"key": 1}\n{"key": 2}\n'
     assert (root / "runs" / "r-ext" / "extend.json").read_text() == '{"cap": 64}'
+
+
+def test_a_job_whose_needs_are_not_done_is_passed_over_with_the_organisms_it_names(tmp_path):
+    """``needs`` and the training job of an organism a command names (``organism:NAME@``) must be done
+    before a job starts; a job passed over runs on a later call once they are."""
+    wt = _clean_checkout(tmp_path)
+    (wt / "r.toml").write_text('name = "g9"\n')
+
+    def touch(name: str) -> list[str]:
+        return [sys.executable, "-c", f"open({str(tmp_path / name)!r}, 'w')", "organism:g9@base"]
+
+    data = {
+        "job": [
+            {"id": "train", "cmd": ["tooldecode", "organisms", "train", "r.toml"], "minutes": 1,
+             "state": "pending", "when": [sys.executable, "-c", "import sys; sys.exit(1)"]},
+            {"id": "eval", "cmd": touch("eval"), "minutes": 1, "state": "pending"},
+            {"id": "after", "cmd": touch("after")[:-1], "minutes": 1, "state": "pending", "needs": ["eval"]},
+        ]
+    }  # fmt: skip
+    assert jobqueue.needs_of(data, wt) == {"train": [], "eval": ["train"], "after": ["eval"]}
+    assert jobqueue.run(data, wt, None) == 0  # train skipped by its 'when', so eval and after wait
+    assert not (tmp_path / "eval").exists() and not (tmp_path / "after").exists()
+    data["job"][0]["state"] = "done"
+    assert jobqueue.run(data, wt, None) == 0
+    assert (tmp_path / "eval").exists() and (tmp_path / "after").exists()
+    bad = tmp_path / "q.toml"
+    bad.write_text('[[job]]\nid = "a"\ncmd = ["true"]\nminutes = 1\nstate = "pending"\nneeds = ["b"]\n')
+    with pytest.raises(SystemExit, match=r"job 1: 'needs' must be a list of the ids of jobs before it"):
+        jobqueue.load(bad)
+
+
+def test_until_passes_over_what_would_not_end_and_stops_what_resumes(tmp_path):
+    """With ``--until``: a job that does not write a run folder starts only if its minutes end before
+    then; one that does (``--out``) runs until then, is stopped, and is left for ``collect``."""
+    import time
+
+    wt = _clean_checkout(tmp_path)
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    data = {
+        "job": [
+            {"id": "long", "cmd": [sys.executable, "-c", f"open({str(tmp_path / 'long')!r}, 'w')"],
+             "minutes": 30, "state": "pending"},
+            {"id": "short", "cmd": [sys.executable, "-c", f"open({str(tmp_path / 'short')!r}, 'w')"],
+             "minutes": 0.01, "state": "pending"},
+            {"id": "resumes", "cmd": [*sleep, "--out", "runs/x"], "minutes": 80, "state": "pending"},
+            {"id": "next", "cmd": [sys.executable, "-c", "pass", "--out", "runs/y"], "minutes": 1,
+             "state": "pending"},
+        ]
+    }  # fmt: skip
+    t0 = time.time()
+    assert jobqueue.run(data, wt, None, until=t0 + 3) == 0
+    assert time.time() - t0 < 30  # stopped at --until, not after its 60 s
+    assert not (tmp_path / "long").exists() and (tmp_path / "short").exists()
+    state = json.loads((wt / "queue-logs" / "state.json").read_text())
+    assert state["resumes"]["stopped"] == "--until" and "rc" not in state["resumes"] and "next" not in state
+    with pytest.raises(SystemExit, match=r"--until '25:00' is not a time of day HH:MM"):
+        jobqueue.main(["run", "--worktree", str(wt), "--until", "25:00"])
+    now = 1_000_000 * 86400 + 13 * 3600  # 13:00 UTC on some day
+    assert jobqueue.until_epoch("13:35", now) == now + 35 * 60
+    assert jobqueue.until_epoch("12:00", now) == now + 23 * 3600
