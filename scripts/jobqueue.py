@@ -35,7 +35,8 @@ start on what must run whole and its tail on what resumes.
 ``collect`` brings what the queue made in ``DIR`` into this checkout, for a commit: each pending job's run
 folder (its ``--out``) where ``DIR``'s holds samples this one lacks, its raw files (``manifest.json``,
 ``samples.jsonl``, ``timing.json``, ``probe.jsonl``, ``decision.jsonl``) copied only when this checkout's
-rows are the start of ``DIR``'s, so no raw row here is ever replaced, and never while a job writes them
+rows are the start of ``DIR``'s, so no raw row here is ever replaced, a ``.jsonl`` file up to its last
+newline (a job stopped in an append leaves a torn line, cut when it resumes), and never while a job writes them
 (the run's write lock); each ``organisms train`` job that
 ended well, through ``tooldecode organisms commit`` (its 16-bit adapter and manifest); and each job that
 ended with rc 0 marked ``done`` in the queue file. It prints what it did; it commits nothing.
@@ -300,6 +301,34 @@ RAW = ("manifest.json", "samples.jsonl", "timing.json", "probe.jsonl", "decision
 EXTENSION = ("extend.json", "extended.jsonl")
 
 
+def _whole(path: Path) -> int:
+    """The bytes of ``path`` up to its last newline: its whole rows (a run stopped in the middle of an
+    append leaves a torn last line, which the run cuts off when it resumes)."""
+    n = path.stat().st_size
+    with open(path, "rb") as f:
+        while n > 0:
+            step = min(n, 1 << 16)
+            f.seek(n - step)
+            k = f.read(step).rfind(b"\n")
+            if k >= 0:
+                return n - step + k + 1
+            n -= step
+    return 0
+
+
+def _copy_whole(there: Path, here: Path) -> None:
+    """Copy ``there`` to ``here``; a ``.jsonl`` file only up to its last newline (whole rows)."""
+    if there.suffix != ".jsonl":
+        shutil.copyfile(there, here)
+        return
+    left = _whole(there)
+    with open(there, "rb") as src, open(here, "wb") as dst:
+        while left > 0:
+            chunk = src.read(min(left, 1 << 20))
+            dst.write(chunk)
+            left -= len(chunk)
+
+
 def _rows_extend(here: Path, there: Path) -> bool:
     """Whether ``there`` holds every byte of ``here`` at its start (a missing ``here`` is empty)."""
     if not here.exists():
@@ -338,7 +367,7 @@ def _collect_run(there: Path, here: Path, out: str, ended: bool) -> tuple[str, s
             for f in files
             if not (here / f).exists()
             or (
-                (here / f).stat().st_size != (there / f).stat().st_size
+                (here / f).stat().st_size != _whole(there / f)
                 if f.endswith(".jsonl")
                 else (here / f).read_bytes() != (there / f).read_bytes()
             )
@@ -347,7 +376,7 @@ def _collect_run(there: Path, here: Path, out: str, ended: bool) -> tuple[str, s
             return "none", ""
         here.mkdir(parents=True, exist_ok=True)
         for f in changed:
-            shutil.copyfile(there / f, here / f)
+            _copy_whole(there / f, here / f)
         rows_file = "samples.jsonl" if "samples.jsonl" in files else "extended.jsonl"
         rows = (there / rows_file).read_bytes().count(b"\n") if rows_file in files else 0
         what = "samples" if rows_file == "samples.jsonl" else "continued draws"

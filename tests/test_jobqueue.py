@@ -217,6 +217,32 @@ def test_collect_copies_an_extension_folder_of_continued_draws(tmp_path):
     assert (root / "runs" / "r-ext" / "extend.json").read_text() == '{"cap": 64}'
 
 
+def test_collect_copies_whole_rows_of_a_run_stopped_in_an_append(tmp_path):
+    """A job stopped in the middle of an append leaves a torn last line; collect copies the whole rows
+    only, so the run that resumes (and cuts the torn line) still extends what was collected."""
+    root, wt = tmp_path / "main", tmp_path / "wt"
+    queue = root / "experiments" / "queue.toml"
+    queue.parent.mkdir(parents=True)
+    queue.write_text(
+        '[[job]]\nid = "a"\ncmd = ["tooldecode", "run", "s.toml", "--out", "runs/a"]\nminutes = 1\nstate = "pending"\n'
+    )
+    (wt / "runs" / "a").mkdir(parents=True)
+    (wt / "runs" / "a" / "manifest.json").write_text("{}")
+    rows = wt / "runs" / "a" / "samples.jsonl"
+    rows.write_bytes(b'{"k": 1}\n{"k": 2}\n{"k": ')
+    (wt / "queue-logs").mkdir()
+    (wt / "queue-logs" / "state.json").write_text(json.dumps({"a": {"stopped": "--until"}}))
+    lines, rc = jobqueue.collect(jobqueue.load(queue), wt, root=root, queue=queue)
+    assert rc == 0 and "a: runs/a copied (2 samples)" in lines
+    assert (root / "runs" / "a" / "samples.jsonl").read_bytes() == b'{"k": 1}\n{"k": 2}\n'
+    lines, _ = jobqueue.collect(jobqueue.load(queue), wt, root=root, queue=queue)
+    assert lines == []  # the torn line alone is nothing new
+    rows.write_bytes(b'{"k": 1}\n{"k": 2}\n{"k": 3}\n')  # resumed: the torn line cut and redone
+    lines, rc = jobqueue.collect(jobqueue.load(queue), wt, root=root, queue=queue)
+    assert rc == 0 and (root / "runs" / "a" / "samples.jsonl").read_bytes() == rows.read_bytes()
+    assert jobqueue.load(queue)["job"][0]["state"] == "pending"  # stopped, not ended
+
+
 def test_a_job_whose_needs_are_not_done_is_passed_over_with_the_organisms_it_names(tmp_path):
     """``needs`` and the training job of an organism a command names (``organism:NAME@``) must be done
     before a job starts; a job passed over runs on a later call once they are."""
