@@ -221,13 +221,14 @@ def run(data: dict, worktree: Path, only: list[str] | None, until: float | None 
         ["git", "-C", str(worktree), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # progress lines reach the log as they are written
-    done = {j["id"] for j in data.get("job", []) if j["state"] == "done"}
+    done = {
+        j["id"] for j in data.get("job", []) if j["state"] == "done" or state.get(j["id"], {}).get("rc") == 0
+    }
     needs = needs_of(data, worktree)
     for job in data.get("job", []):
         if job["state"] in ("done", "blocked") or (only and job["id"] not in only):
             continue
         if state.get(job["id"], {}).get("rc") == 0:
-            done.add(job["id"])
             continue
         stop = logs / "stop"
         if stop.exists():
