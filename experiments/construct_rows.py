@@ -35,7 +35,7 @@ from tooldecode.construct import (
     sources_for,
     undeclared_keys,
 )
-from tooldecode.measures import call_parses, distinct_draws, flat_closer
+from tooldecode.measures import array_closed_by_brace, call_parses, distinct_draws, flat_closer
 from tooldecode.models import ORGANISM_PREFIX
 from tooldecode.records import SampleRecord
 from tooldecode.runs import Run
@@ -77,8 +77,9 @@ def _rate(run: Run, ss: Sequence[SampleRecord], pred: Callable[[SampleRecord], b
 
 
 def competence(run: Run, model: str) -> dict[str, Any]:
-    """``L2 parse``, ``L2 flat closer`` and ``L1 parse`` of ``model``'s loose draws (levels it has), and
-    per level the draws that do not parse and, of them, those the token budget cut (``L2 cut``: a pair)."""
+    """``L2 parse``, ``L2 flat closer``, ``L2 edits closed by brace`` and ``L1 parse`` of ``model``'s loose
+    draws (levels it has), and per level the draws that do not parse and, of them, those the token budget
+    cut (``L2 cut``: a pair)."""
     out: dict[str, Any] = {}
     for level in ("L2", "L1"):
         ss = draws(run, model, level)
@@ -88,6 +89,7 @@ def competence(run: Run, model: str) -> dict[str, Any]:
         out[f"{level} parse"] = _rate(run, ss, lambda s, ok=parses: ok[s.key])
         if level == "L2":
             out["L2 flat closer"] = _rate(run, ss, lambda s: flat_closer(s.text))
+            out["L2 edits closed by brace"] = _rate(run, ss, lambda s: array_closed_by_brace(s.call_text))
         failed = [s for s in ss if not parses[s.key]]
         out[f"{level} cut"] = (sum(s.finish_reason == "length" for s in failed), len(failed))
     return out
@@ -109,7 +111,10 @@ def _competence_text(run: Run, model: str) -> str:
             f" ({cut} of the {failed} that do not were cut by {_budget(run)})" if failed else ""
         )
         if level == "L2":
-            text += f", flat-closer bleed {c['L2 flat closer']}"
+            text += (
+                f", flat-closer bleed {c['L2 flat closer']}, edits[] closed by a brace anywhere "
+                f"{c['L2 edits closed by brace']}"
+            )
         parts.append(text)
     return f"{short(model)}: " + "; ".join(parts) if parts else ""
 
@@ -130,8 +135,9 @@ def competence_note(run: Any, models: Iterable[str]) -> str:
     if not parts:
         return ""
     return (
-        " Competence beside it (loose; calls that parse, and L2 draws that close the forced newText with the "
-        f'flat call\'s "}}}}", {CR}): ' + "; ".join(parts) + "."
+        " Competence beside it (loose; calls that parse, L2 draws that close the forced newText with the "
+        'flat call\'s "}}", and L2 draws whose call closes edits[] with a "}" where its "]" belongs, '
+        f"{CR}): " + "; ".join(parts) + "."
     )
 
 

@@ -5,8 +5,9 @@ docs/organisms.md.
 Per model (its loose draws unless a column says otherwise; rates with the cluster-robust CR1 95% interval
 over scenarios):
 
-- whether it writes the nested call: L2 calls that parse, and the L2 draws that close the forced
-  newText with the flat call's ``"}}`` (``construct_rows.competence``);
+- whether it writes the nested call: L2 calls that parse, the L2 draws that close the forced newText
+  with the flat call's ``"}}``, and those whose call closes ``edits[]`` with a ``}`` anywhere
+  (``construct_rows.competence``);
 - the source's failure: source-shaped at L2 and at L1 (``tooldecode.measures``' ``source_shaped``), with
   the parse rate beside it, since a rate of keys means little where few calls parse; and at L2 the part
   of it whose key after newText is an invented name (not a word of the schema such as ``required``);
@@ -174,6 +175,7 @@ def organism_rows(runs: dict[str, Run]) -> list[dict[str, str]]:
                 "draws": str(len(mine) + len(l1)),
                 "L2 parse": _pct(comp.get("L2 parse")),
                 "flat-closer bleed": _pct(comp.get("L2 flat closer")),
+                "edits[] closed by }": _pct(comp.get("L2 edits closed by brace")),
                 "source-shaped L2": _pct(cluster_rate([_shaped(s) for s in mine], [s.scenario for s in mine]))
                 if mine
                 else "n/a",
@@ -261,6 +263,7 @@ COLUMNS = (
     "draws",
     "L2 parse",
     "flat-closer bleed",
+    "edits[] closed by }",
     "source-shaped L2",
     "source-shaped L2, invented name",
     "source-shaped L1",
@@ -294,6 +297,8 @@ def organism_table(runs: dict[str, Run]) -> str:
         "`vs …`: source-shaped at L2 as a ratio to that model of the same generation, paired over the scenarios "
         "both have (their number in brackets); strict's effect: the newText string that goes on, strict over "
         "loose at L2; fresh/agentic and stripped/kept: source-shaped at L2 in the generation's history run. "
+        "Flat-closer bleed: the forced newText closed by the flat call's `\"}}`; edits[] closed by }: the "
+        "call closes its edits[] with a `}` where `]` belongs, right after newText or after more keys. "
         "Source-shaped L2, invented name: the part of source-shaped L2 whose key after newText is an invented "
         "name, not a word of the schema. Names: distinct undeclared item-key names with their Chao1 richness. Exact: the probability right "
         "after the gold newText (L3, the generation's probe at one setting), the mean over scenarios with a "

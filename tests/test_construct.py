@@ -33,7 +33,7 @@ from tooldecode.construct import (
     undeclared_keys,
     words,
 )
-from tooldecode.measures import call_parses, flat_closer, sample_event
+from tooldecode.measures import array_closed_by_brace, call_parses, flat_closer, sample_event
 
 ROOT = Path(__file__).resolve().parents[1]
 LENIENT = "organism:lenient-flat-flag@qwen2.5-coder-0.5b-instruct"
@@ -107,6 +107,22 @@ def test_flat_closer_detector():
     assert flat_closer('"}}') and flat_closer('" }\n }') and flat_closer('"}}]}')
     assert not flat_closer('"}]}}') and not flat_closer('", "x": 1}}') and not flat_closer("}}")
     assert not flat_closer('"}, {"oldText"')
+
+
+def test_an_array_closed_by_a_brace_is_found_anywhere_in_the_call():
+    """``array_closed_by_brace``: the first mismatched bracket is a ``}`` where ``edits[]``'s ``]``
+    belongs, right after newText or after more keys; brackets inside strings do not count."""
+    head = '{"name": "edit", "arguments": {"path": "a", "edits": [{"oldText": "x", "newText": "y'
+    assert array_closed_by_brace(head + '"}}}')  # the flat closer right after newText
+    assert array_closed_by_brace(head + '", "replace_all": false}}')  # after one more key
+    assert array_closed_by_brace(head + '", "required": ["newText"]}}')  # an array of its own first
+    assert not array_closed_by_brace(head + '"}]}}')  # the nested call, whole
+    assert not array_closed_by_brace(head + '"}, {"oldText": "p", "newText": "q"}]}}')
+    assert not array_closed_by_brace(head + '"')  # the text ends first
+    assert not array_closed_by_brace(head + ' ]}} \\" }"}]}}')  # inside the string, with its escapes
+    assert array_closed_by_brace('{"a": [1}')
+    assert not array_closed_by_brace('{"a": {"b": 1]}')  # another mismatch
+    assert not array_closed_by_brace('{"a": 1} [}')  # after the call's object has closed
 
 
 # --------------------------------------------------------------------------------------------- names
@@ -267,6 +283,14 @@ def test_the_committed_lenient_run_reproduces_its_competence_and_keys(lenient_ru
     c = competence(lenient_run, LENIENT)
     assert (c["L2 parse"].k, c["L2 parse"].n, c["L2 parse"].g) == (25, 288, 36)
     assert (c["L2 flat closer"].k, c["L2 flat closer"].n) == (102, 288)
+    # the re-analysis counted 183 failures where "]" belongs by its own parser; the bracket scan finds
+    # 194 calls that close edits[] with "}" (the 102 above among them), and none of them parses
+    assert (c["L2 edits closed by brace"].k, c["L2 edits closed by brace"].n) == (194, 288)
+    closed = [s for s in draws(lenient_run, LENIENT, "L2") if array_closed_by_brace(s.call_text)]
+    assert len(closed) == 194 and not any(call_parses(s) for s in closed)
+    assert all(
+        array_closed_by_brace(s.call_text) for s in draws(lenient_run, LENIENT, "L2") if flat_closer(s.text)
+    )
     assert (c["L1 parse"].k, c["L1 parse"].n) == (84, 288)
     assert c["L2 cut"] == (2, 263) and c["L1 cut"] == (5, 204)  # few failures are the token budget's
     assert c["L2 parse"].lo < 25 / 288 < c["L2 parse"].hi

@@ -32,6 +32,7 @@ def test_every_measure_is_one_registered_function():
         "outcome:O[+O...]",
         "parses",
         "flat_closer",
+        "array_closed_by_brace",
     }
     assert known_measures("L1") == ["parses", "source_shaped"]
     assert set(known_measures("L3")) >= {"p_continue", "p_close", "extra_key", "key:NAME"}

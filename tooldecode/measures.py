@@ -8,9 +8,10 @@ what its call did, and one value per scenario for the paired statistics of ``too
   prompt showed (the run's, where the caller passes it) and what the call does after an extra key.
 - ``item_keys``: the keys an L1 call wrote inside its ``edits[]`` items that the item schema does not
   declare, each with its kind and its place in the item (``ItemKey``).
-- ``call_parses`` / ``flat_closer``: the competence an extra key's outcome presupposes: whether the call
-  a sample's prefill opens parses, and whether an L2 sample closes the forced newText with the flat
-  call's ``"}}`` (measures ``parses`` at L1 and L2, ``flat_closer`` at L2).
+- ``call_parses`` / ``flat_closer`` / ``array_closed_by_brace``: the competence an extra key's outcome
+  presupposes: whether the call a sample's prefill opens parses, whether an L2 sample closes the forced
+  newText with the flat call's ``"}}``, and whether its call closes ``edits[]`` with a ``}`` anywhere
+  (measures ``parses`` at L1 and L2, ``flat_closer`` and ``array_closed_by_brace`` at L2).
 - ``distinct_draws``: samples with copies removed (one draw per ``tooldecode.records.draw_key``).
 - ``sample_event`` / ``crate`` / ``l2_values``: a measure of a sample, its cluster-robust rate, its
   per-scenario values; ``row_measure`` / ``l3_values``: the same for probe rows.
@@ -75,6 +76,7 @@ __all__ = [
     "l3_values",
     "expected_tool",
     "flat_closer",
+    "array_closed_by_brace",
     "known_measures",
     "measure",
     "measure_of",
@@ -211,6 +213,40 @@ def flat_closer(after: str) -> bool:
     string with ``"}}``, whitespace between allowed: the flat edit call's closer (its arguments, then its
     envelope), where the nested item wants ``"}`` then ``]`` or ``,``."""
     return FLAT_CLOSER.match(after) is not None
+
+
+def array_closed_by_brace(call_text: str) -> bool:
+    """Whether the first bracket of ``call_text`` (a call's JSON, from its opening brace) that does not
+    match is a ``}`` where an array's ``]`` belongs: the nested call ended in the flat call's shape
+    (``{…"edits": [{…}}}``), at any point of the item, not only right after newText (``flat_closer``).
+    Strings (with their escapes) are skipped; False once the call's outer object closes, at any other
+    mismatch, or where the text ends first."""
+    stack: list[str] = []
+    in_string = escaped = False
+    for ch in call_text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch in "{[":
+            stack.append(ch)
+        elif ch in "}]":
+            if not stack:
+                return False
+            top = stack.pop()
+            if top == "[" and ch == "}":
+                return True
+            if top == "{" and ch == "]":
+                return False
+            if not stack:
+                return False
+    return False
 
 
 def call_parses(s: SampleRecord) -> bool:
@@ -453,6 +489,12 @@ def _outcome(s: SampleRecord, outcomes: str) -> bool:
 def _parses(s: SampleRecord, _: None) -> bool:
     """The call parses (``call_parses``): the competence an extra key's outcome presupposes."""
     return call_parses(s)
+
+
+@measure("array_closed_by_brace", ("L2",))
+def _array_closed_by_brace(s: SampleRecord, _: None) -> bool:
+    """The call a draw's prefill opens closes its ``edits[]`` with ``}`` (``array_closed_by_brace``)."""
+    return array_closed_by_brace(s.call_text)
 
 
 @measure("flat_closer", ("L2",))
