@@ -52,6 +52,7 @@ from tooldecode.classify import (
     source_shaped,
 )
 from tooldecode.errors import ToolDecodeError
+from tooldecode.jsontext import brackets
 from tooldecode.records import Condition, ProbeRow, SampleRecord, VerdictRecord
 from tooldecode.stats import ClusterRate, cluster_rate
 
@@ -222,30 +223,17 @@ def array_closed_by_brace(call_text: str) -> bool:
     Strings (with their escapes) are skipped; False once the call's outer object closes, at any other
     mismatch, or where the text ends first."""
     stack: list[str] = []
-    in_string = escaped = False
-    for ch in call_text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-            continue
-        if ch == '"':
-            in_string = True
-        elif ch in "{[":
+    for ch in brackets(call_text):
+        if ch in "{[":
             stack.append(ch)
-        elif ch in "}]":
-            if not stack:
-                return False
-            top = stack.pop()
-            if top == "[" and ch == "}":
-                return True
-            if top == "{" and ch == "]":
-                return False
-            if not stack:
-                return False
+            continue
+        if not stack:
+            return False
+        top = stack.pop()
+        if top == "[" and ch == "}":
+            return True
+        if (top == "{" and ch == "]") or not stack:
+            return False
     return False
 
 

@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from tooldecode.grammar import Tool, wire_format
+from tooldecode.jsontext import brackets
 from tooldecode.records import SampleRecord
 from tooldecode.repair.arguments import harness_errors
 from tooldecode.repair.memo import repair_memo
@@ -56,24 +57,14 @@ def _json_repair_candidate(text: str, wire: str | None, tools: Sequence[Tool], e
 def _nesting(text: str, limit: int) -> int:
     """The bracket nesting depth of ``text`` (outside JSON strings), counted up to ``limit + 1``, in one pass."""
     depth = deepest = 0
-    in_str = escaped = False
-    for ch in text:
-        if in_str:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "[{":
+    for ch in brackets(text):
+        if ch in "[{":
             depth += 1
             if depth > deepest:
                 deepest = depth
                 if deepest > limit:
                     return deepest
-        elif ch in "]}":
+        else:
             depth = max(0, depth - 1)
     return deepest
 
