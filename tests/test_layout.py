@@ -20,6 +20,7 @@ LAYERS = (
         "streams",
         "records",
         "redaction",
+        "jsontext",
         "guard",
         "validate",
         "gguf_header",
