@@ -52,7 +52,7 @@ from tooldecode.classify import (
     WRONG_LEVEL,
 )
 from tooldecode.construct import NEVER_SEEN, name_richness
-from tooldecode.measures import full_variant, l3_values, sample_continuation, sample_event
+from tooldecode.measures import l3_values, sample_continuation, sample_event
 from tooldecode.models import ORGANISM_PREFIX
 from tooldecode.records import ProbeRow, SampleRecord
 from tooldecode.runs import Run, model_split_runs
@@ -243,11 +243,8 @@ def _mean(rows: Sequence[ProbeRow], model: str, measure: str) -> str:
 
 def _undetermined(rows: Sequence[ProbeRow], model: str) -> float:
     """The mean over scenarios of the continuing mass whose key the probe's depth left unresolved."""
-    by: dict[str, list[float]] = defaultdict(list)
-    for r in rows:
-        if r.after == "newText" and r.model == model and full_variant(r.variant) == full_variant({}):
-            by[r.scenario].append(r.p_continue_undetermined)
-    return sum(sum(v) / len(v) for v in by.values()) / len(by) if by else math.nan
+    values = list(l3_values(rows, "p_continue_undetermined", model=model).values())
+    return sum(values) / len(values) if values else math.nan
 
 
 def _names(keys: Sequence[Any], kind: str | None) -> str:
@@ -311,8 +308,9 @@ def organism_table(runs: dict[str, Run]) -> str:
     )
 
 
-#: the rows of the exact split after newText: (label, L3 measure); "unresolved" is the continuing mass
-#: whose key the probe's depth did not resolve, "undecided" the mass the probe resolved into no group
+#: the rows of the exact split after newText: (label, L3 measure); ``p_continue_undetermined`` is the
+#: continuing mass whose key the probe's depth did not resolve, ``p_undetermined`` the mass it resolved
+#: into no group
 EXACT_KINDS: tuple[tuple[str, str], ...] = (
     ("close the item", "p_close"),
     ("a word of the schema (`required`, …)", f"kind:{SCHEMA_WORD}"),
@@ -322,23 +320,12 @@ EXACT_KINDS: tuple[tuple[str, str], ...] = (
     ("an unwritten declared key", f"kind:{DECLARED}"),
     ("the next item", f"kind:{NEXT_ITEM}"),
     ("something else after the comma, or else", f"kind:{OTHER}"),
-    ("a key not resolved at the probe's depth", "unresolved"),
+    ("a key not resolved at the probe's depth", "p_continue_undetermined"),
     ("the string goes on", f"kind:{STRING_GOES_ON}"),
     ("a wrong closer", f"kind:{WRONG_CLOSER}"),
     ("a stray token", f"kind:{STRAY}"),
-    ("undecided at the probe's depth", "undecided"),
+    ("undecided at the probe's depth", "p_undetermined"),
 )
-
-
-def _scenario_means(rows: Sequence[ProbeRow], model: str, measure: str) -> list[float]:
-    """Per scenario, the mean of ``measure`` over ``model``'s default-variant rows after newText."""
-    if measure not in ("unresolved", "undecided"):
-        return list(l3_values(rows, measure, model=model).values())
-    by: dict[str, list[float]] = defaultdict(list)
-    for r in rows:
-        if r.after == "newText" and r.model == model and full_variant(r.variant) == full_variant({}):
-            by[r.scenario].append(r.p_continue_undetermined if measure == "unresolved" else r.p_undetermined)
-    return [sum(v) / len(v) for v in by.values()]
 
 
 def exact_kinds_table(runs: dict[str, Run]) -> str:
@@ -363,7 +350,7 @@ def exact_kinds_table(runs: dict[str, Run]) -> str:
         for label, measure in EXACT_KINDS:
             cells = []
             for m, h in homes.items():
-                values = _scenario_means(h.probe, m, measure)
+                values = list(l3_values(h.probe, measure, model=m).values())
                 if not values:
                     cells.append("n/a")
                     continue

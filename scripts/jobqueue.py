@@ -176,6 +176,17 @@ def _run_until(
         return None
 
 
+def _recipe_name(job: dict, root: Path) -> str:
+    """The recipe name (its ``name``) that a ``tooldecode organisms train RECIPE`` job trains."""
+    recipe = job["cmd"][3]
+    try:
+        return str(tomllib.loads((root / recipe).read_text(encoding="utf-8"))["name"])
+    except (OSError, tomllib.TOMLDecodeError, KeyError) as err:
+        raise SystemExit(
+            f"queue: job {job['id']!r}: recipe {recipe} has no readable name ({err}); fix the job"
+        ) from None
+
+
 def needs_of(data: dict, root: Path) -> dict[str, list[str]]:
     """Per job id, the jobs it needs: its ``needs`` and the training jobs of the organisms it names
     (recipe files read under ``root``)."""
@@ -183,13 +194,7 @@ def needs_of(data: dict, root: Path) -> dict[str, list[str]]:
     for job in data.get("job", []):
         cmd = job["cmd"]
         if cmd[:3] == ["tooldecode", "organisms", "train"] and len(cmd) > 3:
-            try:
-                name = tomllib.loads((root / cmd[3]).read_text(encoding="utf-8"))["name"]
-            except (OSError, tomllib.TOMLDecodeError, KeyError) as err:
-                raise SystemExit(
-                    f"queue: job {job['id']!r}: recipe {cmd[3]} has no readable name ({err}); fix the job"
-                ) from None
-            trained[name] = job["id"]
+            trained[_recipe_name(job, root)] = job["id"]
     out: dict[str, list[str]] = {}
     for job in data.get("job", []):
         named = {m.group(1) for m in re.finditer(r"organism:([^@\s]+)@", " ".join(job["cmd"]))}
@@ -407,7 +412,7 @@ def collect(data: dict, worktree: Path, root: Path = ROOT, queue: Path = QUEUE) 
                 bad |= what == "stale"
                 continue
         elif cmd[:3] == ["tooldecode", "organisms", "train"] and ended:
-            recipe = tomllib.loads((root / cmd[3]).read_text(encoding="utf-8"))["name"]
+            recipe = _recipe_name(job, root)
             name = f"{recipe}@{cmd[cmd.index('--base') + 1]}" if "--base" in cmd else recipe
             done = subprocess.run(
                 [sys.executable, "-m", "tooldecode", "organisms", "commit", name],

@@ -536,7 +536,14 @@ def _row_value(field: str) -> Callable[[ProbeRow, None], float]:
     return value
 
 
-for _field in ("p_continue", "p_close", "p_other", "decision_entropy"):  # a probability of the row as stored
+for _field in (  # a probability of the row as stored
+    "p_continue",
+    "p_close",
+    "p_other",
+    "p_undetermined",
+    "p_continue_undetermined",
+    "decision_entropy",
+):
     measure(_field, ("L3",))(_row_value(_field))
 
 
