@@ -10,7 +10,8 @@ spec's claim is tested as three paired comparisons over the scenarios both polic
 - strict-prefix's P(correct) above strict's.
 
 The comparisons of every model form one family for Holm's correction, apart from the sampled effect rows
-(those are judged against their own family). An event is a scenario where either policy's probability is
+(those are judged against their own family). A comparison over fewer scenarios than its runs planned (a
+run stopped mid-way) is shown with the verdict withheld (``stats.interim``) and stays out of the family. An event is a scenario where either policy's probability is
 above 0 (the probe's rule). A descriptive row per model gives strict-prefix against loose +
 drop-unknown-keys and how many scenarios the mask touches.
 """
@@ -25,7 +26,7 @@ from experiments.common import short, source
 from tooldecode.distortion.decision import DECISION_FILE, DecisionRow, read_decision_rows
 from tooldecode.distortion.decision_table import rows_by
 from tooldecode.runs import Run
-from tooldecode.stats import EffectClaim, holm, judge_effect, paired_clusters
+from tooldecode.stats import EffectClaim, holm, interim, judge_effect, paired_clusters
 
 # (label, policy a, policy b, measure, claimed direction)
 COMPARISONS: tuple[tuple[str, str, str, str, int], ...] = (
@@ -78,6 +79,7 @@ def row_decision_l2(spec: dict, rs: list[Run], runs: dict) -> list[dict]:
     described: list[dict] = []
     for model, (sources, rows) in by_model(decision_runs(rs)).items():
         groups = rows_by(rows)
+        planned = max(len(r.planned_scenarios) for r in sources)
         for label, a, b, measure, sign in COMPARISONS:
             ra, rb = groups.get((model, a), {}), groups.get((model, b), {})
             if not ra or not rb:
@@ -98,6 +100,10 @@ def row_decision_l2(spec: dict, rs: list[Run], runs: dict) -> list[dict]:
                     "_cmp": cmp,
                     "_claim": EffectClaim("difference", None, sign=sign),
                     "_events": events,
+                    # a run stopped before every planned scenario was decided: no verdict yet
+                    "_unfinished": f"{len(shared)} of {planned} planned scenarios decided"
+                    if len(shared) < planned
+                    else "",
                     "_extra": f" In the claimed direction on {moved}/{len(shared)} scenarios; the mask removes "
                     f"mass at the decision's first step on {masked}/{len(shared)}.",
                 }
@@ -124,12 +130,18 @@ def row_decision_l2(spec: dict, rs: list[Run], runs: dict) -> list[dict]:
                     f"{100 * cmp.diff:+.1f} pts",
                 }
             )
-    adjusted = holm([r["_cmp"].p_sign_flip for r in tested])
-    for r, padj in zip(tested, adjusted, strict=True):
+    # the family: the rows whose scenarios are all decided (an unfinished row is judged when it is)
+    family = [r for r in tested if not r["_unfinished"]]
+    adjusted = dict(zip(map(id, family), holm([r["_cmp"].p_sign_flip for r in family]), strict=True))
+    for r in tested:
+        padj = adjusted.get(id(r), math.nan)
         cmp = r.pop("_cmp")
         events = r.pop("_events")  # exact rows: an event is a scenario, so events and their clusters agree
         verdict = judge_effect(cmp, r.pop("_claim"), events=events, event_clusters=events, p_adjusted=padj)
-        adj = "" if math.isnan(padj) else f", Holm-adjusted p = {padj:.3g} over the {len(tested)} exact rows"
+        unfinished = r.pop("_unfinished")
+        if unfinished:
+            verdict = interim(verdict, unfinished)
+        adj = "" if math.isnan(padj) else f", Holm-adjusted p = {padj:.3g} over the {len(family)} exact rows"
         r["measured"] = f"{cmp}{adj} ({METHOD}).{r.pop('_extra')}"
         r["verdict"] = str(verdict)
         r["summary"] = f"{r['observation'].split(': ', 1)[1]}: {100 * cmp.diff:+.1f} pts, {verdict.verdict}"

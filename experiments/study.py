@@ -219,16 +219,16 @@ def instrument_check(eff: dict, res: Any) -> str | None:
 
 def finish_effect_rows(rows: list[dict]) -> int:
     """Judge every effect row against its claim with Holm's correction across the family of effect
-    rows that test a claim (instrument checks and rows without an interval or a premise excluded);
-    fill their measured, verdict and summary cells. Returns the family's size."""
-    from tooldecode.stats import BY_CONSTRUCTION, PREMISE_ABSENT, by_construction, holm
+    rows that test a claim (instrument checks, interim rows and rows without an interval or a premise
+    excluded); fill their measured, verdict and summary cells. Returns the family's size."""
+    from tooldecode.stats import BY_CONSTRUCTION, INTERIM, PREMISE_ABSENT, by_construction, holm
 
     eff = [r for r in rows if "_result" in r]
     tested = [
         r
         for r in eff
         if r["_check"] is None
-        and r["_result"].verdict.verdict != PREMISE_ABSENT
+        and r["_result"].verdict.verdict not in (PREMISE_ABSENT, INTERIM)
         and not math.isnan(r["_result"].verdict.lo)
     ]
     adjusted = holm([r["_result"].cmp.p_sign_flip for r in tested])
@@ -237,7 +237,7 @@ def finish_effect_rows(rows: list[dict]) -> int:
     for r in eff:
         res = r.pop("_result")
         check = r.pop("_check")
-        if check is not None and res.verdict.verdict != PREMISE_ABSENT:
+        if check is not None and res.verdict.verdict not in (PREMISE_ABSENT, INTERIM):
             res = dataclasses.replace(res, verdict=by_construction(res.verdict, check))
         r["measured"] = (
             res.measured()

@@ -48,7 +48,9 @@ measurement, computed from the committed runs in `runs/` (raw samples and probe 
   (`"streams": "scenario"`) gets no cluster interval at all: its scenarios share one stream, so its
   rows show counts only, with the command that reruns it, and pooled rows leave it out.
 - **Verdicts** against the claimed effect stated in each spec (experiments/*.toml, `[findings]`), in
-  this order: *premise absent* when the reference arm (b) has no event where the claim needs some (a
+  this order: *interim* when an arm the row reads is not yet drawn in full over the scenarios its run
+  planned (a run stopped mid-way, to be resumed): the figures are shown, the verdict waits for the
+  planned n, and a complete run is read before a stopped one; *premise absent* when the reference arm (b) has no event where the claim needs some (a
   decrease, or any ratio); *by construction* when the row is an instrument check (the check is named:
   a closed grammar cannot write a key after newText), never counted as a reproduction; the claimed
   direction is *established* when the 95% interval on the claim's scale excludes no effect (ratio 1,
@@ -61,8 +63,8 @@ measurement, computed from the committed runs in `runs/` (raw samples and probe 
   Otherwise *contradicts* when the interval excludes the claimed size or lies wholly on the other side
   of no effect; otherwise *inconclusive*, with the minimum detectable effect at 80% power.
 - **Multiplicity**: Holm's step-down correction (family-wise error 0.05) across the {family} effect rows
-  that test a claim (instrument checks, rows with a premise absent and rows without an interval are not
-  in the family); every effect row shows the sign-flip p and the Holm-adjusted p.
+  that test a claim (instrument checks, interim rows, rows with a premise absent and rows without an
+  interval are not in the family); every effect row shows the sign-flip p and the Holm-adjusted p.
 - "L2": sampling after the gold newText content was forced; "L3": the exact probe (docs/experiments.md).
 """
 

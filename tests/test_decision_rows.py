@@ -108,3 +108,18 @@ def test_a_scenario_two_runs_computed_is_read_once_from_the_larger_run(tmp_path)
     assert len(kept) == 12 and {r.p_correct for r in kept if r.policy == "strict"} == {0.5}
     out = row_decision_l2(SPEC, [small, big], {})
     assert len([r for r in out if "strict's P(correct)" in r["observation"]]) == 1  # one row per model
+
+
+def test_a_run_stopped_before_every_planned_scenario_is_decided_gives_no_verdict(tmp_path):
+    rows = []
+    for i in range(8):
+        sc = f"s{i}"
+        d = 0.1 + 0.01 * i
+        rows += [_row("m", sc, "loose", 0.6, 0.2, None), _row("m", sc, "strict", 0.6 - d, 0.2 + d + 0.2, d)]
+    run = _run(tmp_path, rows)
+    run.manifest = {"config": {"scenarios": [f"s{i}" for i in range(12)]}}
+    out = row_decision_l2(SPEC, [run], {})
+    assert out and all(r["verdict"].startswith("interim (") for r in out), [r["verdict"] for r in out]
+    assert "8 of 12 planned scenarios decided" in out[0]["verdict"] and "Holm" not in out[0]["measured"]
+    run.manifest = {"config": {"scenarios": [f"s{i}" for i in range(8)]}}  # the same rows, all planned
+    assert all(r["verdict"] == "reproduces" for r in row_decision_l2(SPEC, [run], {}))

@@ -154,6 +154,58 @@ def test_an_effect_prefers_a_run_from_a_clean_commit():
     assert res is not None and res.run is clean and res.cmp.g == 8
 
 
+def _planned(run: Run, scenarios: int) -> Run:
+    """``run`` with a config that plans ``scenarios`` scenarios of 8 draws each, one seed."""
+    config = {
+        **run.manifest["config"],
+        "n": 8,
+        "seeds": [0],
+        "scenarios": [f"s{k}" for k in range(scenarios)],
+    }
+    return replace(run, manifest={**run.manifest, "config": config})
+
+
+def test_an_arm_not_drawn_in_full_gives_no_verdict_until_it_is():
+    """A run stopped mid-way (the queue's --until) is read for its figures, but its verdict is withheld:
+    judging at whatever point the run stopped would let the stopping point choose the answer."""
+    from experiments.study import finish_effect_rows
+    from tooldecode.stats import INTERIM
+
+    effect = {"label": "x", "level": "L2", "measure": "extra_key", "a": {"mode": "strict"},
+              "b": {"mode": "loose"}, "scale": "ratio", "size": 0}  # fmt: skip
+    full = _planned(_l2_run(12, 0.0, 0.25), 12)
+    res = evaluate_effect(effect, {"r": full})
+    assert res is not None and res.verdict.verdict == "reproduces"
+    strict = {"mode": "strict", **{k: v for k, v in ARM.items() if k != "mode"}}
+    assert full.arm_progress(full.samples[0].arm) == (12, 12) and full.samples[0].arm.mode == strict["mode"]
+    # two scenarios not begun in the strict arm, and one with 5 of its 8 draws
+    cut = replace(
+        full,
+        samples=[
+            s
+            for s in full.samples
+            if not (
+                s.arm.mode == "strict"
+                and (s.scenario in ("s10", "s11") or (s.scenario == "s3" and s.index > 4))
+            )
+        ],
+    )
+    assert cut.arm_progress(cut.samples[0].arm) == (9, 12)
+    early = evaluate_effect(effect, {"r": cut})
+    assert early is not None and early.verdict.verdict == INTERIM
+    assert "9 of 12 scenarios drawn in full" in early.verdict.reason and early.cmp.g == 10
+    assert "L2 strict of qwen2.5-coder-0.5b-instruct" in str(early.verdict)
+    # a run whose arms are complete is read before a stopped one with more paired scenarios
+    bigger = replace(_planned(_l2_run(16, 0.0, 0.25), 20), name="bigger")
+    chosen = evaluate_effect(effect, {"bigger": bigger, "r": full})
+    assert chosen is not None and chosen.run is full
+    # an interim row stays out of the Holm family and keeps its withheld verdict
+    rows = [{"_result": r, "_check": None, "observation": "o"} for r in (res, early)]
+    assert finish_effect_rows(rows) == 1
+    assert rows[0]["verdict"].startswith("reproduces") and rows[1]["verdict"].startswith("interim (")
+    assert "Holm" not in rows[1]["measured"]
+
+
 def test_l3_values_match_variants_with_defaults():
     rows = [
         make_probe_row(after="newText", scenario="a", variant={"history": "agentic", "toolset": "nested"},

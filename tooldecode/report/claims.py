@@ -24,6 +24,7 @@ from tooldecode.stats import (
     EffectClaim,
     EffectVerdict,
     PairedClusters,
+    interim,
     interval_text,
     judge_effect,
     paired_clusters,
@@ -120,6 +121,20 @@ def _one_engine(samples: list[SampleRecord]) -> bool:
     return len({(s.arm.engine, s.arm.duplicates or "forbid") for s in samples}) <= 1
 
 
+def _unfinished(run: Run, samples: list[SampleRecord]) -> str:
+    """How far the arms of ``samples`` are from what ``run`` planned for them ("" when each is drawn in
+    full over its planned scenarios): e.g. ``"L1 loose: 20 of 36 scenarios drawn in full"``."""
+    out = []
+    for arm in {s.arm.label(): s.arm for s in samples}.values():
+        full, planned = run.arm_progress(arm)
+        if full < planned:
+            engine = f" ({arm.engine})" if arm.engine else ""
+            out.append(
+                f"{arm.level or 'L2'} {arm.mode}{engine} of {arm.model}: {full} of {planned} scenarios drawn in full"
+            )
+    return "; ".join(sorted(out))
+
+
 def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") -> EffectResult | None:
     """Judge one claimed effect (a ``[[findings.effects]]`` table) on the run that pairs the most
     scenarios for it, among the runs made from a clean commit if any has both arms; None when no run
@@ -142,6 +157,7 @@ def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") 
     for run in [*runs.values(), *model_split_runs(runs.values())]:
         if specs and run.spec not in specs:
             continue
+        unfinished = ""  # an arm not drawn in full over its planned scenarios (L1/L2): no verdict yet
         if level == "L3":
             rows = run.probe
             # an arm may name its own model (two models compared); the variant is the rest of the arm
@@ -183,16 +199,25 @@ def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") 
             events = ea + eb
             ev_clusters = len({s.scenario for s in distinct_draws(sa + sb) if sample_event(s, measure)})
             draws = na + nb
+            unfinished = _unfinished(run, sa + sb)
         else:
             raise ClaimError(f"{where}: level must be 'L1', 'L2' or 'L3', got {level!r}")
         if len(shared) < 2:
             continue
-        # a run made from a clean commit first, then the most paired scenarios, then one folder over
-        # runs read as one, then the newest
-        key = (run.git_dirty is False, len(shared), not run.parts, run.manifest.get("created", ""))
+        # a run made from a clean commit first, then one whose arms are drawn in full, then the most
+        # paired scenarios, then one folder over runs read as one, then the newest
+        key = (
+            run.git_dirty is False,
+            not unfinished,
+            len(shared),
+            not run.parts,
+            run.manifest.get("created", ""),
+        )
         if best is None or key > best[0]:
             cmp = paired_clusters({s: va[s] for s in shared}, {s: vb[s] for s in shared})
             verdict = judge_effect(cmp, claim, events=events, event_clusters=ev_clusters)
+            if unfinished:
+                verdict = interim(verdict, unfinished)
             best = (
                 key,
                 EffectResult(effect.get("label", measure), run, level, measure, cmp, verdict, draws, claim),

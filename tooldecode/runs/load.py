@@ -15,12 +15,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tooldecode.errors import RunError
-from tooldecode.records import OfferedTool, ProbeRow, SampleRecord, VerdictRecord, samples_per_arm
+from tooldecode.records import (
+    Condition,
+    OfferedTool,
+    ProbeRow,
+    SampleRecord,
+    VerdictRecord,
+    samples_per_arm,
+)
 from tooldecode.records import label as arm_label
 from tooldecode.runs.manifest import effective_config
 from tooldecode.runs.store import MANIFEST, SAMPLE_FIELDS, DerivedWriteError, RunStore, rescore
@@ -124,6 +132,26 @@ class Run:
                 want[label] = samples_per_arm(per_mode, n, s.arm.mode, s.arm.level)
         counted = sum(min(k, want[label]) for (label, _, _), k in have.items())
         return max(0, self.expected_samples - counted)
+
+    @property
+    def planned_scenarios(self) -> list[str]:
+        """The scenarios the run's config plans, after any amendment that narrowed them
+        (``runs.manifest.effective_config``)."""
+        return [str(sc) for sc in effective_config(self.manifest).get("scenarios", [])]
+
+    def arm_progress(self, arm: Condition) -> tuple[int, int]:
+        """How far one of the run's arms got: the planned scenarios whose stored draws for ``arm`` reach
+        what the arm asks for (its ``n``, or its mode's and level's ``n_by_mode``) in every seed, and the
+        planned scenarios (``runs.manifest.effective_config``). A run stopped mid-way (the queue's
+        ``--until``) leaves an arm with fewer full scenarios than planned: its figures are interim."""
+        c = effective_config(self.manifest)
+        want = samples_per_arm(c.get("n_by_mode", {}), int(c.get("n") or 0), arm.mode, arm.level)
+        label = arm_label(arm)
+        have = Counter((s.scenario, s.seed) for s in self.samples if arm_label(s.arm) == label)
+        planned = self.planned_scenarios
+        seeds = [int(x) for x in c.get("seeds", [0])]
+        full = sum(all(have[sc, seed] >= want for seed in seeds) for sc in planned)
+        return full, len(planned)
 
 
 def sample_of(

@@ -17,7 +17,8 @@ Pure numpy + the standard library (no scipy). Which function to use when is desc
   and the minimum detectable effect at 80% power.
 - ``judge_effect``: a verdict against a claimed effect (direction and size): reproduces /
   direction only — size contradicted / contradicts / inconclusive / premise absent;
-  ``by_construction`` relabels an instrument check; ``holm`` adjusts p values across a family.
+  ``by_construction`` relabels an instrument check, ``interim`` withholds the verdict of an arm not yet
+  drawn in full; ``holm`` adjusts p values across a family.
 - ``chao1``: how many distinct names a sampler writes, observed and estimated (bias-corrected Chao1
   with its log-normal interval), e.g. the invented keys of a model.
 
@@ -37,6 +38,7 @@ from tooldecode.stats.clusters import (
     EXACT_SIGN_FLIP_MAX,
     FEW_CLUSTERS,
     INCONCLUSIVE,
+    INTERIM,
     MIN_EVENT_CLUSTERS,
     MIN_EVENTS,
     PAIRED_KIND,
@@ -51,6 +53,7 @@ from tooldecode.stats.clusters import (
     cluster_rate,
     few_clusters_note,
     holm,
+    interim,
     interval_text,
     judge_effect,
     paired_clusters,
@@ -66,11 +69,13 @@ __all__ = [
     "DIRECTION_ONLY",
     "EXACT_SIGN_FLIP_MAX",
     "INCONCLUSIVE",
+    "INTERIM",
     "PREMISE_ABSENT",
     "REPRODUCES",
     "VERDICTS",
     "by_construction",
     "holm",
+    "interim",
     "ClusterRate",
     "Diff",
     "EffectClaim",

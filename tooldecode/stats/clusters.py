@@ -278,7 +278,8 @@ CONTRADICTS = "contradicts"
 INCONCLUSIVE = "inconclusive"
 BY_CONSTRUCTION = "by construction"
 PREMISE_ABSENT = "premise absent"
-VERDICTS = (REPRODUCES, DIRECTION_ONLY, CONTRADICTS, INCONCLUSIVE, BY_CONSTRUCTION, PREMISE_ABSENT)
+INTERIM = "interim"
+VERDICTS = (REPRODUCES, DIRECTION_ONLY, CONTRADICTS, INCONCLUSIVE, BY_CONSTRUCTION, PREMISE_ABSENT, INTERIM)
 
 
 @dataclass(frozen=True)
@@ -319,6 +320,15 @@ def holm(ps: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * ps[i]))
         out[i] = running
     return out
+
+
+def interim(v: EffectVerdict, progress: str) -> EffectVerdict:
+    """``v`` withheld: an arm it reads is not yet drawn in full (``progress`` says how far it got), and a
+    verdict read before the planned n is reached would let the stopping point choose the answer. The
+    estimate and interval stay for reading; the row is judged when the run is complete."""
+    return dataclasses.replace(
+        v, verdict=INTERIM, reason=f"no verdict until the run is complete: {progress}", p_adjusted=math.nan
+    )
 
 
 def by_construction(v: EffectVerdict, check: str) -> EffectVerdict:
