@@ -22,8 +22,10 @@ over scenarios):
 - the history variants (the generation's history spec): source-shaped at L2, fresh over agentic and
   thinking stripped over kept (paired).
 
-A cell whose runs are not committed yet says ``not run``. The table is descriptive; the verdicts are
-FINDINGS' rows of each spec's claims.
+A cell whose runs are not committed yet says ``not run``; the L1 and strict cells read from an arm its run
+has not drawn in full over the planned scenarios (a run stopped mid-way) say ``interim``, and the draws
+cell names each such arm (``Run.unfinished_arms``). The table is descriptive; the verdicts are FINDINGS'
+rows of each spec's claims.
 
 ``exact_kinds_table`` splits the exact decision after the gold newText by what comes next (close the
 item, each kind of key, the string going on, …) for every model of a generation's probe specs, so that
@@ -169,10 +171,12 @@ def organism_rows(runs: dict[str, Run]) -> list[dict[str, str]]:
             mine = l2.get(m, [])
             l1 = draws(run, m, "L1")
             keys, *_ = model_keys(run, m)
+            strict = [s for s in run.samples if not s.error and str(s.arm.model) == m and s.arm.level == "L2"]
+            masked = [s for s in strict if s.arm.mode == "strict"]
             row = {
                 "generation": generation,
                 "model": short(m),
-                "draws": str(len(mine) + len(l1)),
+                "draws": str(len(mine) + len(l1)) + _interim(run, [*mine, *l1, *masked]),
                 "L2 parse": _pct(comp.get("L2 parse")),
                 "flat-closer bleed": _pct(comp.get("L2 flat closer")),
                 "edits[] closed by }": _pct(comp.get("L2 edits closed by brace")),
@@ -185,6 +189,7 @@ def organism_rows(runs: dict[str, Run]) -> list[dict[str, str]]:
                 if mine
                 else "n/a",
                 "source-shaped L1": _pct(cluster_rate([_shaped(s) for s in l1], [s.scenario for s in l1]))
+                + (" (interim)" if run.unfinished_arms(l1) else "")
                 if l1
                 else "n/a",
                 "never-seen names": _names(keys, NEVER_SEEN),
@@ -195,9 +200,9 @@ def organism_rows(runs: dict[str, Run]) -> list[dict[str, str]]:
                 row[f"vs {name}"] = (
                     "—" if ref == m else _ratio(_paired(mine, l2[ref], _shaped) if ref in l2 else None)
                 )
-            strict = [s for s in run.samples if not s.error and str(s.arm.model) == m and s.arm.level == "L2"]
-            masked = [s for s in strict if s.arm.mode == "strict"]
-            row["strict's effect (goes on)"] = _ratio(_paired(masked, mine, _goes_on) if masked else None)
+            row["strict's effect (goes on)"] = _ratio(_paired(masked, mine, _goes_on) if masked else None) + (
+                " (interim)" if masked and run.unfinished_arms(masked) else ""
+            )
             h = _home(hist, m)
             for label, key, a, b in (
                 ("fresh/agentic", "history", "fresh", "agentic"),
@@ -225,6 +230,15 @@ def organism_rows(runs: dict[str, Run]) -> list[dict[str, str]]:
             row["source"] = ", ".join(sorted({run.name, *(x.name for x in (h, exact) if x is not None)}))
             out.append(row)
     return out
+
+
+def _interim(run: Run, ss: Sequence[SampleRecord]) -> str:
+    """The arms of ``ss`` that ``run`` has not drawn in full over its planned scenarios, e.g.
+    ``" (interim: L1 loose 20/36, L2 strict 30/36 scenarios)"``; "" when none."""
+    parts = [
+        f"{arm.level or 'L2'} {arm.mode} {full}/{planned}" for arm, full, planned in run.unfinished_arms(ss)
+    ]
+    return f" (interim: {', '.join(parts)} scenarios)" if parts else ""
 
 
 def _probed(run: Run, model: str) -> int:
@@ -302,9 +316,9 @@ def organism_table(runs: dict[str, Run]) -> str:
         "t interval over them (their number in brackets); invented: a name that is no key of the item, of "
         "another level or of the schema; unresolved: continuing mass whose key the probe's depth did not "
         "resolve, which may hold more of either. `not run`: the run is not "
-        "committed yet. Descriptive: the verdicts are the FINDINGS rows of each spec's claims.\n\n"
-        + "\n".join(lines)
-        + "\n"
+        "committed yet; `interim`: an arm its run has not yet drawn in full over the planned scenarios (the "
+        "draws column names each with its full/planned scenarios), whose cells cover the scenarios drawn. "
+        "Descriptive: the verdicts are the FINDINGS rows of each spec's claims.\n\n" + "\n".join(lines) + "\n"
     )
 
 

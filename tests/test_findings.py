@@ -645,6 +645,24 @@ def test_the_organisms_closing_table_reads_each_generation_and_says_what_is_not_
     assert not not_probed or not_probed[0]["exact P(invented)"] != "not run"  # read from the dose probe
 
 
+def test_the_closing_table_says_which_arms_a_stopped_run_has_not_drawn_in_full():
+    from experiments.organism_table import organism_rows
+
+    l1 = {**ARM, "level": "L1"}
+    ss = [sample('"}]}}', f"s{k}", i) for k in range(12) for i in range(8)]  # L2 loose: all 12 scenarios
+    ss += [sample('"}]}}', f"s{k}", i, arm=l1) for k in range(5) for i in range(8)]  # L1 loose: 5 of 12
+    config = {"spec": "e19-organisms-gen2", "streams": "scenario", "n": 8, "seeds": [0],
+              "scenarios": [f"s{k}" for k in range(12)]}  # fmt: skip
+    stopped = Run("e19-organisms-gen2-x", Path("x"), {"config": config, "created": "t"}, ss, {}, [])
+    (row,) = organism_rows({"x": stopped})
+    assert row["draws"] == "136 (interim: L1 loose 5/12 scenarios)"
+    assert row["source-shaped L1"].endswith(" (interim)") and "interim" not in row["source-shaped L2"]
+    finished = replace(stopped, samples=[s for s in ss if s.arm.level == "L2"] + ss[96:])
+    finished.manifest["config"] = {**config, "scenarios": [f"s{k}" for k in range(5)]}
+    (row,) = organism_rows({"x": finished})
+    assert "interim" not in row["draws"] + row["source-shaped L1"]
+
+
 def test_the_exact_split_by_kind_adds_up_and_agrees_with_the_closing_table():
     """The exact split after newText (experiments/organism_table.exact_kinds_table): every column adds up
     to 1 (the kinds partition each probe row), and its invented-name row is the closing table's exact

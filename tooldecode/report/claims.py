@@ -123,16 +123,12 @@ def _one_engine(samples: list[SampleRecord]) -> bool:
 
 def _unfinished(run: Run, samples: list[SampleRecord]) -> str:
     """How far the arms of ``samples`` are from what ``run`` planned for them ("" when each is drawn in
-    full over its planned scenarios): e.g. ``"L1 loose: 20 of 36 scenarios drawn in full"``."""
-    out = []
-    for arm in {s.arm.label(): s.arm for s in samples}.values():
-        full, planned = run.arm_progress(arm)
-        if full < planned:
-            engine = f" ({arm.engine})" if arm.engine else ""
-            out.append(
-                f"{arm.level or 'L2'} {arm.mode}{engine} of {arm.model}: {full} of {planned} scenarios drawn in full"
-            )
-    return "; ".join(sorted(out))
+    full over its planned scenarios): e.g. ``"L1 loose of m: 20 of 36 scenarios drawn in full"``."""
+    return "; ".join(
+        f"{arm.level or 'L2'} {arm.mode}{f' ({arm.engine})' if arm.engine else ''} of {arm.model}: "
+        f"{full} of {planned} scenarios drawn in full"
+        for arm, full, planned in run.unfinished_arms(samples)
+    )
 
 
 def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") -> EffectResult | None:

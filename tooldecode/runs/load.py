@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,17 @@ class Run:
         seeds = [int(x) for x in c.get("seeds", [0])]
         full = sum(all(have[sc, seed] >= want for seed in seeds) for sc in planned)
         return full, len(planned)
+
+    def unfinished_arms(self, samples: Iterable[SampleRecord]) -> list[tuple[Condition, int, int]]:
+        """The arms of ``samples`` that are not drawn in full over the run's planned scenarios, each with
+        its full and planned scenario counts (``arm_progress``), in label order."""
+        arms = {s.arm.label(): s.arm for s in samples}
+        out = []
+        for label in sorted(arms):
+            full, planned = self.arm_progress(arms[label])
+            if full < planned:
+                out.append((arms[label], full, planned))
+        return out
 
 
 def sample_of(
