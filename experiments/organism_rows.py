@@ -24,7 +24,7 @@ from tooldecode.classify import INVENTED
 from tooldecode.measures import distinct_draws, item_keys, l2_values, sample_continuation
 from tooldecode.records import SampleRecord
 from tooldecode.runs import Run, model_split_runs
-from tooldecode.stats import chao1, cluster_rate, paired_clusters
+from tooldecode.stats import INTERIM, chao1, cluster_rate, paired_clusters
 
 CR = "cluster-robust CR1 95% CI over scenarios"
 ROOT = Path(__file__).resolve().parents[1]
@@ -445,6 +445,15 @@ def row_predictions(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
         measured, verdict = PREDICTION_JUDGES[judge](p, run)
         if judge != "competence":
             measured += competence_note(run, models)
+        # an arm the judge reads that its run has not drawn in full (a run stopped mid-way): no verdict yet
+        read = [
+            s
+            for s in run.samples
+            if not s.error and s.arm.mode == "loose" and s.arm.level in levels and s.arm.model in needed
+        ]
+        unfinished = run.progress_note(read)
+        if unfinished:
+            verdict = f"{INTERIM} (no verdict until the run is complete: {unfinished})"
         out.append(
             {
                 "observation": f"{spec['name']}: {p['label']}",
@@ -452,7 +461,7 @@ def row_predictions(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
                 "measured": measured,
                 "verdict": verdict,
                 "source": run.name,
-                "summary": f"{p['label']}: **{verdict.split(':')[0]}**",
+                "summary": f"{p['label']}: **{verdict.split(':')[0].split(' (')[0]}**",
             }
         )
     return out

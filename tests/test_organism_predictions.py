@@ -132,6 +132,25 @@ def test_predictions_are_judged_with_their_committed_thresholds():
     assert row_predictions(strict, [_run(_samples())], {})[0]["verdict"].startswith("does not hold")
 
 
+def test_a_prediction_read_from_a_stopped_run_waits_for_the_planned_scenarios():
+    """A run stopped mid-way (the queue's --until) plans more scenarios than its arms have drawn in full:
+    the row shows what was measured, and its verdict is interim until the run is complete."""
+    run = _run(_samples())
+    run.manifest["config"] |= {"n": 2, "seeds": [0], "scenarios": [f"s{k}" for k in range(1, 9)]}
+    rows = row_predictions(_spec(), [run], {})
+    assert all(
+        r["verdict"].startswith("interim (no verdict until the run is complete: L1 loose of ") for r in rows
+    )
+    assert "6 invented item keys" in rows[0]["measured"] and rows[0]["summary"] == "zoo: **interim**"
+    assert "of 8 scenarios drawn in full" in rows[2]["verdict"]
+    # the base has 1 of its 2 draws in each scenario: still interim with every planned scenario begun
+    run.manifest["config"]["scenarios"] = [f"s{k}" for k in range(1, 7)]
+    assert row_predictions(_spec(), [run], {})[2]["verdict"].startswith("interim (")
+    run.manifest["config"]["n"] = 1  # every planned draw made
+    done = row_predictions(_spec(), [run], {})
+    assert [r["verdict"].split(":")[0] for r in done] == ["holds", "inconclusive", "holds"]
+
+
 def test_a_prediction_with_no_run_is_listed_as_not_measured():
     rows = row_predictions(_spec(), [], {})
     assert len(rows) == 3 and all(r["verdict"] == "not measured" for r in rows)

@@ -121,16 +121,6 @@ def _one_engine(samples: list[SampleRecord]) -> bool:
     return len({(s.arm.engine, s.arm.duplicates or "forbid") for s in samples}) <= 1
 
 
-def _unfinished(run: Run, samples: list[SampleRecord]) -> str:
-    """How far the arms of ``samples`` are from what ``run`` planned for them ("" when each is drawn in
-    full over its planned scenarios): e.g. ``"L1 loose of m: 20 of 36 scenarios drawn in full"``."""
-    return "; ".join(
-        f"{arm.level or 'L2'} {arm.mode}{f' ({arm.engine})' if arm.engine else ''} of {arm.model}: "
-        f"{full} of {planned} scenarios drawn in full"
-        for arm, full, planned in run.unfinished_arms(samples)
-    )
-
-
 def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") -> EffectResult | None:
     """Judge one claimed effect (a ``[[findings.effects]]`` table) on the run that pairs the most
     scenarios for it, among the runs made from a clean commit if any has both arms; None when no run
@@ -195,7 +185,7 @@ def evaluate_effect(effect: dict, runs: dict[str, Run], *, where: str = "spec") 
             events = ea + eb
             ev_clusters = len({s.scenario for s in distinct_draws(sa + sb) if sample_event(s, measure)})
             draws = na + nb
-            unfinished = _unfinished(run, sa + sb)
+            unfinished = run.progress_note(sa + sb)
         else:
             raise ClaimError(f"{where}: level must be 'L1', 'L2' or 'L3', got {level!r}")
         if len(shared) < 2:

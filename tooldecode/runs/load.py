@@ -165,6 +165,15 @@ class Run:
                 out.append((arms[label], full, planned))
         return out
 
+    def progress_note(self, samples: Iterable[SampleRecord]) -> str:
+        """``unfinished_arms`` in words ("" when every arm of ``samples`` is drawn in full), e.g.
+        ``"L1 loose of m: 20 of 36 scenarios drawn in full"``."""
+        return "; ".join(
+            f"{arm.level or 'L2'} {arm.mode}{f' ({arm.engine})' if arm.engine else ''} of {arm.model}: "
+            f"{full} of {planned} scenarios drawn in full"
+            for arm, full, planned in self.unfinished_arms(samples)
+        )
+
 
 def sample_of(
     stored: dict[str, Any], tools: dict[str, tuple[OfferedTool, ...]] | None = None
