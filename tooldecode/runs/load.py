@@ -124,15 +124,20 @@ class Run:
         the draws it made before, and they do not stand in for another arm's)."""
         c = effective_config(self.manifest)
         per_mode, n = c.get("n_by_mode", {}), int(c.get("n") or 0)
-        have: dict[tuple[str, str, int], int] = {}
-        want: dict[str, int] = {}
-        for s in self.samples:
-            label = arm_label(s.arm)
-            have[label, s.scenario, s.seed] = have.get((label, s.scenario, s.seed), 0) + 1
-            if label not in want:
-                want[label] = samples_per_arm(per_mode, n, s.arm.mode, s.arm.level)
+        have, arms = self._draw_counts()
+        want = {label: samples_per_arm(per_mode, n, a.mode, a.level) for label, a in arms.items()}
         counted = sum(min(k, want[label]) for (label, _, _), k in have.items())
         return max(0, self.expected_samples - counted)
+
+    def _draw_counts(self) -> tuple[Counter[tuple[str, str, int]], dict[str, Condition]]:
+        """The stored samples counted by (arm label, scenario, seed), and each label's arm."""
+        have: Counter[tuple[str, str, int]] = Counter()
+        arms: dict[str, Condition] = {}
+        for s in self.samples:
+            label = arm_label(s.arm)
+            have[label, s.scenario, s.seed] += 1
+            arms.setdefault(label, s.arm)
+        return have, arms
 
     @property
     def planned_scenarios(self) -> list[str]:
@@ -148,10 +153,10 @@ class Run:
         c = effective_config(self.manifest)
         want = samples_per_arm(c.get("n_by_mode", {}), int(c.get("n") or 0), arm.mode, arm.level)
         label = arm_label(arm)
-        have = Counter((s.scenario, s.seed) for s in self.samples if arm_label(s.arm) == label)
+        have, _ = self._draw_counts()
         planned = self.planned_scenarios
         seeds = [int(x) for x in c.get("seeds", [0])]
-        full = sum(all(have[sc, seed] >= want for seed in seeds) for sc in planned)
+        full = sum(all(have[label, sc, seed] >= want for seed in seeds) for sc in planned)
         return full, len(planned)
 
     def unfinished_arms(self, samples: Iterable[SampleRecord]) -> list[tuple[Condition, int, int]]:
