@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from experiments.common import short
 from experiments.construct_rows import competence_note, pred_competence
 from tooldecode.classify import INVENTED
 from tooldecode.measures import distinct_draws, item_keys, l2_values, sample_continuation
@@ -410,6 +411,20 @@ def _models_of(p: dict) -> list[str]:
     return [*out, *(str(m) for m in p.get("models", [])), *(str(d["organism"]) for d in p.get("doses", []))]
 
 
+def _competence_so_far(p: dict, rs: list[Run], levels: list[str]) -> tuple[dict, Run, list[str]] | None:
+    """The competence precondition narrowed to the organisms it names that have draws: (the prediction
+    with only those ``models``, the run that holds them with its base and goal, the organisms not yet
+    run); None when no named organism has draws, or no run holds the base and goal beside them."""
+    pool = [*rs, *model_split_runs(rs)]
+    named = [str(m) for m in p.get("models", [])]
+    ran = [m for m in named if any(all(_draws(r, m, lv) for lv in levels) for r in pool)]
+    if not ran or len(ran) == len(named):
+        return None
+    fixed = [str(p[k]) for k in ("base", "goal") if p.get(k)]
+    run = _best_run(rs, [(m, lv) for m in [*fixed, *ran] for lv in levels])
+    return None if run is None else ({**p, "models": ran}, run, [m for m in named if m not in ran])
+
+
 def row_predictions(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
     """One row per ``[[findings.predictions]]`` table with a ``judge`` (``PREDICTION_JUDGES``): the
     prediction as committed, what the runs measured and whether it holds; a prediction without a
@@ -429,6 +444,12 @@ def row_predictions(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
         # the dose rule decides from the base and the first dose on; the later doses may still be running
         needed = models[:2] if judge == "dose_rule" else models
         run = _best_run(rs, [(m, lv) for m in needed for lv in levels])
+        # the competence precondition is per organism: the ones run are read while the others wait
+        not_run: list[str] = []
+        so_far = _competence_so_far(p, rs, levels) if run is None and judge == "competence" else None
+        if so_far is not None:
+            p, run, not_run = so_far
+            models = needed = _models_of(p)
         claim = f"{spec.get('claim', '')} Prediction: {p['label']}: {p['prediction']}."
         if run is None:
             out.append(
@@ -445,6 +466,12 @@ def row_predictions(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
         measured, verdict = PREDICTION_JUDGES[judge](p, run)
         if judge != "competence":
             measured += competence_note(run, models)
+        if not_run:
+            names = ", ".join(short(m) for m in not_run)
+            measured += f" Not run yet: {names}."
+            # one organism below its base already decides "every organism"; a pass waits for the rest
+            if not verdict.startswith("does not hold"):
+                verdict = f"{INTERIM} (no verdict until {names} {'is' if len(not_run) == 1 else 'are'} run; so far {verdict.removeprefix('holds: ')})"
         # an arm the judge reads that its run has not drawn in full (a run stopped mid-way): no verdict yet
         read = [
             s

@@ -262,3 +262,46 @@ def test_the_dose_gate_reads_the_committed_rule_and_stops_without_runs(tmp_path,
     assert main(["next", "g2-positive-control-d10", "--runs", str(tmp_path)]) == STOP
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no L2 loose draws of the base" in err[0]
+
+
+def test_the_competence_precondition_reads_the_organisms_run_while_the_others_wait():
+    """The precondition names organisms that are not trained yet: the row reads the ones that have run,
+    and gives no verdict until the rest have, unless one already parses less often than the base."""
+    good, bad, later, goal = "organism:a@b", "organism:c@b", "organism:later@b", "organism:g@b"
+    ok, bled = '"}]}}', '"}}'
+
+    def draws(model: str, texts: list[str]) -> list:
+        return [
+            make_sample(t, arm={**L2, "model": model}, prefill=GOLD, scenario=f"s{i % 4}", index=i, stream=i)
+            for i, t in enumerate(texts)
+        ]
+
+    samples = draws(BASE, [ok] * 4 + [bled] * 4) + draws(good, [ok] * 8) + draws(goal, [ok] * 8)
+    pred = {
+        "label": "competence",
+        "prediction": "every organism parses at least as often as the base",
+        "models": [good, later],
+        "base": BASE,
+        "goal": goal,
+        "level": "L2",
+        "min_ratio_to_goal": 0.8,
+    }
+    spec = {"name": "e19-organisms-gen2", "claim": "c", "findings": {"predictions": [pred]}}
+    (row,) = row_predictions(spec, [_run(samples)], {})
+    assert row["verdict"].startswith(
+        "interim (no verdict until organism:later@b is run; so far every organism parses at least as often"
+    )
+    assert "L2 calls parse 8/8" in row["measured"] and row["measured"].endswith(
+        "Not run yet: organism:later@b."
+    )
+    assert row["summary"] == "competence: **interim**" and row["source"] == "e16-organisms"
+    # an organism run below its base decides the precondition whatever the others will do
+    pred["models"] = [good, bad, later]
+    (row,) = row_predictions(spec, [_run(samples + draws(bad, [bled] * 8))], {})
+    assert (
+        row["verdict"].startswith("does not hold: organism:c@b")
+        and "Not run yet: organism:later@b" in row["measured"]
+    )
+    # none of the named organisms has run: not measured
+    pred["models"] = [later]
+    assert row_predictions(spec, [_run(samples)], {})[0]["verdict"] == "not measured"
