@@ -4,6 +4,7 @@ what follows newText per model and arm. Both are read off the rows and runs ``st
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from tooldecode.measures import distinct_draws
@@ -20,79 +21,109 @@ MODELS = {
 }
 
 ZOO = "What follows newText when the model continues"
-# (question, which row answers it, models named, the row's field that holds the answer of a descriptive row)
-HEADLINES: tuple[tuple[str, Callable[[dict], bool], str, str], ...] = (
-    (
+
+
+def _obs(observation: str) -> Callable[[dict], bool]:
+    """The row whose observation is ``observation``."""
+    return lambda r: r["observation"] == observation
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One question of the headline table.
+
+    Attributes
+    ----------
+    question : str
+        The question in plain words.
+    pick : Callable[[dict], bool]
+        Which FINDINGS row answers it (the first that matches).
+    models : str
+        The models the answer is about.
+    field : str
+        The row's field that holds the answer of a descriptive row.
+    also : tuple of (str, Callable[[dict], bool])
+        Rows that test the same question elsewhere (another model, another seed), each named by a label:
+        their verdicts, read off their rows, stand beside the models.
+    """
+
+    question: str
+    pick: Callable[[dict], bool]
+    models: str
+    field: str = "headline"
+    also: tuple[tuple[str, Callable[[dict], bool]], ...] = ()
+
+
+LENIENT_VS_STRICT = "lenient vs strict flat harness"
+SEED_1 = ", second seed of the lenient organism"
+SAMPLED = "e19-organisms-gen2: g2 L2 source-shaped failure after newText, " + LENIENT_VS_STRICT
+INVENTED = "e19-organisms-gen2-invented: g2 L3 P(invented key after newText), " + LENIENT_VS_STRICT
+SAME_SESSIONS = " (same sessions, both with the flag)"
+HEADLINES: tuple[Headline, ...] = (
+    Headline(
         "Does strict decoding remove the extra key after newText?",
         lambda r: r["observation"] == "e1-strict-vs-loose: L2 extra key after newText, strict vs loose",
         "Qwen 0.5B (Gemma, SmolLM2: the same check)",
-        "headline",
     ),
-    (
+    Headline(
         "What does strict decoding cost? (the newText string runs on instead of closing)",
         lambda r: r["observation"].startswith("Strict's cost") and "e1-strict-vs-loose-18" in r["source"],
         "Qwen 0.5B",
-        "headline",
     ),
-    (
+    Headline(
         "How often is a loose extra key the source's failure (parses; only an unknown key in an item)?",
         lambda r: r["observation"].startswith(ZOO),
         "Qwen 0.5B",
         "headline_source",
     ),
-    (
+    Headline(
         "Are the extra keys invented names (a zoo)?",
         lambda r: r["observation"].startswith(ZOO),
         "Qwen 0.5B",
-        "headline",
     ),
-    (
+    Headline(
         "Does an agentic history raise extra keys over a fresh prompt?",
-        lambda r: (
-            r["observation"] == "e2-history: qwen-0.5b: L3 P(extra key after newText), fresh vs agentic"
-        ),
-        "Qwen 0.5B (1.5B: contradicts too)",
-        "headline",
-    ),
-    (
-        "Does stripping the thinking from the history lower them?",
-        lambda r: (
-            r["observation"] == "e3-thinking: qwen-0.5b: L3 P(extra key after newText), stripped vs kept"
-        ),
+        _obs("e2-history: qwen-0.5b: L3 P(extra key after newText), fresh vs agentic"),
         "Qwen 0.5B",
-        "headline",
+        also=(("1.5B", _obs("e2-history: qwen-1.5b: L3 P(extra key after newText), fresh vs agentic")),),
     ),
-    (
+    Headline(
+        "Does stripping the thinking from the history lower them?",
+        _obs("e3-thinking: qwen-0.5b: L3 P(extra key after newText), stripped vs kept"),
+        "Qwen 0.5B",
+        also=(("1.5B", _obs("e3-thinking: qwen-1.5b: L3 P(extra key after newText), stripped vs kept")),),
+    ),
+    Headline(
         "Does showing the schema closed (additionalProperties: false) lower them?",
         lambda r: r["observation"].startswith("e8-schema-view: qwen-0.5b: L3 P(extra key"),
         "Qwen 0.5B",
-        "headline",
+        also=(("1.5B", lambda r: r["observation"].startswith("e8-schema-view: qwen-1.5b: L3 P(extra key")),),
     ),
-    (
+    Headline(
         "Do earlier calls of a flat Edit tool raise them?",
-        lambda r: r["observation"] == "e9-prior: qwen-1.5b: L3 P(extra key after newText), prior vs none",
-        "Qwen 1.5B (0.5B: reproduces too)",
-        "headline",
+        _obs("e9-prior: qwen-1.5b: L3 P(extra key after newText), prior vs none"),
+        "Qwen 1.5B",
+        also=(("0.5B", _obs("e9-prior: qwen-0.5b: L3 P(extra key after newText), prior vs none")),),
     ),
-    (
+    Headline(
         "Is the key after newText copied from the schema text?",
         lambda r: r["observation"].startswith("p1-schema-echo: qwen-0.5b: L3 P(schema word"),
         "Qwen 0.5B",
-        "headline",
+        also=(
+            ("1.5B", lambda r: r["observation"].startswith("p1-schema-echo: qwen-1.5b: L3 P(schema word")),
+        ),
     ),
-    (
+    Headline(
         "Does the larger Qwen write extra keys loose at all?",
         lambda r: r["observation"].startswith("e12-model-panel: qwen2.5-coder-1.5b"),
         "Qwen 1.5B",
-        "headline",
     ),
-    (
+    Headline(
         "Does aligned strict sampling run on less than plain strict?",
         lambda r: r["observation"].startswith("e14-distortion: qwen2.5-coder-0.5b"),
         "Qwen 0.5B",
-        "headline",
     ),
-    (
+    Headline(
         "Can a model trained in a lenient harness still write the nested call, and what keys does it add?",
         # the rerun through the run-time adapter: the run the organism's claim rows (59-62) read
         lambda r: (
@@ -100,45 +131,33 @@ HEADLINES: tuple[tuple[str, Callable[[dict], bool], str, str], ...] = (
             and r["source"] == "e16-organisms-lenient-flat-flag-lora"
         ),
         "Qwen 0.5B + LoRA (lenient-flat-flag)",
-        "headline",
     ),
-    (
+    Headline(
         "What does strict decoding cost on that organism?",
         lambda r: r["observation"].startswith("e16-organisms: L2 newText string goes on, strict vs loose"),
         "Qwen 0.5B + LoRA (lenient-flat-flag)",
-        "headline",
     ),
-    (
+    Headline(
         "Trained on the same sessions, does a lenient harness (stray keys accepted) leave more source-shaped calls than a strict one?",
-        lambda r: (
-            r["observation"]
-            == "e19-organisms-gen2: g2 L2 source-shaped failure after newText, lenient vs strict flat harness "
-            "(same sessions, both with the flag)"
-        ),
-        "Qwen 0.5B + LoRA (g2 lenient vs strict)",
-        "headline",
+        _obs(SAMPLED + SAME_SESSIONS),
+        "Qwen 0.5B + LoRA, g2 lenient vs strict, seed 0",
+        also=(("seed 1", _obs(SAMPLED + SEED_1)),),
     ),
-    (
+    Headline(
         "Does it leave more invented key names after newText? (exact; a prediction added 2026-12-07)",
-        lambda r: (
-            r["observation"]
-            == "e19-organisms-gen2-invented: g2 L3 P(invented key after newText), lenient vs strict flat harness "
-            "(same sessions, both with the flag)"
-        ),
-        "Qwen 0.5B + LoRA (g2 lenient vs strict)",
-        "headline",
+        _obs(INVENTED + SAME_SESSIONS),
+        "Qwen 0.5B + LoRA, g2 lenient vs strict, seed 0",
+        also=(("seed 1", _obs(INVENTED + SEED_1)),),
     ),
-    (
+    Headline(
         "Does a trained-in key reach the evaluation at its training share? (the positive control's doses)",
         lambda r: r["observation"].startswith("e19-dose-probe-heldout: the positive control's dose-response"),
         "Qwen 0.5B + LoRA (g2-positive-control)",
-        "headline",
     ),
-    (
+    Headline(
         "Does a lenient repair (json-repair) rescue the loose calls that fail?",
         lambda r: r["observation"].startswith("Loose + repair"),
         "all four",
-        "headline",
     ),
 )
 
@@ -152,17 +171,38 @@ def _verdict_word(verdict: str) -> str:
     return v if len(v) < 40 else v[:40] + "…"
 
 
+def _hit(rows: list[dict], pick: Callable[[dict], bool]) -> tuple[int, dict] | None:
+    """The first row ``pick`` matches, with its number (1-based), or None."""
+    return next(((i, r) for i, r in enumerate(rows, 1) if pick(r)), None)
+
+
+def _also(rows: list[dict], h: Headline) -> str:
+    """The verdicts of ``h``'s companion rows, with their estimates and row numbers, read off the rows
+    (`` (1.5B: contradicts, ×0.91 [0.85, 0.98], row 11)``); companions with no row are left out."""
+    parts = []
+    for label, pick in h.also:
+        hit = _hit(rows, pick)
+        if hit is None:
+            continue
+        i, r = hit
+        res = r.get("result")
+        estimate = f", {res.estimate_text()}" if res is not None else ""
+        parts.append(f"{label}: {_verdict_word(r['verdict'])}{estimate}, row {i}")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def headline_table(rows: list[dict]) -> str:
     """The headline table (markdown): one line per question whose row exists, in ``HEADLINES`` order."""
     lines = [
         "| question | local answer (interval, n) | verdict | models | reproduce | row |",
         "|---|---|---|---|---|---|",
     ]
-    for question, pick, models, field in HEADLINES:
-        hit = next(((i, r) for i, r in enumerate(rows, 1) if pick(r)), None)
+    for h in HEADLINES:
+        hit = _hit(rows, h.pick)
         if hit is None:
             continue
         i, r = hit
+        field, models = h.field, h.models + _also(rows, h)
         res = r.get("result")
         if res is not None:
             c = res.cmp
@@ -176,7 +216,7 @@ def headline_table(rows: list[dict]) -> str:
         lines.append(
             "| "
             + " | ".join(
-                _cell(x) for x in (question, answer, f"**{verdict}**", models, f"`{command}`", str(i))
+                _cell(x) for x in (h.question, answer, f"**{verdict}**", models, f"`{command}`", str(i))
             )
             + " |"
         )

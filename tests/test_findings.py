@@ -578,6 +578,13 @@ def test_headline_table_and_the_kinds_figure(tmp_path):
              "headline": "rescues 1/2", "source": "r"}]  # fmt: skip
     table = headline_table(rows).splitlines()
     assert len(table) == 3 and "rescues 1/2" in table[2] and "**descriptive**" in table[2]
+    # a question tested on another model: its verdict is read off that model's row, never written in
+    obs = "e2-history: qwen-{}: L3 P(extra key after newText), fresh vs agentic"
+    e2 = [{"observation": obs.format(m), "measured": "m", "verdict": v, "headline": "h", "source": "r"}
+          for m, v in (("0.5b", "contradicts (claimed ×0 outside the interval)"), ("1.5b", "reproduces"))]  # fmt: skip
+    line = headline_table(e2).splitlines()[2]
+    assert "**contradicts** | Qwen 0.5B (1.5B: reproduces, row 2) |" in line
+    assert "| Qwen 0.5B |" in headline_table(e2[:1]).splitlines()[2]
     ss = [sample(t, f"s{i % 4}", i) for i, t in enumerate(['"}]}}', '", "newText": "z"}]}}', "z = 2"] * 4)]
     (bar,) = kind_bars(ss, lambda s: "qwen, loose")
     assert bar.n == 12 and bar.g == 4
