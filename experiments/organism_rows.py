@@ -148,11 +148,16 @@ def row_implant(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dict]:
 # --------------------------------------------------------------------------------------------- predictions
 
 
-def _best_run(rs: list[Run], want: list[tuple[str, str]]) -> Run | None:
-    """Among the spec's runs and its model-by-model runs read as one, the one (clean first) with the
-    most draws of every ``(model, level)`` in ``want``; None when none has them all."""
+def _pool(rs: list[Run]) -> list[Run]:
+    """The spec's runs and its model-by-model runs read as one."""
+    return [*rs, *model_split_runs(rs)]
+
+
+def _best_run(pool: list[Run], want: list[tuple[str, str]]) -> Run | None:
+    """Among ``pool`` (``_pool``), the run (clean first) with the most draws of every ``(model, level)``
+    in ``want``; None when none has them all."""
     best = None
-    for run in [*rs, *model_split_runs(rs)]:
+    for run in pool:
         counts = [len(_draws(run, m, lv)) for m, lv in want]
         if min(counts, default=0) == 0:
             continue
@@ -337,7 +342,7 @@ def dose_reading(p: dict, rs: list[Run]) -> DoseReading | None:
     runs as one: the one with the most draws of the base and the first dose); None when no run has
     both."""
     models = _models_of(p)
-    run = _best_run(rs, [(m, str(p.get("level", "L2"))) for m in models[:2]])
+    run = _best_run(_pool(rs), [(m, str(p.get("level", "L2"))) for m in models[:2]])
     return None if run is None else read_dose_rule(p, run)
 
 
@@ -376,10 +381,10 @@ def _pred_dose_rule(p: dict, run: Run) -> tuple[str, str]:
             f"{epochs} epoch{'s' if epochs != 1 else ''}"
         )
     if state == "undecided":
-        org = r.undecided
+        org = str(r.undecided)
         share, epochs = next((d[1], d[2]) for d in r.doses if d[0] == org)
         return measured, (
-            f"not measured: {_dose_name(str(org), share, epochs)} has no draws, and the rule reads the "
+            f"not measured: {_dose_name(org, share, epochs)} has no draws, and the rule reads the "
             "doses in order"
         )
     return measured, (
@@ -411,17 +416,17 @@ def _models_of(p: dict) -> list[str]:
     return [*out, *(str(m) for m in p.get("models", [])), *(str(d["organism"]) for d in p.get("doses", []))]
 
 
-def _competence_so_far(p: dict, rs: list[Run], levels: list[str]) -> tuple[dict, Run, list[str]] | None:
+def _competence_so_far(p: dict, pool: list[Run], levels: list[str]) -> tuple[dict, Run, list[str]] | None:
     """The competence precondition narrowed to the organisms it names that have draws: (the prediction
     with only those ``models``, the run that holds them with its base and goal, the organisms not yet
-    run); None when no named organism has draws, or no run holds the base and goal beside them."""
-    pool = [*rs, *model_split_runs(rs)]
+    run); None when no named organism has draws, or no run holds the base and goal beside them.
+    ``pool`` is ``_pool`` of the spec's runs."""
     named = [str(m) for m in p.get("models", [])]
     ran = [m for m in named if any(all(_draws(r, m, lv) for lv in levels) for r in pool)]
     if not ran or len(ran) == len(named):
         return None
     fixed = [str(p[k]) for k in ("base", "goal") if p.get(k)]
-    run = _best_run(rs, [(m, lv) for m in [*fixed, *ran] for lv in levels])
+    run = _best_run(pool, [(m, lv) for m in [*fixed, *ran] for lv in levels])
     return None if run is None else ({**p, "models": ran}, run, [m for m in named if m not in ran])
 
 
@@ -430,6 +435,7 @@ def row_predictions(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
     prediction as committed, what the runs measured and whether it holds; a prediction without a
     ``judge`` is descriptive and gets no row."""
     stem = spec_stem(spec)
+    pool = _pool(rs)
     out = []
     for p in spec["findings"].get("predictions", []):
         judge = judge_of(p)
@@ -443,10 +449,10 @@ def row_predictions(spec: dict, rs: list[Run], runs: dict[str, Run]) -> list[dic
         levels = list(p.get("levels", [p.get("level", "L1" if judge == "invented_place" else "L2")]))
         # the dose rule decides from the base and the first dose on; the later doses may still be running
         needed = models[:2] if judge == "dose_rule" else models
-        run = _best_run(rs, [(m, lv) for m in needed for lv in levels])
+        run = _best_run(pool, [(m, lv) for m in needed for lv in levels])
         # the competence precondition is per organism: the ones run are read while the others wait
         not_run: list[str] = []
-        so_far = _competence_so_far(p, rs, levels) if run is None and judge == "competence" else None
+        so_far = _competence_so_far(p, pool, levels) if run is None and judge == "competence" else None
         if so_far is not None:
             p, run, not_run = so_far
             models = needed = _models_of(p)
