@@ -14,7 +14,9 @@ fixed names are in ``common``. ``write_findings`` writes the table.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
+import re
 import sys
 import tomllib
 from collections import Counter, defaultdict
@@ -145,7 +147,7 @@ def spec_effects(spec: dict) -> list[dict]:
 
 
 def effect_rows(stem: str, spec: dict, runs: dict[str, Run]) -> list[dict]:
-    out = []
+    out: list[dict[str, Any]] = []
     for eff in spec_effects(spec):
         try:
             res = evaluate_effect(eff, runs, where=f"experiments/{stem}.toml")
@@ -319,12 +321,12 @@ def reruns(rows: list[dict], runs: dict[str, Run], root: Path = ROOT) -> str:
             "rerun over ≥ 18 scenarios."
         )
     for r in sorted(runs.values(), key=lambda r: r.name):
-        want, missing = r.expected_samples, r.missing_samples
-        if r.samples and missing:
+        want, short_by = r.expected_samples, r.missing_samples
+        if r.samples and short_by:
             begun = len({s.scenario for s in r.samples})
             total = len(r.manifest.get("config", {}).get("scenarios", []))
             out.append(
-                f"- {r.name}: {want - missing} of {want} samples ({begun} of {total} scenarios begun); its figures "
+                f"- {r.name}: {want - short_by} of {want} samples ({begun} of {total} scenarios begun); its figures "
                 f"cover only those. Resume from its commit: `git worktree add DIR {r.git_sha[:10]}`, then in DIR "
                 f"`{r.command()}` with this run folder at `runs/{r.name}`."
             )
@@ -393,7 +395,8 @@ def _probed_in_full(rows: list[ProbeRow], model: str, n_variants: int) -> int:
 def summary(rows: list[dict]) -> str:
     """The README's short account, generated from the rows: every claimed effect measured (with its
     verdict) and the descriptive rows that carry a summary; effects not yet measured are counted."""
-    lines, rest = [], Counter()
+    lines: list[str] = []
+    rest: Counter[str] = Counter()
     for i, r in enumerate(rows, 1):
         if "summary" not in r:
             continue
@@ -410,6 +413,42 @@ def summary(rows: list[dict]) -> str:
 
 COLUMNS = ("observation", "claim", "measured", "verdict", "source")
 
+# A hand-written citation of a FINDINGS row: ``[row 95](../FINDINGS.md#r3fa2c1)``. The key is the row's
+# stable name (``row_keys``), the number is where the row stands in this build (``cite_rows`` renumbers).
+CITATION = re.compile(r"\[row (\d+)\]\(((?:\.\./)?FINDINGS\.md)#(r[0-9a-f]{6}(?:-\d+)?)\)")
+
+
+def row_keys(rows: list[dict]) -> list[str]:
+    """Each row's stable key: ``r`` and 6 hex digits of the SHA-1 of its observation and the first run
+    (or spec) its source names, so the key does not move when rows are added before it or when its figures
+    change. A key shared by several rows (the same observation on the same first run) gets ``-2``,
+    ``-3``, … in order."""
+    keys, seen = [], Counter[str]()
+    for r in rows:
+        first = re.split(r"[\s,+]", str(r.get("source", "")), maxsplit=1)[0]
+        key = "r" + hashlib.sha1(f"{r.get('observation', '')}\n{first}".encode()).hexdigest()[:6]
+        seen[key] += 1
+        keys.append(key if seen[key] == 1 else f"{key}-{seen[key]}")
+    return keys
+
+
+def cite_rows(text: str, rows: list[dict], where: str) -> str:
+    """``text`` with every citation ``[row N](FINDINGS.md#KEY)`` renumbered to where the row with KEY
+    stands in ``rows``. A key no row has is an error (``where`` names the file): the cited row is gone or
+    was renamed, so the citation must be checked by hand."""
+    number = {k: i for i, k in enumerate(row_keys(rows), 1)}
+
+    def renumber(m: re.Match[str]) -> str:
+        old, path, key = m.groups()
+        if key not in number:
+            raise SystemExit(
+                f"{where}: cites FINDINGS row {old} by the key {key}, which no row has now; find that row "
+                "in FINDINGS.md by its content and cite its key (shown as the row's anchor)"
+            )
+        return f"[row {number[key]}]({path}#{key})"
+
+    return CITATION.sub(renumber, text)
+
 
 def write_findings(rows: list[dict[str, str]], out: Path, *, preamble: str = "", header: str = "") -> Path:
     """Write ``rows`` (dicts with the ``COLUMNS``) as a markdown table after ``preamble``."""
@@ -418,8 +457,10 @@ def write_findings(rows: list[dict[str, str]], out: Path, *, preamble: str = "",
         "| verdict | runs |"
     )
     lines = ["# Findings", "", preamble.strip(), "", head, "|---|---|---|---|---|---|"]
-    for i, r in enumerate(rows, 1):
-        cells = [str(i)] + [str(r.get(k, "")).replace("|", "\\|").replace("\n", " ") for k in COLUMNS]
+    for i, (key, r) in enumerate(zip(row_keys(rows), rows, strict=True), 1):
+        cells = [f'{i} <a id="{key}"></a>'] + [
+            str(r.get(k, "")).replace("|", "\\|").replace("\n", " ") for k in COLUMNS
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     out.write_text("\n".join(lines) + "\n")
     return out
@@ -428,9 +469,11 @@ def write_findings(rows: list[dict[str, str]], out: Path, *, preamble: str = "",
 __all__ = [
     "ROWS",
     "build_rows",
+    "cite_rows",
     "load_specs",
     "provenance",
     "reruns",
+    "row_keys",
     "runs_spec",
     "spec_effects",
     "summary",

@@ -15,7 +15,7 @@ from experiments.decision_rows import comparison_block, decision_block
 from experiments.headline import FIGURE, headline_table, write_figure
 from experiments.organism_table import exact_kinds_table, organism_table
 from experiments.remedy_rows import sampled_block
-from experiments.study import build_rows, provenance, reruns, write_findings
+from experiments.study import build_rows, cite_rows, provenance, reruns, write_findings
 from tooldecode.runs import load_runs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,7 +116,7 @@ def main() -> None:
     ap.add_argument(
         "--organisms-out",
         default=str(ROOT / "docs" / "organisms.md"),
-        help="where to write docs/organisms.md with its closing table rebuilt",
+        help="where to write docs/organisms.md with its closing table rebuilt and its row citations renumbered",
     )
     ap.add_argument(
         "--all-runs", action="store_true", help="also read run directories not committed to git (a preview)"
@@ -168,10 +168,10 @@ def main() -> None:
         + comparison_block(runs, figure_root=ROOT if args.figure else None),
         DECISION,
     )
-    readme = with_summary(readme, organisms, ORGANISMS)
+    readme = cite_rows(with_summary(readme, organisms, ORGANISMS), rows, "README.md")
     Path(args.readme_out).write_text(readme, encoding="utf-8")
     doc = with_summary((ROOT / "docs" / "organisms.md").read_text(encoding="utf-8"), organisms, ORGANISMS)
-    doc = with_summary(doc, kinds, EXACT_KINDS)
+    doc = cite_rows(with_summary(doc, kinds, EXACT_KINDS), rows, "docs/organisms.md")
     Path(args.organisms_out).write_text(doc, encoding="utf-8")
     print(
         f"wrote {path} ({len(rows)} rows), the summary in {args.readme_out} and the closing table in {args.organisms_out}"

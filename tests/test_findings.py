@@ -393,6 +393,42 @@ def test_findings_md_matches_a_rebuild_from_the_committed_runs(tmp_path):
     )
 
 
+def test_row_keys_stay_put_and_citations_follow_the_rows():
+    """A row's key does not move when rows are added before it or its figures change; a hand-written
+    citation ``[row N](FINDINGS.md#KEY)`` is renumbered to where KEY stands; a key no row has is an error."""
+    from experiments.study import cite_rows, row_keys
+
+    a = {"observation": "a", "source": "run-a + run-b", "measured": "1/2"}
+    b = {"observation": "b", "source": "run-b"}
+    twin = {"observation": "a", "source": "run-a"}
+    (ka,) = row_keys([a])
+    assert row_keys([b, a])[1] == ka
+    assert row_keys([{**a, "measured": "3/4", "source": "run-a + run-c"}]) == [ka]
+    assert row_keys([{**a, "source": "run-z"}]) != [ka] and row_keys([{**a, "observation": "a2"}]) != [ka]
+    keys = row_keys([a, twin, b])
+    assert keys[1] == f"{ka}-2" and len(set(keys)) == 3
+    text = f"see [row 1](../FINDINGS.md#{ka}) and [row 9](FINDINGS.md#{keys[2]}); row 4 of a list"
+    assert cite_rows(text, [b, a, twin], "x.md") == (
+        f"see [row 2](../FINDINGS.md#{ka}) and [row 1](FINDINGS.md#{keys[2]}); row 4 of a list"
+    )
+    with pytest.raises(SystemExit, match=r"x\.md: cites FINDINGS row 9 by the key"):
+        cite_rows(text, [a], "x.md")
+
+
+def test_hand_written_docs_cite_findings_rows_by_key():
+    """Outside the blocks `make findings` writes, docs and README cite a FINDINGS row only as
+    ``[row N](FINDINGS.md#KEY)``, so a row added earlier in FINDINGS cannot leave a stale number."""
+    import re
+
+    generated = re.compile(r"<!-- [^>]*begin \(make findings\) -->.*?<!-- [^>]*end -->", re.S)
+    for path in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]:
+        text = generated.sub("", path.read_text(encoding="utf-8"))
+        bare = re.findall(r"(?:FINDINGS|\()\s*rows? \d+", text)
+        assert not bare, (
+            f"{path.name} cites FINDINGS rows by number alone: {bare}; cite them as [row N](FINDINGS.md#KEY)"
+        )
+
+
 def test_every_committed_run_was_made_from_a_clean_commit_it_names():
     """A run's numbers must be reproducible from the code that made them: every committed manifest
     records its commit and `git_dirty: false` (a run from a dirty tree is rerun, not committed)."""
