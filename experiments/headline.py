@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from experiments.study import row_keys
 from tooldecode.measures import distinct_draws
 from tooldecode.records import SampleRecord
 from tooldecode.report.kinds import KindBar, kind_bars, write_kinds_png
@@ -176,6 +177,11 @@ def _hit(rows: list[dict], pick: Callable[[dict], bool]) -> tuple[int, dict] | N
     return next(((i, r) for i, r in enumerate(rows, 1) if pick(r)), None)
 
 
+def _link(rows: list[dict], i: int, text: str) -> str:
+    """``text`` as a link to row ``i``'s anchor in FINDINGS.md (its stable key, ``study.row_keys``)."""
+    return f"[{text}](FINDINGS.md#{row_keys(rows)[i - 1]})"
+
+
 def _also(rows: list[dict], h: Headline) -> str:
     """The verdicts of ``h``'s companion rows, with their estimates and row numbers, read off the rows
     (`` (1.5B: contradicts, ×0.91 [0.85, 0.98], row 11)``); companions with no row are left out."""
@@ -187,7 +193,7 @@ def _also(rows: list[dict], h: Headline) -> str:
         i, r = hit
         res = r.get("result")
         estimate = f", {res.estimate_text()}" if res is not None else ""
-        parts.append(f"{label}: {_verdict_word(r['verdict'])}{estimate}, row {i}")
+        parts.append(f"{label}: {_verdict_word(r['verdict'])}{estimate}, {_link(rows, i, f'row {i}')}")
     return f" ({'; '.join(parts)})" if parts else ""
 
 
@@ -216,7 +222,15 @@ def headline_table(rows: list[dict]) -> str:
         lines.append(
             "| "
             + " | ".join(
-                _cell(x) for x in (h.question, answer, f"**{verdict}**", models, f"`{command}`", str(i))
+                _cell(x)
+                for x in (
+                    h.question,
+                    answer,
+                    f"**{verdict}**",
+                    models,
+                    f"`{command}`",
+                    _link(rows, i, str(i)),
+                )
             )
             + " |"
         )

@@ -397,14 +397,14 @@ def summary(rows: list[dict]) -> str:
     verdict) and the descriptive rows that carry a summary; effects not yet measured are counted."""
     lines: list[str] = []
     rest: Counter[str] = Counter()
-    for i, r in enumerate(rows, 1):
+    for i, (key, r) in enumerate(zip(row_keys(rows), rows, strict=True), 1):
         if "summary" not in r:
             continue
         verdict = str(r["verdict"])
         if verdict.startswith("not measured"):
             rest["not measured (no committed run pairs both arms)"] += 1
             continue
-        lines.append(f"- {r['summary']} (FINDINGS row {i})")
+        lines.append(f"- {r['summary']} (FINDINGS [row {i}](FINDINGS.md#{key}))")
     tail = ", ".join(f"{n} {k}" for k, n in sorted(rest.items()))
     if tail:
         lines.append(f"- Other claimed effects: {tail}; FINDINGS lists what remains to rerun.")

@@ -467,7 +467,7 @@ def test_probe_suite_views_change_only_the_tool_block(qwen_ref):
 
 
 def test_readme_summary_lists_measured_effects_and_counts_the_rest():
-    from experiments.study import summary
+    from experiments.study import row_keys, summary
 
     rows = [
         {"verdict": "reproduces", "summary": "a: ×0.00 [0.00, 0.60]: **reproduces**"},
@@ -479,9 +479,10 @@ def test_readme_summary_lists_measured_effects_and_counts_the_rest():
         {"verdict": "not measured", "summary": "c: not measured"},
         {"verdict": "not measured", "summary": "d: not measured"},
     ]
+    ka, _, kb, *_ = row_keys(rows)
     assert summary(rows).splitlines() == [
-        "- a: ×0.00 [0.00, 0.60]: **reproduces** (FINDINGS row 1)",
-        "- b: **inconclusive** (FINDINGS row 3)",
+        f"- a: ×0.00 [0.00, 0.60]: **reproduces** (FINDINGS [row 1](FINDINGS.md#{ka}))",
+        f"- b: **inconclusive** (FINDINGS [row 3](FINDINGS.md#{kb}))",
         "- Other claimed effects: 2 not measured (no committed run pairs both arms); FINDINGS lists what remains "
         "to rerun.",
     ]
@@ -605,6 +606,7 @@ def test_a_cluster_interval_over_a_run_with_shared_streams_is_refused():
 
 def test_headline_table_and_the_kinds_figure(tmp_path):
     from experiments.headline import HEADLINES, headline_table
+    from experiments.study import row_keys
     from tooldecode.report.kinds import kind_bars, write_kinds_png
 
     # a summary, not the table (the organism's two rows brought it to 14, the dose-response to 15, the
@@ -619,7 +621,7 @@ def test_headline_table_and_the_kinds_figure(tmp_path):
     e2 = [{"observation": obs.format(m), "measured": "m", "verdict": v, "headline": "h", "source": "r"}
           for m, v in (("0.5b", "contradicts (claimed ×0 outside the interval)"), ("1.5b", "reproduces"))]  # fmt: skip
     line = headline_table(e2).splitlines()[2]
-    assert "**contradicts** | Qwen 0.5B (1.5B: reproduces, row 2) |" in line
+    assert f"**contradicts** | Qwen 0.5B (1.5B: reproduces, [row 2](FINDINGS.md#{row_keys(e2)[1]})) |" in line
     assert "| Qwen 0.5B |" in headline_table(e2[:1]).splitlines()[2]
     ss = [sample(t, f"s{i % 4}", i) for i, t in enumerate(['"}]}}', '", "newText": "z"}]}}', "z = 2"] * 4)]
     (bar,) = kind_bars(ss, lambda s: "qwen, loose")
