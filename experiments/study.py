@@ -419,14 +419,17 @@ CITATION = re.compile(r"\[row (\d+)\]\(((?:\.\./)?FINDINGS\.md)#(r[0-9a-f]{6}(?:
 
 
 def row_keys(rows: list[dict]) -> list[str]:
-    """Each row's stable key: ``r`` and 6 hex digits of the SHA-1 of its observation and the first run
-    (or spec) its source names, so the key does not move when rows are added before it or when its figures
-    change. A key shared by several rows (the same observation on the same first run) gets ``-2``,
-    ``-3``, … in order."""
+    """Each row's stable key: ``r`` and 6 hex digits of the SHA-1 of its observation, so the key does not
+    move when rows are added before it, when its figures change or when more runs feed it. Rows that share
+    an observation (one row a run: strict's cost, the construct) add the first run their source names;
+    rows that share both get ``-2``, ``-3``, … in order."""
+    shared = Counter(str(r.get("observation", "")) for r in rows)
     keys, seen = [], Counter[str]()
     for r in rows:
-        first = re.split(r"[\s,+]", str(r.get("source", "")), maxsplit=1)[0]
-        key = "r" + hashlib.sha1(f"{r.get('observation', '')}\n{first}".encode()).hexdigest()[:6]
+        basis = str(r.get("observation", ""))
+        if shared[basis] > 1:
+            basis += "\n" + re.split(r"[\s,+]", str(r.get("source", "")), maxsplit=1)[0]
+        key = "r" + hashlib.sha1(basis.encode()).hexdigest()[:6]
         seen[key] += 1
         keys.append(key if seen[key] == 1 else f"{key}-{seen[key]}")
     return keys

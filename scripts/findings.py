@@ -26,7 +26,8 @@ PREAMBLE = """
 Each row of the full table is one claim of the background (docs/background.md) or one descriptive
 measurement, computed from the committed runs in `runs/` (raw samples and probe rows) by `make findings`.
 A row's number is where it stands in this build; its anchor (`FINDINGS.md#r` and six hex digits, from
-its observation and first run) stays put when rows are added, and the docs cite rows by it.
+its observation, and its run where rows share an observation) stays put when rows are added or runs come,
+and the docs cite rows by it.
 
 - **Kinds** (tooldecode/classify.py, one definition for sampled and exact rows): after the value of
   `newText`, *close*, or a *continue* split into *repeat* (a key the item already has; mangled

@@ -400,16 +400,18 @@ def test_row_keys_stay_put_and_citations_follow_the_rows():
 
     a = {"observation": "a", "source": "run-a + run-b", "measured": "1/2"}
     b = {"observation": "b", "source": "run-b"}
-    twin = {"observation": "a", "source": "run-a"}
     (ka,) = row_keys([a])
     assert row_keys([b, a])[1] == ka
-    assert row_keys([{**a, "measured": "3/4", "source": "run-a + run-c"}]) == [ka]
-    assert row_keys([{**a, "source": "run-z"}]) != [ka] and row_keys([{**a, "observation": "a2"}]) != [ka]
-    keys = row_keys([a, twin, b])
-    assert keys[1] == f"{ka}-2" and len(set(keys)) == 3
-    text = f"see [row 1](../FINDINGS.md#{ka}) and [row 9](FINDINGS.md#{keys[2]}); row 4 of a list"
-    assert cite_rows(text, [b, a, twin], "x.md") == (
-        f"see [row 2](../FINDINGS.md#{ka}) and [row 1](FINDINGS.md#{keys[2]}); row 4 of a list"
+    assert row_keys([{**a, "measured": "3/4", "source": "run-0 + run-a + run-b"}]) == [ka]
+    assert row_keys([{**a, "observation": "a2"}]) != [ka]
+    # rows that share an observation (one a run) are told apart by their run, and stay put as runs come
+    per_run = [{"observation": "c", "source": f"run-{x}"} for x in "pq"]
+    kp, kq = row_keys(per_run)
+    assert kp != kq and row_keys([{"observation": "c", "source": "run-o"}, *per_run])[1:] == [kp, kq]
+    assert row_keys([a, a, b])[1] == row_keys([a, a])[1] == f"{row_keys([a, a])[0]}-2"
+    text = f"see [row 1](../FINDINGS.md#{ka}) and [row 9](FINDINGS.md#{kq}); row 4 of a list"
+    assert cite_rows(text, [b, a, *per_run], "x.md") == (
+        f"see [row 2](../FINDINGS.md#{ka}) and [row 4](FINDINGS.md#{kq}); row 4 of a list"
     )
     with pytest.raises(SystemExit, match=r"x\.md: cites FINDINGS row 9 by the key"):
         cite_rows(text, [a], "x.md")
