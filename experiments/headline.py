@@ -177,12 +177,12 @@ def _hit(rows: list[dict], pick: Callable[[dict], bool]) -> tuple[int, dict] | N
     return next(((i, r) for i, r in enumerate(rows, 1) if pick(r)), None)
 
 
-def _link(rows: list[dict], i: int, text: str) -> str:
-    """``text`` as a link to row ``i``'s anchor in FINDINGS.md (its stable key, ``study.row_keys``)."""
-    return f"[{text}](FINDINGS.md#{row_keys(rows)[i - 1]})"
+def _link(keys: list[str], i: int, text: str) -> str:
+    """``text`` as a link to row ``i``'s anchor in FINDINGS.md (``keys``: the rows' ``study.row_keys``)."""
+    return f"[{text}](FINDINGS.md#{keys[i - 1]})"
 
 
-def _also(rows: list[dict], h: Headline) -> str:
+def _also(rows: list[dict], keys: list[str], h: Headline) -> str:
     """The verdicts of ``h``'s companion rows, with their estimates and row numbers, read off the rows
     (`` (1.5B: contradicts, ×0.91 [0.85, 0.98], row 11)``); companions with no row are left out."""
     parts = []
@@ -193,7 +193,7 @@ def _also(rows: list[dict], h: Headline) -> str:
         i, r = hit
         res = r.get("result")
         estimate = f", {res.estimate_text()}" if res is not None else ""
-        parts.append(f"{label}: {_verdict_word(r['verdict'])}{estimate}, {_link(rows, i, f'row {i}')}")
+        parts.append(f"{label}: {_verdict_word(r['verdict'])}{estimate}, {_link(keys, i, f'row {i}')}")
     return f" ({'; '.join(parts)})" if parts else ""
 
 
@@ -203,12 +203,13 @@ def headline_table(rows: list[dict]) -> str:
         "| question | local answer (interval, n) | verdict | models | reproduce | row |",
         "|---|---|---|---|---|---|",
     ]
+    keys = row_keys(rows)
     for h in HEADLINES:
         hit = _hit(rows, h.pick)
         if hit is None:
             continue
         i, r = hit
-        field, models = h.field, h.models + _also(rows, h)
+        field, models = h.field, h.models + _also(rows, keys, h)
         res = r.get("result")
         if res is not None:
             c = res.cmp
@@ -229,7 +230,7 @@ def headline_table(rows: list[dict]) -> str:
                     f"**{verdict}**",
                     models,
                     f"`{command}`",
-                    _link(rows, i, str(i)),
+                    _link(keys, i, str(i)),
                 )
             )
             + " |"
